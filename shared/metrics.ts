@@ -1,28 +1,63 @@
-// The Prometheus families, registered once per process and present from boot (an alert can be
-// written before the first key). Label sets are small and closed: op, outcome, code, phase.
+// The Prometheus families of SPEC section 5, registered once per process and present from boot, so
+// an alert can be written before the first key. Label sets are small and closed. The API and the
+// sweeper each create their own registry from this one definition; a family a process never moves
+// still reads 0 there, which is the truth.
 import client from 'prom-client';
 
 export function createMetrics(register = new client.Registry()) {
-  const kvOps = new client.Counter({
-    name: 'queen_kv_ops_total',
-    help: 'KV operations answered, by op and outcome (ok, precondition, refused, error).',
-    labelNames: ['op', 'outcome'] as const,
-    registers: [register],
-  });
-  const kvDuration = new client.Histogram({
-    name: 'queen_kv_op_duration_seconds',
-    help: 'Time to answer one KV request, from the first byte of its body to the response.',
-    labelNames: ['route'] as const,
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
-    registers: [register],
-  });
-  const kvRefusals = new client.Counter({
-    name: 'queen_kv_refusals_total',
-    help: 'KV requests refused, by error code.',
-    labelNames: ['code'] as const,
-    registers: [register],
-  });
-  return { register, kvOps, kvDuration, kvRefusals };
+  const r = [register];
+  const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
+    new client.Counter<L>({ name, help, labelNames, registers: r });
+  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
+    new client.Gauge<L>({ name, help, labelNames, registers: r });
+
+  return {
+    register,
+    // KV surface (API)
+    kvOps: counter('queen_kv_ops_total', 'KV operations answered, by op and outcome (ok, precondition, refused, error).', ['op', 'outcome'] as const),
+    kvDuration: new client.Histogram<'route'>({
+      name: 'queen_kv_op_duration_seconds',
+      help: 'Time to answer one KV request, from routing to the response, by route (batch, get, put, delete, transaction).',
+      labelNames: ['route'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: r,
+    }),
+    kvRefusals: counter('queen_kv_refusals_total', 'KV and timer requests refused by a rung, a limit or the pool, by error code.', ['code'] as const),
+    kvPoolInUse: gauge('queen_kv_pool_in_use', 'Connections of the dedicated KV pool checked out now.'),
+    kvPoolWaiting: gauge('queen_kv_pool_waiting', 'Requests waiting for a connection of the dedicated KV pool.'),
+    // Kill switches (1 = on, 0 = paused), as this process sees them.
+    switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const),
+    // Prune (sweeper)
+    kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).'),
+    kvExpiryLag: gauge('queen_kv_expiry_lag_seconds', 'Age of the oldest expired row not yet pruned, in seconds.'),
+    kvPruned: counter('queen_kv_pruned_total', 'Expired rows deleted by the sweeper.'),
+    // Timers
+    timersScheduled: counter('queen_timers_scheduled_total', 'Timer schedules and reschedules accepted (billed: the promise, not the delivery).'),
+    timersCancelled: counter('queen_timers_cancelled_total', 'Timers cancelled before they fired.'),
+    timersFired: counter('queen_timers_fired_total', 'Timers fired into the log.'),
+    timersDue: gauge('queen_timers_due', 'Timers whose deliverAt has passed and that have not fired yet.'),
+    timersOldestLate: gauge('queen_timers_oldest_late_seconds', 'How late the oldest due timer is, in seconds (0 when none is due).'),
+    // Sweeper
+    sweeperCycles: counter('queen_sweeper_cycles_total', 'Sweeper cycles completed.'),
+    sweeperCycleSeconds: new client.Histogram<'phase'>({
+      name: 'queen_sweeper_cycle_seconds',
+      help: 'Time spent per sweeper phase (fire, prune, usage, cycle).',
+      labelNames: ['phase'],
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: r,
+    }),
+    sweeperBatchSize: gauge('queen_sweeper_batch_size', 'The batch size the sweeper uses now (it shrinks under pressure).'),
+    sweeperPhaseSuspended: gauge('queen_sweeper_phase_suspended', 'Phases the sweeper has suspended under pressure: 1 suspended, 0 running.', ['phase'] as const),
+  };
 }
 
 export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Zero every labelled series we know of, so the families show values from the first scrape. */
+export function primeMetrics(m: Metrics): void {
+  for (const s of ['kv', 'timersSchedule', 'timersFire']) m.switchState.set({ switch: s }, 1);
+  for (const p of ['prune', 'usage', 'fire']) m.sweeperPhaseSuspended.set({ phase: p }, 0);
+  for (const op of ['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']) m.kvOps.inc({ op, outcome: 'ok' }, 0);
+  m.kvRefusals.inc({ code: 'rate_limited' }, 0);
+  m.kvRefusals.inc({ code: 'kv_unavailable' }, 0);
+}

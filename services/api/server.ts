@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import type { Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
 import type { Logger } from '../../shared/log';
-import { createMetrics, Metrics } from '../../shared/metrics';
+import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
 import { createApp } from './app';
 
 export interface ApiServer {
@@ -19,6 +19,7 @@ export interface ApiServer {
 export async function startApiServer(config: Config, log: Logger, sizes: PoolSizes, port = config.port): Promise<ApiServer> {
   const pools = createPools(config, sizes, 'queen-api');
   const metrics = createMetrics();
+  primeMetrics(metrics);
   let ready = true;
   const app = createApp({ config, pools, log, metrics, isReady: () => ready });
   const server = http.createServer(app);
