@@ -43,6 +43,11 @@ const STATUS: Record<string, number> = {
   tenant_required: 400,
   bad_request: 400,
   feature_gated: 403,
+  // Rung 1 is 503 on a route and 403 inside the transaction wire (ApiError's `status` overrides).
+  kv_disabled: 503,
+  timers_schedule_disabled: 503,
+  kv_disabled_for_tenant: 403,
+  timers_disabled_for_tenant: 403,
   kv_quota_exceeded: 403,
   timers_quota_exceeded: 403,
   not_found: 404,
@@ -117,8 +122,9 @@ function isPgError(err: unknown): err is PgError {
 export function coerceError(err: unknown): unknown {
   if (err instanceof ApiError || err instanceof PreconditionFailed) return err;
   if (!isPgError(err)) {
-    if (err instanceof Error && /timeout exceeded when trying to connect/i.test(err.message)) {
-      // pg's pool acquire timeout: the dedicated pool is the semaphore and it is full.
+    if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
+      // pg's pool acquire timeout (or a new connection slower than it): only the dedicated KV pool
+      // sets connectionTimeoutMillis, and that pool is the semaphore; it is full.
       return new ApiError('kv_unavailable', 'The KV connection pool is exhausted; retry shortly.', {
         retryAfterSeconds: 1,
       });

@@ -7,6 +7,8 @@ import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
 import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
+import { systemRoutes } from './routes/system';
+import type { OpsHandles } from './server';
 
 export interface AppDeps {
   config: Config;
@@ -14,17 +16,20 @@ export interface AppDeps {
   log: Logger;
   metrics: Metrics;
   isReady?: () => boolean;
+  /** Switches, grants and the admission guards every KV and timer route applies (guards.ts). */
+  ops: OpsHandles;
 }
 
 export function createApp(deps: AppDeps): Express {
-  const { config, pools, log, metrics } = deps;
+  const { config, pools, log, metrics, ops } = deps;
   const app = express();
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
 
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
-  app.use(kvRoutes({ config, kvPool: pools.kv, metrics }));
+  app.use(kvRoutes({ config, kvPool: pools.kv, metrics, guards: ops.guards }));
+  app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
     res.type(metrics.register.contentType).send(await metrics.register.metrics());
   });

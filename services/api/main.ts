@@ -9,6 +9,8 @@ import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrE
 import type { Config } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { poolSizesPerWorker, startApiServer } from './server';
+import { relaySwitchesInPrimary } from './switches';
+import { workerShare } from './rateLimit';
 
 function logKvTimersConfig(config: Config, log: Logger): void {
   const sizes = poolSizesPerWorker(config);
@@ -29,6 +31,13 @@ function logKvTimersConfig(config: Config, log: Logger): void {
         cellOpsPerSec: config.kvCellOpsPerSec,
       },
       rateLimitsShare: `each of ${config.workers} workers enforces 1/${config.workers} of the per-cell limits`,
+      rateLimitsPerWorker: {
+        readsPerSec: workerShare(config.kvReadsPerSec, config.workers),
+        readsBurst: workerShare(config.kvReadsBurst, config.workers),
+        writesPerSec: workerShare(config.kvWritesPerSec, config.workers),
+        writesBurst: workerShare(config.kvWritesBurst, config.workers),
+        cellOpsPerSec: workerShare(config.kvCellOpsPerSec, config.workers),
+      },
       timersMaxHorizonSeconds: config.timersMaxHorizonSeconds,
       timersMaxPayloadBytes: config.timersMaxPayloadBytes,
       kvMaxBatch: config.kvMaxBatch,
@@ -49,7 +58,8 @@ async function primary(): Promise<void> {
   const embedded = await ensureDatabase(config, log);
   await applySchemaLogged(config, log);
   const sizes = poolSizesPerWorker(config);
-  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv) + 4, log);
+  // Per worker: its two pools and the one client that LISTENs for switch flips; +4 for the primary's boot work.
+  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 1) + 4, log);
   logKvTimersConfig(config, log);
 
   let sweeper: ChildProcess | undefined;
@@ -62,6 +72,9 @@ async function primary(): Promise<void> {
   } else if (allInOne) {
     log.warn('QUEEN_SWEEPER=false: no sweeper runs here; expired keys are not pruned and timers do not fire until one does');
   }
+
+  // Kill switches: a flip taken by one worker reaches its siblings through here (switches.ts).
+  relaySwitchesInPrimary();
 
   let stopping = false;
   const restarts: number[] = [];

@@ -7,12 +7,23 @@ import { createPools, Pools, PoolSizes } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
 import { createApp } from './app';
+import { Guards } from './guards';
+import { Switches } from './switches';
+import { TenantBook } from './tenantBook';
+
+/** The operator machinery of one worker: switches, the grant/usage copy, the admission guards. */
+export interface OpsHandles {
+  switches: Switches;
+  book: TenantBook;
+  guards: Guards;
+}
 
 export interface ApiServer {
   url: string;
   port: number;
   pools: Pools;
   metrics: Metrics;
+  ops: OpsHandles;
   close(): Promise<void>;
 }
 
@@ -20,8 +31,14 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const pools = createPools(config, sizes, 'queen-api');
   const metrics = createMetrics();
   primeMetrics(metrics);
+  const switches = new Switches(pools.message, config.databaseUrl, log, metrics);
+  const book = new TenantBook(pools.message, config.kvRequireGrant, log);
+  // Both read the database before the first request, so a paused cell never serves one call open.
+  await Promise.all([switches.start(), book.start()]);
+  const guards = new Guards({ config, kvPool: pools.kv, switches, book, metrics, log });
+  const ops = { switches, book, guards };
   let ready = true;
-  const app = createApp({ config, pools, log, metrics, isReady: () => ready });
+  const app = createApp({ config, pools, log, metrics, isReady: () => ready, ops });
   const server = http.createServer(app);
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {
@@ -35,6 +52,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
     port: bound,
     pools,
     metrics,
+    ops,
     close() {
       closing ??= (async () => {
         ready = false;
@@ -42,6 +60,8 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
           server.close(() => resolve());
           server.closeIdleConnections();
         });
+        book.stop();
+        await switches.close();
         await pools.end();
       })();
       return closing;

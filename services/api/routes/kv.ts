@@ -7,12 +7,15 @@ import { ApiError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+import type { Guards } from '../guards';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
   kvPool: Pool;
   metrics: Metrics;
+  /** Switch, grant, quota, rate and pool admission (guards.ts), applied to every KV route. */
+  guards: Guards;
 }
 
 const PATH_FIELDS = ['op', 'ns', 'namespace', 'key'];
@@ -66,20 +69,25 @@ function pathKey(req: Request): string {
   return Array.isArray(raw) ? raw.join('/') : String(raw);
 }
 
-export function kvRoutes({ config, kvPool, metrics }: KvRouteDeps): Router {
+export function kvRoutes({ config, kvPool, metrics, guards }: KvRouteDeps): Router {
   const router = Router();
   const body = rawBody(config);
 
   router.post('/api/v1/kv', body, async (req, res) => {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
-    const tenant = tenantOf(config, req);
-    const text = bodyText(req);
-    const parsed = parseJson(text);
-    const ops = isPlainObject(parsed) ? parsed.operations : undefined;
-    refuseNulKeys(text, ops);
+    let ops: unknown;
     try {
-      const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] });
-      sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
+      const text = bodyText(req);
+      const admitted = () => {
+        const parsed = parseJson(text);
+        ops = isPlainObject(parsed) ? parsed.operations : undefined;
+        refuseNulKeys(text, ops);
+        return ops;
+      };
+      await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
+        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] });
+        sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
+      });
       countOps(metrics, ops, 'ok');
     } catch (err) {
       countOps(metrics, ops, (err as { code?: string }).code === 'QK409' ? 'precondition' : 'refused');
@@ -92,15 +100,21 @@ export function kvRoutes({ config, kvPool, metrics }: KvRouteDeps): Router {
   const one = (op: 'get' | 'put' | 'delete', requireObject: boolean) => async (req: Request, res: import('express').Response) => {
     const stop = metrics.kvDuration.startTimer({ route: op });
     try {
-      const tenant = tenantOf(config, req);
-      const text = pathRouteBody(req, requireObject);
-      const { rows } = await kvPool.query({
-        ...KV_APPLY_ONE,
-        values: [tenant, op, (req.params as Record<string, string>).ns, pathKey(req), op === 'get' ? '{}' : text],
+      let text = '{}';
+      // The one operation the path names, as the guards count it (a put's value sizes the quota delta).
+      const admitted = () => {
+        text = pathRouteBody(req, requireObject);
+        return [op === 'put' ? { ...(parseJson(text) as object), op, key: pathKey(req) } : { op }];
+      };
+      await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
+        const { rows } = await kvPool.query({
+          ...KV_APPLY_ONE,
+          values: [tenant, op, (req.params as Record<string, string>).ns, pathKey(req), op === 'get' ? '{}' : text],
+        });
+        const { body: answer, version } = rows[0];
+        if (op === 'get' && version !== null && version !== '0') res.set('ETag', `"${version}"`);
+        sendJsonText(res, 200, answer);
       });
-      const { body: answer, version } = rows[0];
-      if (op === 'get' && version !== null && version !== '0') res.set('ETag', `"${version}"`);
-      sendJsonText(res, 200, answer);
       metrics.kvOps.inc({ op, outcome: 'ok' });
     } catch (err) {
       metrics.kvOps.inc({ op, outcome: (err as { code?: string }).code === 'QK409' ? 'precondition' : 'refused' });

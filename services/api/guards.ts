@@ -1,0 +1,264 @@
+// The admission of every KV and timer-schedule call, in one place, so each route applies it with
+// one call and every route refuses in the same order. A refused call is told the outermost reason
+// (seeds: the one the caller can act on):
+//
+//   1. the operator's kill switch     503 + Retry-After on a route, 403 inside /api/v1/transaction
+//   2. the tenant's grant             403 feature_gated (no row under grant mode, or granted=false),
+//                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
+//   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
+//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling)
+//   5. the dedicated pool             503 kv_unavailable + Retry-After: standalone KV writes are shed
+//                                     at once when the pool's queue is as deep as the pool, so the
+//                                     wire's KV writes (on the message pool) carry on; anything else
+//                                     waits for a connection up to QUEEN_KV_ACQUIRE_TIMEOUT_MS.
+//
+// Nothing here runs a statement: the switches are an in-process object, grants and usage come from
+// TenantBook's background copy, the buckets are arithmetic.
+//
+// How a route uses it:
+//   KV route:        guards.kv(req, { where: 'route', ops }, (tenant) => query on the KV pool)
+//   the wire:        guards.wire(req, { kv: body.kv, timers: body.timers }, (tenant) => the bundle)
+//   timer schedule:  guards.timers(req, { where: 'route', schedules: 1 }, (tenant) => ...)
+//   timer reschedule guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => ...)
+//   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
+import type { Request } from 'express';
+import type { Pool } from 'pg';
+import type { Config } from '../../shared/config';
+import { ApiError, coerceError } from '../../shared/errors';
+import type { Logger } from '../../shared/log';
+import type { Metrics } from '../../shared/metrics';
+import { isPlainObject, tenantOf } from './http';
+import { RateLimiter } from './rateLimit';
+import type { Switches } from './switches';
+import { Delta, TenantBook } from './tenantBook';
+
+export type Where = 'route' | 'wire';
+
+/** How long a paused surface asks a client to stay away; a pause is an incident measured in minutes. */
+export const PAUSED_RETRY_AFTER_SECONDS = 30;
+/** A standalone KV write is shed when this many requests per pool connection already wait. */
+export const SHED_WAITING_PER_CONNECTION = 1;
+
+const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);
+const ADDING_OPS = new Set(['put', 'putIfAbsent', 'incr']);
+
+export interface KvCost {
+  reads: number;
+  writes: number;
+  /** What the writes may add to occupancy, counted conservatively: every put is a new row until measured. */
+  delta: Delta;
+}
+
+/**
+ * One operation is one token. An unknown op, or a batch over the limit, is charged nothing: the SQL
+ * refuses it with a 400 and a malformed call should not drain the caller's bucket.
+ */
+export function kvCost(ops: unknown, maxBatch: number): KvCost {
+  const cost: KvCost = { reads: 0, writes: 0, delta: { rows: 0, bytes: 0, timers: 0 } };
+  if (!Array.isArray(ops) || ops.length > maxBatch) return cost;
+  for (const op of ops) {
+    const name = isPlainObject(op) ? op.op : undefined;
+    if (typeof name !== 'string') continue;
+    if (READ_OPS.has(name)) cost.reads++;
+    else if (name === 'delete') cost.writes++;
+    else if (ADDING_OPS.has(name)) {
+      cost.writes++;
+      const o = op as Record<string, unknown>;
+      cost.delta.rows++;
+      cost.delta.bytes += Buffer.byteLength(JSON.stringify(o.value ?? 0) ?? '') + (typeof o.key === 'string' ? Buffer.byteLength(o.key) : 0);
+    }
+  }
+  return cost;
+}
+
+/** Timer ops inside the wire: schedule adds a timer, reschedule is billed like one, cancel is free and never gated. */
+export function timerCounts(ops: unknown): { schedules: number; reschedules: number } {
+  const counts = { schedules: 0, reschedules: 0 };
+  if (!Array.isArray(ops)) return counts;
+  for (const op of ops) {
+    const name = isPlainObject(op) ? op.op : undefined;
+    if (name === 'schedule') counts.schedules++;
+    else if (name === 'reschedule') counts.reschedules++;
+  }
+  return counts;
+}
+
+export interface GuardDeps {
+  config: Config;
+  kvPool: Pool;
+  switches: Switches;
+  book: TenantBook;
+  metrics: Metrics;
+  log: Logger;
+}
+
+export class Guards {
+  readonly limiter: RateLimiter;
+  private readonly shedAt: number;
+
+  constructor(private readonly deps: GuardDeps) {
+    this.limiter = new RateLimiter(deps.config);
+    const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
+    this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
+    const update = () => this.updatePoolGauges();
+    for (const event of ['connect', 'acquire', 'release', 'remove'] as const) deps.kvPool.on(event as 'connect', update);
+    this.updatePoolGauges();
+  }
+
+  updatePoolGauges(): void {
+    const pool = this.deps.kvPool;
+    this.deps.metrics.kvPoolInUse.set(pool.totalCount - pool.idleCount);
+    this.deps.metrics.kvPoolWaiting.set(pool.waitingCount);
+  }
+
+  /** A standalone KV call (POST /api/v1/kv and the path routes) or the wire's `kv` array alone. */
+  async kv<T>(req: Request, opts: { where: Where; ops: unknown | (() => unknown) }, run: (tenant: string) => Promise<T>): Promise<T> {
+    const { config, switches, book } = this.deps;
+    this.refuseIf(!switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', opts.where);
+    const tenant = tenantOf(config, req);
+    const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch);
+    this.checkGrant(tenant, 'kv');
+    this.checkKvQuota(tenant, cost);
+    this.checkRate(tenant, cost.reads, cost.writes);
+    if (opts.where === 'route' && cost.writes > 0 && this.deps.kvPool.waitingCount >= this.shedAt) {
+      this.updatePoolGauges();
+      this.refuse(
+        new ApiError(
+          'kv_unavailable',
+          'The KV connection pool is saturated, so standalone KV writes are shed; KV writes inside /api/v1/transaction continue. Retry shortly.',
+          { retryAfterSeconds: 1 },
+        ),
+      );
+    }
+    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, cost.delta));
+  }
+
+  /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
+  async timers<T>(
+    req: Request,
+    opts: { where: Where; schedules?: number; reschedules?: number; payloadBytes?: number },
+    run: (tenant: string) => Promise<T>,
+  ): Promise<T> {
+    const { config, switches, book } = this.deps;
+    const schedules = opts.schedules ?? 0;
+    const reschedules = opts.reschedules ?? 0;
+    if (schedules + reschedules === 0) return run(tenantOf(config, req));
+    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', opts.where);
+    const tenant = tenantOf(config, req);
+    this.checkGrant(tenant, 'timers');
+    this.checkTimersQuota(tenant, schedules);
+    // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
+    this.checkRate(tenant, 0, schedules + reschedules);
+    return this.execute(run, tenant, false, () => book.record(tenant, { rows: 0, bytes: 0, timers: schedules }));
+  }
+
+  /**
+   * POST /api/v1/transaction: the `kv` and `timers` arrays of one bundle, admitted together before
+   * the bundle starts. A bundle of only pushes and acks, or only timer cancels, passes untouched.
+   * A paused switch is a permanent 403 here, never 503: a client retrying a bundle would spin on
+   * the hot path with messages in its hands.
+   */
+  async wire<T>(req: Request, opts: { kv?: unknown; timers?: unknown }, run: (tenant: string) => Promise<T>): Promise<T> {
+    const { config, switches, book } = this.deps;
+    const kvOps = Array.isArray(opts.kv) ? opts.kv : [];
+    const { schedules, reschedules } = timerCounts(opts.timers);
+    const hasKv = kvOps.length > 0;
+    const hasSchedules = schedules + reschedules > 0;
+    if (!hasKv && !hasSchedules) return run(tenantOf(config, req));
+    this.refuseIf(hasKv && !switches.kv, 'kv_disabled', 'KV is paused by the operator; a bundle carrying a kv array is refused until it is resumed.', 'wire');
+    this.refuseIf(hasSchedules && !switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; a bundle scheduling timers is refused until it is resumed.', 'wire');
+    const tenant = tenantOf(config, req);
+    const cost = kvCost(kvOps, config.kvMaxBatch);
+    if (hasKv) this.checkGrant(tenant, 'kv');
+    if (hasSchedules) this.checkGrant(tenant, 'timers');
+    this.checkKvQuota(tenant, cost);
+    this.checkTimersQuota(tenant, schedules);
+    this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
+    return this.execute(run, tenant, false, () => book.record(tenant, { ...cost.delta, timers: schedules }));
+  }
+
+  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, committed: () => void): Promise<T> {
+    try {
+      const pending = run(tenant);
+      // The synchronous part of run() has queued on the pool by now: the gauge sees the waiter.
+      if (onKvPool) this.updatePoolGauges();
+      const result = await pending;
+      committed();
+      return result;
+    } catch (err) {
+      const coerced = coerceError(err);
+      if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') this.deps.metrics.kvRefusals.inc({ code: coerced.code });
+      // The original goes on: the route's own accounting and the one error handler read it.
+      throw err;
+    } finally {
+      if (onKvPool) this.updatePoolGauges();
+    }
+  }
+
+  private refuse(err: ApiError): never {
+    this.deps.metrics.kvRefusals.inc({ code: err.code });
+    throw err;
+  }
+
+  private refuseIf(paused: boolean, code: string, message: string, where: Where): void {
+    if (!paused) return;
+    this.refuse(
+      where === 'route'
+        ? new ApiError(code, message, { retryAfterSeconds: PAUSED_RETRY_AFTER_SECONDS })
+        : new ApiError(code, message, { status: 403 }),
+    );
+  }
+
+  private checkGrant(tenant: string, surface: 'kv' | 'timers'): void {
+    switch (this.deps.book.grant(tenant)) {
+      case 'ok':
+        return;
+      case 'no_row':
+        return this.refuse(new ApiError('feature_gated', `This cell requires a grant and tenant ${tenant} has no row in queen.kv_quota.`));
+      case 'not_granted':
+        return this.refuse(new ApiError('feature_gated', `Tenant ${tenant} is not granted KV and timers (queen.kv_quota.granted is false).`));
+      case 'disabled':
+        return this.refuse(
+          new ApiError(
+            `${surface}_disabled_for_tenant`,
+            `Tenant ${tenant} is granted ${surface === 'kv' ? 'KV' : 'timers'} but an operator has disabled it for this tenant (queen.kv_quota.enabled is false).`,
+          ),
+        );
+      case 'not_loaded':
+        return this.refuse(new ApiError('kv_unavailable', 'The grants have not been read from the database yet; retry shortly.', { retryAfterSeconds: 1 }));
+    }
+  }
+
+  private checkKvQuota(tenant: string, cost: KvCost): void {
+    if (cost.delta.rows === 0) return;
+    const dim = this.deps.book.overQuota(tenant, cost.delta, ['rows', 'bytes']);
+    if (dim) {
+      this.refuse(
+        new ApiError(
+          'kv_quota_exceeded',
+          `Tenant ${tenant} is over its KV ${dim === 'rows' ? 'max_rows' : 'max_bytes'}; reads and deletes still work, and writes resume once a measurement shows it below 90% of the limit.`,
+        ),
+      );
+    }
+  }
+
+  private checkTimersQuota(tenant: string, schedules: number): void {
+    if (schedules === 0) return;
+    if (this.deps.book.overQuota(tenant, { rows: 0, bytes: 0, timers: schedules }, ['timers'])) {
+      this.refuse(
+        new ApiError(
+          'timers_quota_exceeded',
+          `Tenant ${tenant} is over its max_timers; cancels still work, and schedules resume once a measurement shows it below 90% of the limit.`,
+        ),
+      );
+    }
+  }
+
+  private checkRate(tenant: string, reads: number, writes: number): void {
+    const decision = this.limiter.admit(tenant, reads, writes);
+    if (decision.retryAfterSeconds > 0) {
+      const what = decision.scope === 'cell' ? 'this cell\'s KV ceiling' : `tenant ${tenant}'s ${decision.scope === 'tenant_reads' ? 'read' : 'write'} rate`;
+      this.refuse(new ApiError('rate_limited', `Over ${what}; retry after ${decision.retryAfterSeconds}s.`, { retryAfterSeconds: decision.retryAfterSeconds }));
+    }
+  }
+}

@@ -1,0 +1,70 @@
+// The operator's surface: the kill switches (GET/POST /api/v1/system/kv-timers) and the numbers an
+// operator, or a proxy summing a storage quota, needs (GET /api/v1/system/cluster).
+import { Router } from 'express';
+import type { Pool } from 'pg';
+import type { Config } from '../../../shared/config';
+import { ApiError } from '../../../shared/errors';
+import { CLUSTER_USAGE } from '../../../shared/sql/system';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { SWITCH_NAMES, SwitchState, Switches } from '../switches';
+
+export interface SystemRouteDeps {
+  config: Config;
+  pool: Pool;
+  switches: Switches;
+}
+
+function parseFlip(text: string): Partial<SwitchState> {
+  const body = parseJson(text.trim() === '' ? '{}' : text);
+  if (!isPlainObject(body)) throw new ApiError('bad_request', 'The body must be a JSON object such as {"kv": false}.');
+  const unknown = Object.keys(body).filter((k) => !(SWITCH_NAMES as readonly string[]).includes(k));
+  if (unknown.length > 0) {
+    throw new ApiError('bad_request', `Unknown switch ${unknown.join(', ')}; the switches are kv, timersSchedule and timersFire.`);
+  }
+  const change: Partial<SwitchState> = {};
+  for (const name of SWITCH_NAMES) {
+    const v = body[name];
+    if (v === undefined) continue;
+    if (typeof v !== 'boolean') throw new ApiError('bad_request', `${name} must be true or false; omit it to leave it as it is.`);
+    change[name] = v;
+  }
+  return change;
+}
+
+export function systemRoutes({ config, pool, switches }: SystemRouteDeps): Router {
+  const router = Router();
+
+  // The state in force in this worker, and a fresh read of the rows the rest of the cell follows.
+  router.get('/api/v1/system/kv-timers', async (_req, res) => {
+    let mirror: SwitchState | null = null;
+    try {
+      mirror = await switches.readMirror();
+    } catch {
+      mirror = null;
+    }
+    const state = switches.snapshot();
+    const mirrored = mirror !== null && SWITCH_NAMES.every((n) => mirror![n] === state[n]);
+    res.json({ ...state, mirrored, mirror, worker: process.pid });
+  });
+
+  // An omitted field is left alone: pausing new timers must not also stop delivering promised ones.
+  router.post('/api/v1/system/kv-timers', rawBody(config), async (req, res) => {
+    const change = parseFlip(bodyText(req));
+    const { state, mirrored } = await switches.flip(change);
+    res.json({ ...state, mirrored, worker: process.pid });
+  });
+
+  // kvBytes and timerBytes are top-level so a proxy can add them to the storage total it already
+  // enforces; the numbers are the sweeper's last measurement (queen.kv_usage), not a live count.
+  router.get('/api/v1/system/cluster', async (_req, res) => {
+    const { rows } = await pool.query<{ kv_bytes: string; timer_bytes: string; tenants: string }>(CLUSTER_USAGE);
+    const r = rows[0];
+    sendJsonText(
+      res,
+      200,
+      `{"kvBytes":${r.kv_bytes},"timerBytes":${r.timer_bytes},"tenants":${r.tenants},"switches":${JSON.stringify(switches.snapshot())}}`,
+    );
+  });
+
+  return router;
+}
