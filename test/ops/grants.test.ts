@@ -1,0 +1,115 @@
+// Rung 2 and tenancy: the tenant comes from x-queen-tenant, a grant row decides who may use the
+// surface, and two tenants with the same namespace and key never see each other.
+import { randomUUID } from 'node:crypto';
+import { call, kv, startTestApi, TestApi } from '../support/api';
+import { grant, metric, sql } from './helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1' });
+});
+afterAll(() => api.close());
+
+const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
+
+test('grant mode derives from tenancy', () => {
+  expect(api.config.kvRequireGrant).toBe(true);
+});
+
+test('a missing or malformed tenant header is 400 tenant_required', async () => {
+  for (const headers of [{}, as('not-a-uuid'), as(''), as(`${randomUUID()},${randomUUID()}`)]) {
+    const res = await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], headers);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe('tenant_required');
+  }
+});
+
+test('no kv_quota row is 403 feature_gated, on every KV route, without Retry-After', async () => {
+  const t = randomUUID();
+  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="feature_gated"');
+  const answers = [
+    await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(t)),
+    await call(api.url, 'GET', '/api/v1/kv/n/k', undefined, as(t)),
+    await call(api.url, 'PUT', '/api/v1/kv/n/k', { value: 1, forever: true }, as(t)),
+    await call(api.url, 'DELETE', '/api/v1/kv/n/k', undefined, as(t)),
+  ];
+  for (const res of answers) {
+    expect(res.status).toBe(403);
+    expect(res.body.error).toBe('feature_gated');
+    expect(res.body.message).toMatch(/kv_quota/);
+    expect(res.headers.get('retry-after')).toBeNull();
+  }
+  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="feature_gated"')).toBe(before + 4);
+});
+
+test('granted: false and enabled: false are different answers', async () => {
+  const notGranted = randomUUID();
+  const disabled = randomUUID();
+  await grant(api, notGranted, { granted: false });
+  await grant(api, disabled, { enabled: false });
+
+  const a = await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(notGranted));
+  expect(a.status).toBe(403);
+  expect(a.body.error).toBe('feature_gated');
+  expect(a.body.message).toMatch(/not granted/);
+
+  const b = await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(disabled));
+  expect(b.status).toBe(403);
+  expect(b.body.error).toBe('kv_disabled_for_tenant');
+  expect(b.body.message).toMatch(/disabled it for this tenant/);
+  expect(b.headers.get('retry-after')).toBeNull();
+
+  // Granting is a row change, in force on the next refresh, no restart.
+  await grant(api, notGranted, { granted: true });
+  expect((await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(notGranted))).status).toBe(200);
+});
+
+test('two tenants with the same namespace and key each see only their own value, whatever the request shape', async () => {
+  const a = randomUUID();
+  const b = randomUUID();
+  await grant(api, a);
+  await grant(api, b);
+
+  expect((await call(api.url, 'PUT', '/api/v1/kv/shared/doc/1', { value: 'A', forever: true }, as(a))).status).toBe(200);
+  expect((await kv(api.url, [{ op: 'put', ns: 'shared', key: 'doc/1', value: 'B', forever: true }], as(b))).status).toBe(200);
+
+  // Path route, batch get, getMany, getPrefix: each tenant reads its own.
+  for (const [t, mine] of [[a, 'A'], [b, 'B']] as const) {
+    const path = await call(api.url, 'GET', '/api/v1/kv/shared/doc%2F1', undefined, as(t));
+    expect(path.body).toMatchObject({ found: true, value: mine });
+    // One key per batch at most once, so each read shape goes in its own call.
+    const shapes = [
+      { op: 'get', ns: 'shared', key: 'doc/1' },
+      { op: 'getMany', ns: 'shared', keys: ['doc/1', 'doc/2'] },
+      { op: 'getPrefix', ns: 'shared', prefix: 'doc' },
+    ];
+    const [one, many, prefix] = await Promise.all(shapes.map((op) => kv(api.url, [op], as(t))));
+    for (const r of [one, many, prefix]) expect(r.status).toBe(200);
+    expect(one.body.results[0]).toMatchObject({ found: true, value: mine });
+    expect(many.body.results[0].rows).toEqual([expect.objectContaining({ key: 'doc/1', value: mine })]);
+    expect(prefix.body.results[0].rows).toEqual([expect.objectContaining({ key: 'doc/1', value: mine })]);
+  }
+
+  // A tenant named in the body or the query string is never honoured: it is refused or ignored,
+  // and either way B's value is untouched.
+  const smuggled = [
+    await kv(api.url, [{ op: 'put', ns: 'shared', key: 'doc/1', value: 'X', forever: true, tenant: b, tenantId: b, tenant_id: b }], as(a)),
+    await call(api.url, 'POST', '/api/v1/kv', { tenant: b, tenantId: b, operations: [{ op: 'put', ns: 'shared', key: 'doc/1', value: 'X', forever: true }] }, as(a)),
+    await call(api.url, 'PUT', '/api/v1/kv/shared/doc/1', { value: 'X', forever: true, tenant: b, tenantId: b }, as(a)),
+    await call(api.url, 'GET', `/api/v1/kv/shared/doc/1?tenant=${b}`, undefined, as(a)),
+    await call(api.url, 'DELETE', '/api/v1/kv/shared/doc/1', { tenant_id: b }, as(a)),
+  ];
+  for (const res of smuggled) expect([200, 400]).toContain(res.status);
+  const bNow = await call(api.url, 'GET', '/api/v1/kv/shared/doc/1', undefined, as(b));
+  expect(bNow.body).toMatchObject({ found: true, value: 'B' });
+
+  // A delete under A's identity removes only A's row.
+  await call(api.url, 'DELETE', '/api/v1/kv/shared/doc/1', undefined, as(a));
+  expect((await call(api.url, 'GET', '/api/v1/kv/shared/doc/1', undefined, as(b))).body).toMatchObject({ found: true, value: 'B' });
+  const rows = await sql(api.databaseUrl, `SELECT tenant_id::text AS tenant, value FROM queen.kv WHERE namespace = 'shared'`);
+  expect(rows).toEqual([{ tenant: b, value: 'B' }]);
+
+  // The header is the identity, case-insensitively spelled: the same tenant in upper case is the same tenant.
+  const upper = await call(api.url, 'GET', '/api/v1/kv/shared/doc/1', undefined, as(b.toUpperCase()));
+  expect(upper.body).toMatchObject({ found: true, value: 'B' });
+});

@@ -1,0 +1,70 @@
+// Rung 3: the soft occupancy quota. Blocking is immediate (last measurement plus this worker's
+// writes); release waits for a measurement taken after the block and below 90% of the limit.
+// The measurement is written here as the sweeper's usage rollup would write it.
+import { DEFAULT_TENANT } from '../../shared/config';
+import { call, kv, startTestApi, TestApi } from '../support/api';
+import { grant, measure, metric, put } from './helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(() => api.close());
+
+test('over max_rows a put is 403 kv_quota_exceeded while get and delete answer 200; the block lifts after deletes and a fresh measurement', async () => {
+  await grant(api, DEFAULT_TENANT, { maxRows: 5 });
+  for (let i = 0; i < 5; i++) {
+    expect((await call(api.url, 'PUT', `/api/v1/kv/ops/k${i}`, { value: i, forever: true })).status).toBe(200);
+  }
+  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_quota_exceeded"');
+
+  // The sixth row is refused at once, with no measurement yet: the local delta blocks.
+  const over = await call(api.url, 'PUT', '/api/v1/kv/ops/k5', { value: 5, forever: true });
+  expect(over.status).toBe(403);
+  expect(over.body.error).toBe('kv_quota_exceeded');
+  expect(over.body.message).toMatch(/max_rows/);
+  expect(over.headers.get('retry-after')).toBeNull();
+  // Every row-adding op is a write the block covers, on every route.
+  for (const op of ['put', 'putIfAbsent', 'incr']) {
+    const res = await kv(api.url, [{ op, ns: 'ops', key: 'z', value: 1, forever: true }]);
+    expect(res.status).toBe(403);
+    expect(res.body.error).toBe('kv_quota_exceeded');
+  }
+  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_quota_exceeded"')).toBe(before + 4);
+
+  // Reads and deletes are never refused by rung 3: a tenant over quota must be able to get back under.
+  expect((await call(api.url, 'GET', '/api/v1/kv/ops/k0')).status).toBe(200);
+  const batchRead = await kv(api.url, [{ op: 'getMany', ns: 'ops', keys: ['k0', 'k1'] }, { op: 'getPrefix', ns: 'ops', prefix: 'k' }]);
+  expect(batchRead.status).toBe(200);
+  expect((await call(api.url, 'DELETE', '/api/v1/kv/ops/k0')).status).toBe(200);
+  expect((await kv(api.url, [{ op: 'delete', ns: 'ops', key: 'k1' }, { op: 'delete', ns: 'ops', key: 'k2' }])).status).toBe(200);
+
+  // Deletes alone do not release: the block waits for a measurement.
+  expect((await call(api.url, 'PUT', '/api/v1/kv/ops/k5', { value: 5, forever: true })).status).toBe(403);
+
+  // A fresh measurement at or above 90% of the limit keeps the block (hysteresis)...
+  await grant(api, DEFAULT_TENANT, { maxRows: 10 });
+  await measure(api, DEFAULT_TENANT, { rows: 9 });
+  expect((await call(api.url, 'PUT', '/api/v1/kv/ops/k5', { value: 5, forever: true })).status).toBe(403);
+
+  // ...one below 90% releases it.
+  await measure(api, DEFAULT_TENANT, { rows: 2 });
+  const after = await call(api.url, 'PUT', '/api/v1/kv/ops/k5', { value: 5, forever: true });
+  expect(after.status).toBe(200);
+  expect(after.body).toMatchObject({ applied: true });
+});
+
+test('max_bytes blocks the same way, and a null limit is no limit', async () => {
+  await grant(api, DEFAULT_TENANT, { maxRows: null, maxBytes: 1000 });
+  await measure(api, DEFAULT_TENANT, { rows: 3, bytes: 900 });
+  const big = 'x'.repeat(200);
+  const res = await kv(api.url, [{ op: 'put', ns: 'ops', key: 'big', value: big, forever: true }]);
+  expect(res.status).toBe(403);
+  expect(res.body.error).toBe('kv_quota_exceeded');
+  expect(res.body.message).toMatch(/max_bytes/);
+  // A small read still answers.
+  expect((await kv(api.url, [{ op: 'get', ns: 'ops', key: 'big' }])).status).toBe(200);
+
+  await grant(api, DEFAULT_TENANT, { maxRows: null, maxBytes: null });
+  expect((await kv(api.url, [{ op: 'put', ns: 'ops', key: 'big', value: big, forever: true }])).status).toBe(200);
+});

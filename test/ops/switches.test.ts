@@ -1,0 +1,120 @@
+// Rung 1: the operator's kill switches on the KV routes, the GET/POST surface, the mirror row.
+import { call, kv, startTestApi, TestApi } from '../support/api';
+import { metric, put, sql } from './helpers';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(() => api.close());
+
+const flip = (body: unknown) => call(api.url, 'POST', '/api/v1/system/kv-timers', body);
+
+test('a fresh cell has every switch on and no rows: absent means on', async () => {
+  const res = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(res.status).toBe(200);
+  expect(res.body).toMatchObject({ kv: true, timersSchedule: true, timersFire: true, mirrored: true });
+  expect(await sql(api.databaseUrl, 'SELECT * FROM queen.system_state')).toEqual([]);
+});
+
+test('pausing KV answers 503 kv_disabled with Retry-After on every KV route, and resuming restores them', async () => {
+  expect((await kv(api.url, [put('a', 1)])).status).toBe(200);
+  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"');
+
+  const paused = await flip({ kv: false });
+  expect(paused.status).toBe(200);
+  expect(paused.body).toMatchObject({ kv: false, timersSchedule: true, timersFire: true, mirrored: true });
+
+  const answers = [
+    await kv(api.url, [put('a', 2)]),
+    await kv(api.url, [{ op: 'get', ns: 'ops', key: 'a' }]),
+    await call(api.url, 'GET', '/api/v1/kv/ops/a'),
+    await call(api.url, 'PUT', '/api/v1/kv/ops/a', { value: 3, forever: true }),
+    await call(api.url, 'DELETE', '/api/v1/kv/ops/a'),
+  ];
+  for (const res of answers) {
+    expect(res.status).toBe(503);
+    expect(res.body.error).toBe('kv_disabled');
+    expect(typeof res.body.message).toBe('string');
+    expect(res.headers.get('retry-after')).toBe('30');
+  }
+  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"')).toBe(before + 5);
+  expect(await metric(api.url, 'queen_kv_timers_switch', 'switch="kv"')).toBe(0);
+
+  // The mirror row is written, and the GET reads it fresh.
+  expect(await sql(api.databaseUrl, `SELECT value FROM queen.system_state WHERE key = 'kv_enabled'`)).toEqual([{ value: false }]);
+  const state = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(state.body).toMatchObject({ kv: false, mirrored: true, mirror: { kv: false, timersSchedule: true, timersFire: true } });
+
+  const resumed = await flip({ kv: true });
+  expect(resumed.body).toMatchObject({ kv: true, mirrored: true });
+  // Nothing stored was affected by the pause.
+  const get = await call(api.url, 'GET', '/api/v1/kv/ops/a');
+  expect(get.status).toBe(200);
+  expect(get.body).toMatchObject({ found: true, value: 1 });
+});
+
+test('an omitted field is left alone, and each switch is independent', async () => {
+  await flip({ timersSchedule: false });
+  let state = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(state.body).toMatchObject({ kv: true, timersSchedule: false, timersFire: true });
+  // KV is not on the schedule switch.
+  expect((await kv(api.url, [put('b')])).status).toBe(200);
+
+  await flip({ timersFire: false });
+  await flip({});
+  state = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(state.body).toMatchObject({ kv: true, timersSchedule: false, timersFire: false, mirrored: true });
+  const rows = await sql(api.databaseUrl, 'SELECT key, value FROM queen.system_state ORDER BY key');
+  expect(rows).toEqual([
+    { key: 'kv_enabled', value: true },
+    { key: 'timers_fire_enabled', value: false },
+    { key: 'timers_schedule_enabled', value: false },
+  ]);
+
+  await flip({ timersSchedule: true, timersFire: true });
+  state = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(state.body).toMatchObject({ kv: true, timersSchedule: true, timersFire: true });
+});
+
+test('a row written by another cell reaches this worker through NOTIFY', async () => {
+  await sql(
+    api.databaseUrl,
+    `INSERT INTO queen.system_state (key, value) VALUES ('kv_enabled', 'false')
+     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`,
+  );
+  await sql(api.databaseUrl, `NOTIFY queen_system_state, 'kv-timers'`);
+  let status = 200;
+  for (let i = 0; i < 200 && status !== 503; i++) {
+    status = (await kv(api.url, [put('c')])).status;
+    if (status !== 503) await new Promise((r) => setTimeout(r, 10));
+  }
+  expect(status).toBe(503);
+  await flip({ kv: true });
+  expect((await kv(api.url, [put('c')])).status).toBe(200);
+});
+
+test('a malformed flip is a 400 with a sentence, and changes nothing', async () => {
+  for (const body of [{ kv: 'no' }, { kvEnabled: false }, [false], 'nope']) {
+    const res = await flip(body);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toMatch(/^(bad_request|invalid_json)$/);
+  }
+  const state = await call(api.url, 'GET', '/api/v1/system/kv-timers');
+  expect(state.body).toMatchObject({ kv: true, timersSchedule: true, timersFire: true });
+});
+
+test('when the mirror cannot be written the flip is still in force here and mirrored is false', async () => {
+  // Revoke the row's table from under the API: the write fails, the in-process flip stands.
+  await sql(api.databaseUrl, `ALTER TABLE queen.system_state RENAME TO system_state_gone`);
+  try {
+    const res = await flip({ kv: false });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ kv: false, mirrored: false });
+    expect((await kv(api.url, [put('d')])).status).toBe(503);
+  } finally {
+    await sql(api.databaseUrl, `ALTER TABLE queen.system_state_gone RENAME TO system_state`);
+  }
+  const back = await flip({ kv: true });
+  expect(back.body).toMatchObject({ kv: true, mirrored: true });
+});
