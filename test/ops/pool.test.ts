@@ -1,0 +1,103 @@
+// Rung 5: the dedicated KV pool is the semaphore. With a pool of 4 held by slow statements (KV
+// writes waiting on rows a separate client keeps locked), KV answers 503 kv_unavailable with
+// Retry-After while the message pool still answers; standalone KV writes are shed at once when the
+// pool's queue is as deep as the pool.
+import { Client } from 'pg';
+import { call, kv, startTestApi, TestApi } from '../support/api';
+import { metric } from './helpers';
+
+let api: TestApi;
+let locker: Client;
+beforeAll(async () => {
+  api = await startTestApi({ QUEEN_KV_POOL_SIZE: '4', QUEEN_KV_ACQUIRE_TIMEOUT_MS: '300', QUEEN_KV_STATEMENT_TIMEOUT_MS: '20000' });
+  locker = new Client({ connectionString: api.databaseUrl });
+  await locker.connect();
+});
+afterAll(async () => {
+  await locker.end().catch(() => undefined);
+  await api.close();
+});
+
+const kvPool = () => api.server.pools.kv;
+
+async function until(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
+  for (let i = 0; i < 500; i++) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-After, the message pool still answers', async () => {
+  expect(api.server.pools.kv.options.max).toBe(4);
+  const keys = ['h0', 'h1', 'h2', 'h3'];
+  expect((await kv(api.url, keys.map((key) => ({ op: 'put', ns: 'pool', key, value: 0, forever: true })))).status).toBe(200);
+
+  // Hold the four rows, then send one write per row: each takes a KV connection and waits on the lock.
+  await locker.query('BEGIN');
+  await locker.query(`SELECT 1 FROM queen.kv WHERE namespace = 'pool' FOR UPDATE`);
+  const held = keys.map((key) => call(api.url, 'PUT', `/api/v1/kv/pool/${key}`, { value: 1, forever: true }));
+  await until(() => kvPool().totalCount - kvPool().idleCount === 4 && kvPool().waitingCount === 0, 'four KV connections in use');
+  expect(await metric(api.url, 'queen_kv_pool_in_use')).toBe(4);
+
+  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"');
+  // A read needs a connection it cannot get within QUEEN_KV_ACQUIRE_TIMEOUT_MS.
+  const read = await call(api.url, 'GET', '/api/v1/kv/pool/other');
+  expect(read.status).toBe(503);
+  expect(read.body.error).toBe('kv_unavailable');
+  expect(read.headers.get('retry-after')).toBe('1');
+  const batch = await kv(api.url, [{ op: 'get', ns: 'pool', key: 'other' }]);
+  expect([batch.status, batch.body.error]).toEqual([503, 'kv_unavailable']);
+
+  // The message pool is another pool: the cell still answers.
+  const health = await call(api.url, 'GET', '/health');
+  expect(health.status).toBe(200);
+  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"')).toBe(before + 2);
+
+  // Shedding: with four reads queued (a queue as deep as the pool), a standalone write is refused
+  // at once, before any of the queued reads has been answered.
+  const settled: boolean[] = [];
+  const queued = [0, 1, 2, 3].map((i) =>
+    call(api.url, 'GET', `/api/v1/kv/pool/q${i}`).then((r) => {
+      settled[i] = true;
+      return r;
+    }),
+  );
+  await until(() => kvPool().waitingCount >= 4, 'four requests waiting for the pool');
+  expect(await metric(api.url, 'queen_kv_pool_waiting')).toBeGreaterThanOrEqual(4);
+  const shed = await call(api.url, 'PUT', '/api/v1/kv/pool/new', { value: 1, forever: true });
+  expect(shed.status).toBe(503);
+  expect(shed.body.error).toBe('kv_unavailable');
+  expect(shed.body.message).toMatch(/standalone KV writes are shed/);
+  expect(shed.headers.get('retry-after')).toBe('1');
+  expect(settled.filter(Boolean)).toHaveLength(0);
+  for (const r of await Promise.all(queued)) expect([r.status, r.body.error]).toEqual([503, 'kv_unavailable']);
+
+  // Let go: the held writes complete, and the pool serves again.
+  await locker.query('ROLLBACK');
+  for (const r of await Promise.all(held)) expect(r.status).toBe(200);
+  const after = await call(api.url, 'GET', '/api/v1/kv/pool/h0');
+  expect(after.status).toBe(200);
+  expect(after.body).toMatchObject({ found: true, value: 1 });
+  await until(async () => (await metric(api.url, 'queen_kv_pool_in_use')) === 0, 'the in-use gauge back at 0');
+  expect(await metric(api.url, 'queen_kv_pool_waiting')).toBe(0);
+});
+
+test('a statement past QUEEN_KV_STATEMENT_TIMEOUT_MS is cancelled server-side and answered 503 kv_unavailable', async () => {
+  const short = await startTestApi({ QUEEN_KV_STATEMENT_TIMEOUT_MS: '200' });
+  const holder = new Client({ connectionString: short.databaseUrl });
+  await holder.connect();
+  try {
+    expect((await call(short.url, 'PUT', '/api/v1/kv/slow/k', { value: 0, forever: true })).status).toBe(200);
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM queen.kv WHERE namespace = 'slow' FOR UPDATE`);
+    const res = await call(short.url, 'PUT', '/api/v1/kv/slow/k', { value: 1, forever: true });
+    expect(res.status).toBe(503);
+    expect(res.body.error).toBe('kv_unavailable');
+    expect(res.headers.get('retry-after')).toBe('1');
+    await holder.query('ROLLBACK');
+  } finally {
+    await holder.end();
+    await short.close();
+  }
+});
