@@ -39,6 +39,18 @@ export const PAUSED_RETRY_AFTER_SECONDS = 30;
 /** A standalone KV write is shed when this many requests per pool connection already wait. */
 export const SHED_WAITING_PER_CONNECTION = 1;
 
+export const REFUSAL_CODES = [
+  'kv_disabled',
+  'timers_schedule_disabled',
+  'feature_gated',
+  'kv_disabled_for_tenant',
+  'timers_disabled_for_tenant',
+  'kv_quota_exceeded',
+  'timers_quota_exceeded',
+  'rate_limited',
+  'kv_unavailable',
+] as const;
+
 const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);
 const ADDING_OPS = new Set(['put', 'putIfAbsent', 'incr']);
 
@@ -103,6 +115,8 @@ export class Guards {
     const update = () => this.updatePoolGauges();
     for (const event of ['connect', 'acquire', 'release', 'remove'] as const) deps.kvPool.on(event as 'connect', update);
     this.updatePoolGauges();
+    // Every refusal series exists from boot, so an alert on any of them can be written before the first one.
+    for (const code of REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
   }
 
   updatePoolGauges(): void {

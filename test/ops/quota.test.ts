@@ -68,3 +68,17 @@ test('max_bytes blocks the same way, and a null limit is no limit', async () => 
   await grant(api, DEFAULT_TENANT, { maxRows: null, maxBytes: null });
   expect((await kv(api.url, [{ op: 'put', ns: 'ops', key: 'big', value: big, forever: true }])).status).toBe(200);
 });
+
+test('GET /api/v1/system/cluster carries kvBytes and timerBytes at the top and the measurement per tenant', async () => {
+  const other = '44444444-4444-4444-8444-444444444444';
+  await measure(api, DEFAULT_TENANT, { rows: 3, bytes: 1200, timers: 2, timerBytes: 300 });
+  await measure(api, other, { rows: 1, bytes: 12345678901, timers: 5, timerBytes: 700 });
+  const res = await call(api.url, 'GET', '/api/v1/system/cluster');
+  expect(res.status).toBe(200);
+  expect(res.body.kvBytes).toBe(1200 + 12345678901);
+  expect(res.body.timerBytes).toBe(1000);
+  expect(res.body.tenants).toEqual([
+    { tenantId: DEFAULT_TENANT, rows: 3, bytes: 1200, timers: 2, timerBytes: 300, computedAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) },
+    { tenantId: other, rows: 1, bytes: 12345678901, timers: 5, timerBytes: 700, computedAt: expect.any(String) },
+  ]);
+});

@@ -1,0 +1,46 @@
+// At three times the rate limit, the admitted operations stay within 10% of the limit and every
+// other call is 429 rate_limited with Retry-After. This asserts a count against the limit the
+// bucket promises, not the speed of the machine: the offered load is paced by the test.
+import { call, startTestApi, TestApi } from '../support/api';
+
+const RATE = 50;
+const BURST = 5;
+const OFFERED = 3 * RATE;
+const SECONDS = 4;
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi({ QUEEN_KV_READS_PER_SEC: String(RATE), QUEEN_KV_READS_BURST: String(BURST) });
+});
+afterAll(() => api.close());
+
+test('three times the read limit: admitted within 10% of the limit, the rest 429 with Retry-After', async () => {
+  const total = OFFERED * SECONDS;
+  const gapMs = 1000 / OFFERED;
+  const answers: Promise<{ status: number; retryAfter: string | null; error?: string }>[] = [];
+  const started = performance.now();
+  for (let i = 0; i < total; i++) {
+    const due = started + i * gapMs;
+    const wait = due - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    answers.push(
+      call(api.url, 'GET', `/api/v1/kv/load/k${i % 10}`).then((r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), error: r.body?.error })),
+    );
+  }
+  const sentOver = (performance.now() - started) / 1000;
+  const results = await Promise.all(answers);
+
+  const admitted = results.filter((r) => r.status === 200).length;
+  const refused = results.filter((r) => r.status !== 200);
+  // What the bucket allows over the window the calls arrived in: the burst plus the rate.
+  const allowed = BURST + RATE * sentOver;
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor(0.9 * allowed));
+  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * allowed));
+  // Far from everything was admitted: the offered load really was three times the limit.
+  expect(refused.length).toBeGreaterThan(total / 2);
+  for (const r of refused) {
+    expect(r.status).toBe(429);
+    expect(r.error).toBe('rate_limited');
+    expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
+  }
+});
