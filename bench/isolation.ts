@@ -1,0 +1,199 @@
+// npm run bench:isolation: does a KV flood starve the message path? In one run against one cell:
+//   1. push throughput alone (POST /api/v1/push, a closed loop of PUSH_CONNECTIONS clients);
+//   2. the same push load while a KV flood of ten times the rate limits runs beside it (reads at
+//      10 x QUEEN_KV_READS_PER_SEC, writes at 10 x QUEEN_KV_WRITES_PER_SEC, from separate processes
+//      so the flood's load generator does not share the push generator's event loop);
+//   3. push alone again, to show the cell did not drift between phases.
+// It prints both throughputs, the ratio (under flood / alone, alone being the mean of 1 and 3) and
+// what the flood was answered (mostly 429 rate_limited: the buckets sit in front of the pool).
+// The issue's bar is a ratio of at least 0.8.
+//
+// Environment: DATABASE_URL (else an embedded PostgreSQL in a temp dir), BENCH_SECONDS (10),
+// BENCH_WORKERS (2, the API's QUEEN_WORKERS), BENCH_PUSH_CONNECTIONS (8).
+// Needs POST /api/v1/push (branch `log`); on a build without it, it says so and exits 2.
+import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { DEFAULTS } from '../shared/config';
+import { freePort, startEmbeddedPostgres, EmbeddedPostgres } from '../shared/embeddedPostgres';
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const autocannon = require('autocannon');
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10);
+const WORKERS = Number(process.env.BENCH_WORKERS ?? 2);
+const PUSH_CONNECTIONS = Number(process.env.BENCH_PUSH_CONNECTIONS ?? 8);
+const FLOOD_FACTOR = 10;
+const READS_PER_SEC = DEFAULTS.kvReadsPerSec;
+const WRITES_PER_SEC = DEFAULTS.kvWritesPerSec;
+const ROOT = path.resolve(__dirname, '..', '..');
+const MAIN = path.join(ROOT, 'dist', 'services', 'api', 'main.js');
+const AUTOCANNON_CLI = require.resolve('autocannon/autocannon.js');
+
+function out(line = ''): void {
+  process.stdout.write(`${line}\n`);
+}
+
+async function database(): Promise<{ url: string; stop(): Promise<void> }> {
+  let adminUrl = process.env.DATABASE_URL;
+  let embedded: EmbeddedPostgres | undefined;
+  let dir: string | undefined;
+  if (!adminUrl) {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-isolation-'));
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort() });
+    adminUrl = embedded.url;
+  }
+  const name = `queen_bench_isolation_${process.pid}`;
+  const admin = new Client({ connectionString: adminUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const u = new URL(adminUrl);
+  u.pathname = `/${name}`;
+  return {
+    url: u.toString(),
+    async stop() {
+      const c = new Client({ connectionString: adminUrl });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+      await embedded?.stop();
+      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function startApi(databaseUrl: string, port: number): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [MAIN], {
+    env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), QUEEN_WORKERS: String(WORKERS), LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`the API exited during boot (status ${child.exitCode})`);
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) return child;
+    } catch {
+      // not yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('the API did not become healthy within 60 s');
+}
+
+interface Phase {
+  okPerSec: number;
+  non2xx: number;
+  errors: number;
+  p99Ms: number;
+}
+
+function pushLoad(port: number): Promise<Phase> {
+  return new Promise((resolve, reject) => {
+    autocannon(
+      {
+        url: `http://127.0.0.1:${port}/api/v1/push`,
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ queue: 'bench-isolation', payload: { n: 1, text: 'a message of ordinary size' } }] }),
+        connections: PUSH_CONNECTIONS,
+        duration: SECONDS,
+      },
+      (err: Error | null, r: any) => {
+        if (err) return reject(err);
+        resolve({ okPerSec: r['2xx'] / SECONDS, non2xx: r.non2xx, errors: r.errors, p99Ms: r.latency.p99 });
+      },
+    );
+  });
+}
+
+/** One flood lane in its own process: autocannon's CLI at a fixed overall rate, JSON summary on stdout. */
+function floodLane(port: number, lane: 'reads' | 'writes', rate: number): Promise<any> {
+  const args =
+    lane === 'reads'
+      ? ['-m', 'GET', `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`]
+      : ['-m', 'PUT', '-H', 'content-type=application/json', '-b', JSON.stringify({ value: { n: 1 }, ttlSeconds: 300 }), `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`];
+  const child = spawn(process.execPath, [AUTOCANNON_CLI, '-j', '-c', '32', '-R', String(rate), '-d', String(SECONDS), ...args], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  let text = '';
+  child.stdout!.on('data', (d) => (text += d));
+  return new Promise((resolve, reject) => {
+    child.once('exit', () => {
+      try {
+        resolve(JSON.parse(text));
+      } catch (err) {
+        reject(new Error(`the ${lane} flood printed no summary: ${String(err)}`));
+      }
+    });
+  });
+}
+
+async function statusCounts(port: number): Promise<Record<string, number>> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  const counts: Record<string, number> = {};
+  for (const m of text.matchAll(/^queen_kv_refusals_total\{code="([a-z_]+)"\} (\d+(?:\.\d+)?)/gm)) counts[m[1]] = Number(m[2]);
+  return counts;
+}
+
+async function main(): Promise<void> {
+  if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build first`);
+  const db = await database();
+  const port = await freePort();
+  const api = await startApi(db.url, port);
+  try {
+    const probe = await fetch(`http://127.0.0.1:${port}/api/v1/push`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ items: [{ queue: 'bench-isolation', payload: {} }] }),
+    });
+    if (probe.status === 404) {
+      out('bench:isolation needs POST /api/v1/push (the message log, branch `log`), which this build does not have.');
+      process.exitCode = 2;
+      return;
+    }
+    out(`bench:isolation  ${os.cpus().length} CPUs, API ${WORKERS} workers, ${SECONDS}s per phase, ${PUSH_CONNECTIONS} push connections`);
+    out(`KV flood: ${FLOOD_FACTOR * READS_PER_SEC} reads/s + ${FLOOD_FACTOR * WRITES_PER_SEC} writes/s offered (10 x the per-cell limits ${READS_PER_SEC}/${WRITES_PER_SEC})`);
+
+    // Warm the pools and the plans so phase 1 is not paying for the first connections.
+    await pushLoad(port).catch(() => undefined);
+
+    const alone1 = await pushLoad(port);
+    out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx})`);
+
+    const refusedBefore = await statusCounts(port);
+    const [flooded, reads, writes] = await Promise.all([
+      pushLoad(port),
+      floodLane(port, 'reads', FLOOD_FACTOR * READS_PER_SEC),
+      floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC),
+    ]);
+    const refusedAfter = await statusCounts(port);
+    out(`push under KV flood   ${flooded.okPerSec.toFixed(0)} pushes/s  (p99 ${flooded.p99Ms} ms, non-2xx ${flooded.non2xx})`);
+
+    const alone2 = await pushLoad(port);
+    out(`push alone again      ${alone2.okPerSec.toFixed(0)} pushes/s  (p99 ${alone2.p99Ms} ms, non-2xx ${alone2.non2xx})`);
+
+    const flood = (r: any) => `${(r.requests.total / SECONDS).toFixed(0)} req/s sent, ${(r['2xx'] / SECONDS).toFixed(0)}/s admitted, ${r.non2xx} refused`;
+    out(`flood reads           ${flood(reads)}`);
+    out(`flood writes          ${flood(writes)}`);
+    const delta = Object.entries(refusedAfter)
+      .map(([code, n]) => [code, n - (refusedBefore[code] ?? 0)] as const)
+      .filter(([, n]) => n > 0);
+    out(`refusals during flood ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (one API worker's /metrics; the cell's when the metrics are aggregated)`);
+
+    const alone = (alone1.okPerSec + alone2.okPerSec) / 2;
+    const ratio = flooded.okPerSec / alone;
+    out(`ratio                 ${ratio.toFixed(3)}  (push under flood / push alone; the bar is 0.8)`);
+  } finally {
+    api.kill('SIGTERM');
+    await new Promise((r) => api.once('exit', r));
+    await db.stop();
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:isolation failed: ${err?.stack ?? err}\n`);
+  process.exit(1);
+});
