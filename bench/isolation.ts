@@ -164,10 +164,12 @@ async function main(): Promise<void> {
     out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx})`);
 
     const refusedBefore = await statusCounts(port);
+    const lanes = (process.env.BENCH_FLOOD ?? 'reads,writes').split(',');
+    const none = Promise.resolve({ requests: { total: 0 }, '2xx': 0, non2xx: 0 });
     const [flooded, reads, writes] = await Promise.all([
       pushLoad(port),
-      floodLane(port, 'reads', FLOOD_FACTOR * READS_PER_SEC),
-      floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC),
+      lanes.includes('reads') ? floodLane(port, 'reads', FLOOD_FACTOR * READS_PER_SEC) : none,
+      lanes.includes('writes') ? floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC) : none,
     ]);
     const refusedAfter = await statusCounts(port);
     out(`push under KV flood   ${flooded.okPerSec.toFixed(0)} pushes/s  (p99 ${flooded.p99Ms} ms, non-2xx ${flooded.non2xx})`);
