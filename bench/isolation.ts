@@ -32,6 +32,38 @@ const ROOT = path.resolve(__dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'services', 'api', 'main.js');
 const AUTOCANNON_CLI = require.resolve('autocannon/autocannon.js');
 
+/** CPU seconds (user + system) a process has used, from /proc; 0 when it is gone. */
+function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // utime, stime, cutime, cstime: the last two include children that exited (the cluster's workers do not, until stop).
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** The API's CPU: the primary and its live workers. */
+function apiCpu(primaryPid: number): number {
+  let total = cpuSeconds(primaryPid);
+  try {
+    for (const child of fs.readFileSync(`/proc/${primaryPid}/task/${primaryPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
+      total += cpuSeconds(Number(child));
+    }
+  } catch {
+    // no children file: count the primary only
+  }
+  return total;
+}
+
+function machineBusy(): { busy: number; total: number } {
+  const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3] - f[4], total };
+}
+
 function out(line = ''): void {
   process.stdout.write(`${line}\n`);
 }
@@ -120,10 +152,13 @@ function floodLane(port: number, lane: 'reads' | 'writes', rate: number): Promis
   });
   let text = '';
   child.stdout!.on('data', (d) => (text += d));
+  let cpu = 0;
+  const sample = setInterval(() => (cpu = Math.max(cpu, cpuSeconds(child.pid))), 200);
   return new Promise((resolve, reject) => {
     child.once('exit', () => {
+      clearInterval(sample);
       try {
-        resolve(JSON.parse(text));
+        resolve({ ...JSON.parse(text), generatorCpuSeconds: cpu });
       } catch (err) {
         reject(new Error(`the ${lane} flood printed no summary: ${String(err)}`));
       }
@@ -154,6 +189,7 @@ async function main(): Promise<void> {
       process.exitCode = 2;
       return;
     }
+    out(`load average before the run: ${os.loadavg().map((l) => l.toFixed(1)).join(' ')} (other work on this machine moves every number below)`);
     out(`bench:isolation  ${os.cpus().length} CPUs, API ${WORKERS} workers, ${SECONDS}s per phase, ${PUSH_CONNECTIONS} push connections`);
     out(`KV flood: ${FLOOD_FACTOR * READS_PER_SEC} reads/s + ${FLOOD_FACTOR * WRITES_PER_SEC} writes/s offered (10 x the per-cell limits ${READS_PER_SEC}/${WRITES_PER_SEC})`);
 
@@ -164,14 +200,22 @@ async function main(): Promise<void> {
     out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx})`);
 
     const refusedBefore = await statusCounts(port);
+    const apiBefore = apiCpu(api.pid!);
+    const busyBefore = machineBusy();
+    const selfBefore = process.cpuUsage();
     const lanes = (process.env.BENCH_FLOOD ?? 'reads,writes').split(',');
-    const none = Promise.resolve({ requests: { total: 0 }, '2xx': 0, non2xx: 0 });
+    const none = Promise.resolve({ requests: { total: 0 }, '2xx': 0, non2xx: 0, generatorCpuSeconds: 0 });
     const [flooded, reads, writes] = await Promise.all([
       pushLoad(port),
       lanes.includes('reads') ? floodLane(port, 'reads', FLOOD_FACTOR * READS_PER_SEC) : none,
       lanes.includes('writes') ? floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC) : none,
     ]);
     const refusedAfter = await statusCounts(port);
+    const apiDuring = apiCpu(api.pid!) - apiBefore;
+    const self = process.cpuUsage(selfBefore);
+    const pushGenCores = (self.user + self.system) / 1e6 / SECONDS;
+    const busyAfter = machineBusy();
+    const machinePct = (100 * (busyAfter.busy - busyBefore.busy)) / Math.max(1, busyAfter.total - busyBefore.total);
     out(`push under KV flood   ${flooded.okPerSec.toFixed(0)} pushes/s  (p99 ${flooded.p99Ms} ms, non-2xx ${flooded.non2xx})`);
 
     const alone2 = await pushLoad(port);
@@ -183,6 +227,10 @@ async function main(): Promise<void> {
     const delta = Object.entries(refusedAfter)
       .map(([code, n]) => [code, n - (refusedBefore[code] ?? 0)] as const)
       .filter(([, n]) => n > 0);
+    out(
+      `CPU during flood      API ${(apiDuring / SECONDS).toFixed(2)} cores, flood generators ${(((reads.generatorCpuSeconds ?? 0) + (writes.generatorCpuSeconds ?? 0)) / SECONDS).toFixed(2)} cores, ` +
+        `push generator ${pushGenCores.toFixed(2)} cores, machine ${machinePct.toFixed(0)}% busy of ${os.cpus().length} cores, load average ${os.loadavg()[0].toFixed(1)}`,
+    );
     out(`refusals during flood ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (one API worker's /metrics; the cell's when the metrics are aggregated)`);
 
     const alone = (alone1.okPerSec + alone2.okPerSec) / 2;
