@@ -107,6 +107,24 @@ export class RateLimiter {
     for (const [tenant, b] of this.tenants) if (b.reads.isFull(now) && b.writes.isFull(now)) this.tenants.delete(tenant);
   }
 
+  /**
+   * Whole seconds until the cheapest call of a kind could pass (0: it might pass now), without
+   * taking anything: a read needs one read token, a write one write token, a batch of unknown
+   * content one token of either kind; all of them one token of the cell.
+   */
+  minimumWait(tenant: string, kind: 'read' | 'write' | 'batch'): RateDecision {
+    const now = performance.now();
+    const b = this.tenants.get(tenant);
+    const cell = this.cell.waitSeconds(1, now);
+    const reads = b ? b.reads.waitSeconds(1, now) : 0;
+    const writes = b ? b.writes.waitSeconds(1, now) : 0;
+    const tenantWait = kind === 'read' ? reads : kind === 'write' ? writes : Math.min(reads, writes);
+    const wait = Math.max(cell, tenantWait);
+    if (wait <= 0) return { retryAfterSeconds: 0 };
+    const scope = cell >= tenantWait ? 'cell' : kind === 'read' || (kind === 'batch' && reads <= writes) ? 'tenant_reads' : 'tenant_writes';
+    return { retryAfterSeconds: Math.max(1, Math.ceil(wait)), scope };
+  }
+
   /** All-or-nothing: either every bucket involved pays, or none does and the caller is told how long to wait. */
   admit(tenant: string, reads: number, writes: number): RateDecision {
     if (reads + writes === 0) return { retryAfterSeconds: 0 };

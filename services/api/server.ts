@@ -39,7 +39,10 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const ops = { switches, book, guards };
   let ready = true;
   const app = createApp({ config, pools, log, metrics, isReady: () => ready, ops });
-  const server = http.createServer(app);
+  // A KV call certainly refused by a switch or a bucket is answered before Express (guards.preflight).
+  const server = http.createServer((req, res) => {
+    if (!guards.preflight(req, res)) app(req, res);
+  });
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

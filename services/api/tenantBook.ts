@@ -142,6 +142,12 @@ export class TenantBook {
     return 'ok';
   }
 
+  /** Whether a KV occupancy limit could refuse a write of this tenant (then only the full path may answer). */
+  hasKvLimits(tenant: string): boolean {
+    const quota = this.quotas.get(tenant);
+    return !!quota && (quota.maxRows !== null || quota.maxBytes !== null);
+  }
+
   /**
    * The first dimension this write would take over its limit (and which is now blocked), or null.
    * A blocked dimension stays blocked whatever the write; `dims` names those the surface answers for.
