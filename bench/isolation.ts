@@ -147,7 +147,7 @@ function floodLane(port: number, lane: 'reads' | 'writes', rate: number): Promis
     lane === 'reads'
       ? ['-m', 'GET', `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`]
       : ['-m', 'PUT', '-H', 'content-type=application/json', '-b', JSON.stringify({ value: { n: 1 }, ttlSeconds: 300 }), `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`];
-  const child = spawn(process.execPath, [AUTOCANNON_CLI, '-j', '-c', '32', '-R', String(rate), '-d', String(SECONDS), ...args], {
+  const child = spawn(process.execPath, [AUTOCANNON_CLI, '-j', '-c', '64', '-R', String(rate), '-d', String(SECONDS), ...args], {
     stdio: ['ignore', 'pipe', 'ignore'],
   });
   let text = '';
