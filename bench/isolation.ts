@@ -45,15 +45,16 @@ function cpuSeconds(pid: number | undefined): number {
   }
 }
 
-/** The API's CPU: the primary and its live workers. */
-function apiCpu(primaryPid: number): number {
-  let total = cpuSeconds(primaryPid);
+/** CPU seconds of a live process tree (the API primary and its workers; the postmaster and its backends). */
+function treeCpu(pid: number | undefined): number {
+  if (!pid) return 0;
+  let total = cpuSeconds(pid);
   try {
-    for (const child of fs.readFileSync(`/proc/${primaryPid}/task/${primaryPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
-      total += cpuSeconds(Number(child));
+    for (const child of fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean)) {
+      total += treeCpu(Number(child));
     }
   } catch {
-    // no children file: count the primary only
+    // gone, or no children file
   }
   return total;
 }
@@ -68,7 +69,7 @@ function out(line = ''): void {
   process.stdout.write(`${line}\n`);
 }
 
-async function database(): Promise<{ url: string; stop(): Promise<void> }> {
+async function database(): Promise<{ url: string; postmasterPid?: number; stop(): Promise<void> }> {
   let adminUrl = process.env.DATABASE_URL;
   let embedded: EmbeddedPostgres | undefined;
   let dir: string | undefined;
@@ -84,8 +85,10 @@ async function database(): Promise<{ url: string; stop(): Promise<void> }> {
   await admin.end();
   const u = new URL(adminUrl);
   u.pathname = `/${name}`;
+  const pidFile = embedded ? path.join(embedded.dataDir, 'postmaster.pid') : undefined;
   return {
     url: u.toString(),
+    postmasterPid: pidFile && fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined,
     async stop() {
       const c = new Client({ connectionString: adminUrl });
       await c.connect();
@@ -196,11 +199,14 @@ async function main(): Promise<void> {
     // Warm the pools and the plans so phase 1 is not paying for the first connections.
     await pushLoad(port).catch(() => undefined);
 
+    const cpu0 = { api: treeCpu(api.pid!), pg: treeCpu(db.postmasterPid) };
     const alone1 = await pushLoad(port);
-    out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx})`);
+    const aloneCpu = `API ${((treeCpu(api.pid!) - cpu0.api) / SECONDS).toFixed(2)} cores, PostgreSQL ${db.postmasterPid ? ((treeCpu(db.postmasterPid) - cpu0.pg) / SECONDS).toFixed(2) : '?'} cores`;
+    out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx}; ${aloneCpu})`);
 
     const refusedBefore = await statusCounts(port);
-    const apiBefore = apiCpu(api.pid!);
+    const apiBefore = treeCpu(api.pid!);
+    const pgBefore = treeCpu(db.postmasterPid);
     const busyBefore = machineBusy();
     const selfBefore = process.cpuUsage();
     const lanes = (process.env.BENCH_FLOOD ?? 'reads,writes').split(',');
@@ -211,7 +217,8 @@ async function main(): Promise<void> {
       lanes.includes('writes') ? floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC) : none,
     ]);
     const refusedAfter = await statusCounts(port);
-    const apiDuring = apiCpu(api.pid!) - apiBefore;
+    const apiDuring = treeCpu(api.pid!) - apiBefore;
+    const pgDuring = treeCpu(db.postmasterPid) - pgBefore;
     const self = process.cpuUsage(selfBefore);
     const pushGenCores = (self.user + self.system) / 1e6 / SECONDS;
     const busyAfter = machineBusy();
@@ -228,7 +235,7 @@ async function main(): Promise<void> {
       .map(([code, n]) => [code, n - (refusedBefore[code] ?? 0)] as const)
       .filter(([, n]) => n > 0);
     out(
-      `CPU during flood      API ${(apiDuring / SECONDS).toFixed(2)} cores, flood generators ${(((reads.generatorCpuSeconds ?? 0) + (writes.generatorCpuSeconds ?? 0)) / SECONDS).toFixed(2)} cores, ` +
+      `CPU during flood      API ${(apiDuring / SECONDS).toFixed(2)} cores, PostgreSQL ${db.postmasterPid ? (pgDuring / SECONDS).toFixed(2) : '?'} cores, flood generators ${(((reads.generatorCpuSeconds ?? 0) + (writes.generatorCpuSeconds ?? 0)) / SECONDS).toFixed(2)} cores, ` +
         `push generator ${pushGenCores.toFixed(2)} cores, machine ${machinePct.toFixed(0)}% busy of ${os.cpus().length} cores, load average ${os.loadavg()[0].toFixed(1)}`,
     );
     out(`refusals during flood ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (one API worker's /metrics; the cell's when the metrics are aggregated)`);
