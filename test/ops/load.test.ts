@@ -25,11 +25,13 @@ test('three times the read limit: admitted within 10% of the limit, the rest 429
   const total = OFFERED * SECONDS;
   const gapMs = 1000 / OFFERED;
   const answers: Promise<{ status: number; retryAfter: string | null; error?: string }>[] = [];
+  const sentAt: number[] = [];
   const started = performance.now();
   for (let i = 0; i < total; i++) {
     const due = started + i * gapMs;
     const wait = due - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    sentAt.push(performance.now());
     answers.push(
       call(api.url, 'GET', `/api/v1/kv/load/k${i % 10}`).then((r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), error: r.body?.error })),
     );
@@ -39,10 +41,25 @@ test('three times the read limit: admitted within 10% of the limit, the rest 429
 
   const admitted = results.filter((r) => r.status === 200).length;
   const refused = results.filter((r) => r.status !== 200);
-  // What the bucket allows over the window the calls arrived in: the burst plus the rate.
-  const allowed = BURST + RATE * sentOver;
-  expect(admitted).toBeGreaterThanOrEqual(Math.floor(0.9 * allowed));
-  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * allowed));
+  // The limit: over the window the calls were sent in, never more than the burst plus the rate.
+  const limit = BURST + RATE * sentOver;
+  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * limit));
+  // And not much less than the limit allows for the arrivals the test actually managed: on a busy
+  // machine the sender stalls, and a bucket cannot hold more than its burst across a stall, so the
+  // floor is a bucket replayed over the send instants rather than rate x time.
+  let tokens = BURST;
+  let last = sentAt[0];
+  let replayed = 0;
+  for (const t of sentAt) {
+    tokens = Math.min(BURST, tokens + ((t - last) / 1000) * RATE);
+    last = t;
+    if (tokens >= 1) {
+      tokens -= 1;
+      replayed++;
+    }
+  }
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor(0.9 * replayed));
+  expect(replayed).toBeGreaterThanOrEqual(Math.floor(0.75 * limit));
   // Far from everything was admitted: the offered load really was three times the limit.
   expect(refused.length).toBeGreaterThan(total / 2);
   for (const r of refused) {
