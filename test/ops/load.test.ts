@@ -3,10 +3,10 @@
 // bucket promises, not the speed of the machine: the offered load is paced by the test.
 import { call, startTestApi, TestApi } from '../support/api';
 
-const RATE = 50;
-const BURST = 5;
+const RATE = 10;
+const BURST = 2;
 const OFFERED = 3 * RATE;
-const SECONDS = 4;
+const SECONDS = 6;
 
 let api: TestApi;
 beforeAll(async () => {
@@ -22,47 +22,55 @@ beforeAll(async () => {
 afterAll(() => api.close());
 
 test('three times the read limit: admitted within 10% of the limit, the rest 429 with Retry-After', async () => {
+  // The server's own clock: the instant each call reached this worker (preflight is the first thing
+  // the HTTP server runs). The test process shares its event loop with the server, so when the
+  // machine is busy the sender stalls; the limit is judged on the instants the server saw.
+  const { guards } = api.server.ops;
+  const arrivals: number[] = [];
+  const preflight = guards.preflight.bind(guards);
+  guards.preflight = (req, res) => {
+    if (req.url?.startsWith('/api/v1/kv/load/')) arrivals.push(performance.now());
+    return preflight(req, res);
+  };
+
   const total = OFFERED * SECONDS;
   const gapMs = 1000 / OFFERED;
   const answers: Promise<{ status: number; retryAfter: string | null; error?: string }>[] = [];
-  const sentAt: number[] = [];
   const started = performance.now();
   for (let i = 0; i < total; i++) {
-    const due = started + i * gapMs;
-    const wait = due - performance.now();
+    const wait = started + i * gapMs - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
-    sentAt.push(performance.now());
     answers.push(
       call(api.url, 'GET', `/api/v1/kv/load/k${i % 10}`).then((r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), error: r.body?.error })),
     );
   }
-  const sentOver = (performance.now() - started) / 1000;
   const results = await Promise.all(answers);
+  guards.preflight = preflight;
+
+  expect(arrivals).toHaveLength(total);
+  const window = (arrivals[arrivals.length - 1] - arrivals[0]) / 1000;
+  // The load the server saw really was well above the limit.
+  expect(total / window).toBeGreaterThan(2 * RATE);
 
   const admitted = results.filter((r) => r.status === 200).length;
-  const refused = results.filter((r) => r.status !== 200);
-  // The limit: over the window the calls were sent in, never more than the burst plus the rate.
-  const limit = BURST + RATE * sentOver;
-  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * limit));
-  // And not much less than the limit allows for the arrivals the test actually managed: on a busy
-  // machine the sender stalls, and a bucket cannot hold more than its burst across a stall, so the
-  // floor is a bucket replayed over the send instants rather than rate x time.
+  // Never more than the bucket allows over that window: the burst plus the rate.
+  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * (BURST + RATE * window)));
+  // And not less than what a bucket of this rate and burst admits for these arrival instants.
   let tokens = BURST;
-  let last = sentAt[0];
-  let replayed = 0;
-  for (const t of sentAt) {
+  let last = arrivals[0];
+  let allowed = 0;
+  for (const t of arrivals) {
     tokens = Math.min(BURST, tokens + ((t - last) / 1000) * RATE);
     last = t;
     if (tokens >= 1) {
       tokens -= 1;
-      replayed++;
+      allowed++;
     }
   }
-  expect(admitted).toBeGreaterThanOrEqual(Math.floor(0.9 * replayed));
-  expect(replayed).toBeGreaterThanOrEqual(Math.floor(0.75 * limit));
-  // Far from everything was admitted: the offered load really was three times the limit.
-  expect(refused.length).toBeGreaterThan(total / 2);
-  for (const r of refused) {
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor(0.9 * allowed));
+  expect(admitted).toBeLessThanOrEqual(Math.ceil(1.1 * allowed));
+
+  for (const r of results.filter((x) => x.status !== 200)) {
     expect(r.status).toBe(429);
     expect(r.error).toBe('rate_limited');
     expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
