@@ -6,6 +6,7 @@ export const SQLSTATE = {
   QUEEN_BAD_REQUEST: 'QK400',
   QUEEN_PRECONDITION: 'QK409',
   INVALID_TEXT_REPRESENTATION: '22P02',
+  NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   UNTRANSLATABLE_CHARACTER: '22P05',
   CHARACTER_NOT_IN_REPERTOIRE: '22021',
   QUERY_CANCELED: '57014',
@@ -145,6 +146,8 @@ export function coerceError(err: unknown): unknown {
     case SQLSTATE.INVALID_TEXT_REPRESENTATION:
     case SQLSTATE.UNTRANSLATABLE_CHARACTER:
     case SQLSTATE.CHARACTER_NOT_IN_REPERTOIRE:
+    // A JSON number beyond numeric's range (1e999999) fails the $n::jsonb cast: the client's input.
+    case SQLSTATE.NUMERIC_VALUE_OUT_OF_RANGE:
       return new ApiError('invalid_json', `The request cannot be stored by PostgreSQL: ${err.message}.`);
     case SQLSTATE.QUERY_CANCELED:
       return new ApiError('kv_unavailable', 'The statement ran past its time limit; retry shortly.', {

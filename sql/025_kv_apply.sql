@@ -205,7 +205,9 @@ BEGIN
       PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
     END IF;
     v_has_ttl := v_ttl IS NOT NULL AND v_ttl <> 'null'::jsonb;
-    v_is_forever := v_forever = 'true'::jsonb;
+    -- coalesce: without it an absent forever makes this NULL, `false = NULL` is NULL, and a write
+    -- with neither expiry would slip past the check below and be stored forever.
+    v_is_forever := coalesce(v_forever = 'true'::jsonb, false);
     IF v_has_ttl = v_is_forever THEN
       PERFORM queen.kv_fail_v1('kv_expiry_not_specified', format(
         'Operation %s (%s) needs exactly one of ttlSeconds (a whole number above zero) or forever: true; it has %s.',
