@@ -84,7 +84,8 @@ export class PreconditionFailed extends Error {
   constructor(
     readonly failedIndex: number,
     readonly kvReason: string,
-    readonly version: number,
+    /** A bigint token: kept as its decimal text when it comes from SQL, so it is never narrowed. */
+    readonly version: number | string,
     readonly valueText: string,
   ) {
     super('kv_precondition');
@@ -139,7 +140,7 @@ export function coerceError(err: unknown): unknown {
       return new PreconditionFailed(
         Number(detail.failedIndex),
         String(detail.kvReason),
-        Number(detail.version ?? 0),
+        versionText(err.detail) ?? Number(detail.version ?? 0),
         err.hint && err.hint.length > 0 ? err.hint : 'null',
       );
     }
@@ -162,6 +163,14 @@ export function coerceError(err: unknown): unknown {
     default:
       return err;
   }
+}
+
+/**
+ * The version straight from DETAIL's text: JSON.parse would narrow a bigint above 2^53 to a
+ * double, and the loser must be handed the same token the winner was.
+ */
+function versionText(detail: string | undefined): string | undefined {
+  return detail ? /"version"\s*:\s*(\d+)\s*[,}]/.exec(detail)?.[1] : undefined;
 }
 
 function parseDetail(detail: string | undefined): Record<string, unknown> {
