@@ -164,6 +164,43 @@ describe('getPrefix', () => {
     expect(seen).toEqual(keys);
   });
 
+  test('a single value larger than what is left of the ceiling still makes progress, one row per page', async () => {
+    // 65,536 bytes of value plus the key is above the 64 KiB ceiling on its own.
+    await fill(small, 'huge', ['h:1', 'h:2'], () => 'x'.repeat(65534));
+    const first = await prefix(small, 'huge', 'h:');
+    expect(first.rows.map((r: any) => r.key)).toEqual(['h:1']);
+    expect(first).toMatchObject({ truncated: true, nextAfter: 'h:1' });
+    const second = await prefix(small, 'huge', 'h:', { after: 'h:1' });
+    expect(second.rows.map((r: any) => r.key)).toEqual(['h:2']);
+    expect(second).toMatchObject({ truncated: false, nextAfter: null });
+  });
+
+  test('the byte ceiling applies to the whole call, not to each getPrefix of the batch', async () => {
+    // Two prefixes of 3 values of 20,000 bytes each: 120 KB in all, against a 64 KiB ceiling.
+    const keys = ['x:0', 'x:1', 'x:2', 'y:0', 'y:1', 'y:2'];
+    await fill(small, 'call', keys, (k) => k.repeat(7000).slice(0, 19998));
+    const res = await small.batch([
+      { op: 'getPrefix', ns: 'call', prefix: 'x:' },
+      { op: 'getPrefix', ns: 'call', prefix: 'y:' },
+    ]);
+    expect(res.status).toBe(200);
+    const [x, y] = res.body.results;
+    const bytes = [...x.rows, ...y.rows].reduce((n: number, r: any) => n + Buffer.byteLength(JSON.stringify(r.value)) + Buffer.byteLength(r.key), 0);
+    expect(bytes).toBeLessThanOrEqual(65536);
+    expect(x.truncated || y.truncated).toBe(true);
+    // Whatever was cut short resumes from its nextAfter and nothing is lost.
+    const seen: string[] = [];
+    for (const [p, page0] of [['x:', x], ['y:', y]] as const) {
+      let page: any = page0;
+      seen.push(...page.rows.map((r: any) => r.key));
+      for (let guard = 0; page.truncated && guard < 10; guard++) {
+        page = await prefix(small, 'call', p, page.nextAfter === null ? {} : { after: page.nextAfter });
+        seen.push(...page.rows.map((r: any) => r.key));
+      }
+    }
+    expect(seen).toEqual(keys);
+  });
+
   test('paging through 2,500 keys with after/nextAfter misses none and repeats none; expired rows never appear', async () => {
     const keys = Array.from({ length: 2500 }, (_, i) => `page:${String((i * 7919) % 2500).padStart(4, '0')}:${i % 3 ? 'x' : 'é'}`);
     await fill(h, 'paging', keys);
