@@ -7,6 +7,7 @@ export const SQLSTATE = {
   QUEEN_PRECONDITION: 'QK409',
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
+  STATEMENT_TOO_COMPLEX: '54001',
   UNTRANSLATABLE_CHARACTER: '22P05',
   CHARACTER_NOT_IN_REPERTOIRE: '22021',
   QUERY_CANCELED: '57014',
@@ -149,6 +150,8 @@ export function coerceError(err: unknown): unknown {
     case SQLSTATE.CHARACTER_NOT_IN_REPERTOIRE:
     // A JSON number beyond numeric's range (1e999999) fails the $n::jsonb cast: the client's input.
     case SQLSTATE.NUMERIC_VALUE_OUT_OF_RANGE:
+    // JSON nested deeper than PostgreSQL's stack allows ("stack depth limit exceeded") in the cast.
+    case SQLSTATE.STATEMENT_TOO_COMPLEX:
       return new ApiError('invalid_json', `The request cannot be stored by PostgreSQL: ${err.message}.`);
     case SQLSTATE.QUERY_CANCELED:
       return new ApiError('kv_unavailable', 'The statement ran past its time limit; retry shortly.', {

@@ -114,6 +114,44 @@ describe('the catch-all key', () => {
   });
 });
 
+describe('odd paths', () => {
+  test('a malformed percent-encoding is a 4xx JSON answer, never a 500', async () => {
+    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/%E0%A4%A');
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(typeof res.body.error).toBe('string');
+    const bad = await rawRequest(h.url, 'PUT', '/api/v1/kv/g/%FF', '{"value":1,"forever":true}');
+    expect(bad.status).toBeGreaterThanOrEqual(400);
+    expect(bad.status).toBeLessThan(500);
+    expect(typeof bad.body.error).toBe('string');
+  });
+
+  test('%00 in a path key is 400 kv_invalid_key', async () => {
+    expectError(await h.call('PUT', '/api/v1/kv/g/a%00b', { value: 1, forever: true }), 400, 'kv_invalid_key');
+    expectError(await h.call('GET', '/api/v1/kv/g/a%00b'), 400, 'kv_invalid_key');
+  });
+
+  test('a trailing slash is part of the key: a/ and a are two keys', async () => {
+    await h.call('PUT', '/api/v1/kv/g/slash', { value: 'plain', forever: true });
+    const res = await h.call('PUT', '/api/v1/kv/g/slash/', { value: 'trailing', forever: true });
+    expect(res.status).toBe(200);
+    expect(res.body.key).toBe('slash/');
+    expect((await h.row('g', 'slash'))?.value).toBe('plain');
+    expect((await h.row('g', 'slash/'))?.value).toBe('trailing');
+  });
+
+  test('a PUT body over the ceiling is 413 payload_too_large JSON', async () => {
+    const tight = await startKv({ QUEEN_MAX_BODY_BYTES: '1024' });
+    try {
+      expectError(await tight.call('PUT', '/api/v1/kv/g/big', { value: 'x'.repeat(2000), forever: true }), 413, 'payload_too_large');
+      expect(await tight.row('g', 'big')).toBeNull();
+    } finally {
+      await tight.close();
+    }
+  });
+});
+
 describe('refusals of the path routes', () => {
   test.each([
     ['GET', '/api/v1/kv/g/k?prefix=quota:acme:'],

@@ -41,6 +41,16 @@ describe('the body', () => {
     expect(await h.row('v', 'big')).toBeNull();
   });
 
+  test('a value nested deeper than PostgreSQL parses is a 4xx JSON answer, never a 500', async () => {
+    const depth = 100_000;
+    const body = `{"operations":[{"op":"put","ns":"v","key":"deep","value":${'['.repeat(depth)}${']'.repeat(depth)},"forever":true}]}`;
+    const res = await h.call('POST', '/api/v1/kv', body);
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+    expect(typeof res.body.error).toBe('string');
+    expect(await h.row('v', 'deep')).toBeNull();
+  });
+
   test('a body over the ceiling is 413 payload_too_large with a JSON body', async () => {
     const res = await tight.batch([put({ value: 'x'.repeat(3000) })]);
     expectError(res, 413, 'payload_too_large');
@@ -53,6 +63,11 @@ describe('the body', () => {
     const ok = await tight.batch(ops(5));
     expect(ok.status).toBe(200);
     expect(ok.body.results).toHaveLength(5);
+  });
+
+  test('getMany reads at most QUEEN_KV_MAX_BATCH keys', async () => {
+    expectError(await tight.batch([{ op: 'getMany', ns: 'v', keys: ['1', '2', '3', '4', '5', '6'] }]), 400, 'kv_batch_too_large', 0);
+    expect((await tight.batch([{ op: 'getMany', ns: 'v', keys: ['1', '2', '3', '4', '5'] }])).status).toBe(200);
   });
 
   test('the default QUEEN_KV_MAX_BATCH is 1000', async () => {
