@@ -38,6 +38,37 @@ test('20 concurrent putIfAbsent on an expired row still in the table: exactly on
   for (const r of results) expect(r).toMatchObject({ value: winners[0].value, version: winners[0].version });
 });
 
+test('20 concurrent fenced puts with the same expect: exactly one applies, the rest lose with reason version', async () => {
+  const base = await h.one({ op: 'put', ns: 'race', key: 'cas', value: { gen: 0 }, forever: true });
+  const results = (
+    await Promise.all(
+      Array.from({ length: 20 }, (_, i) => h.batch([{ op: 'put', ns: 'race', key: 'cas', value: { gen: i + 1 }, forever: true, expect: base.version }])),
+    )
+  ).map((a) => a.body.results[0]);
+  const winners = results.filter((r) => r.applied);
+  expect(winners).toHaveLength(1);
+  for (const loser of results.filter((r) => !r.applied)) {
+    expect(loser).toMatchObject({ reason: 'version', value: winners[0].value, version: winners[0].version });
+  }
+});
+
+test('a delete racing a putIfAbsent on an expired row never leaves a half state', async () => {
+  for (let round = 0; round < 10; round++) {
+    const key = `dr${round}`;
+    await h.plant('race', key, 'dead');
+    const [put, del] = await Promise.all([
+      h.batch([{ op: 'putIfAbsent', ns: 'race', key, value: 'alive', forever: true }]),
+      h.batch([{ op: 'delete', ns: 'race', key }]),
+    ]);
+    expect(put.body.results[0].applied).toBe(true);
+    const row = await h.row('race', key);
+    // Either the delete came first (it found nothing live, the put then created) or second (it
+    // deleted the live row the put created): the answer and the table agree either way.
+    if (del.body.results[0].applied) expect(row).toBeNull();
+    else expect(row?.value).toBe('alive');
+  }
+});
+
 test('50 concurrent incr give exactly 50, each intermediate value handed out once', async () => {
   const answers = await Promise.all(
     Array.from({ length: 50 }, () => h.batch([{ op: 'incr', ns: 'race', key: 'ctr', delta: 1, ttlSeconds: 600 }])),

@@ -95,6 +95,27 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
     expect(d).toMatchObject({ applied: true, value: 1, expiresAt: '2030-01-01T00:02:00.000Z' });
   });
 
+  test('inside a transaction getPrefix is refused; get and getMany are allowed', async () => {
+    const inTx = (ops: unknown[]) =>
+      c.query('SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, true, $3::timestamptz) AS r', [TENANT, JSON.stringify(ops), T]);
+    const err = await inTx([{ op: 'getPrefix', ns: 'tx', prefix: 'a' }]).catch((e) => e);
+    expect(err.code).toBe('QK400');
+    expect(JSON.parse(err.detail)).toEqual({ code: 'kv_get_prefix_not_allowed_in_transaction', index: 0 });
+    const ok = await inTx([{ op: 'get', ns: 'tx', key: 'a' }, { op: 'getMany', ns: 'tx', keys: ['b'] }]);
+    expect(ok.rows[0].r).toHaveLength(2);
+  });
+
+  test('kv_apply_v1 (the clock) and kv_apply_at_v1 (a chosen instant) are the same rules', async () => {
+    const { rows } = await c.query(
+      `SELECT queen.kv_apply_v1($1::uuid, $2::jsonb) AS r`,
+      [TENANT, JSON.stringify([{ op: 'put', ns: 'clk', key: 'k', value: 1, ttlSeconds: 60 }])],
+    );
+    const answer = rows[0].r[0];
+    expect(answer.applied).toBe(true);
+    expect(Math.abs(Date.parse(answer.updatedAt) - Date.now())).toBeLessThan(60_000);
+    expect(Date.parse(answer.expiresAt) - Date.parse(answer.updatedAt)).toBe(60_000);
+  });
+
   test('a tenant sees only its own rows: the tenant is part of the key', async () => {
     await applyAt(T, [{ op: 'put', ns: 'iso', key: 'k', value: 'default', forever: true }]);
     expect((await applyAt(T, [{ op: 'get', ns: 'iso', key: 'k' }], OTHER))[0].found).toBe(false);
