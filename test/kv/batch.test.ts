@@ -21,6 +21,7 @@ test('results[i] answers operations[i], each with its index and op', async () =>
   ];
   const res = await h.batch(ops);
   expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toMatch(/^application\/json/);
   expect(res.body.ok).toBe(true);
   expect(res.body.results).toHaveLength(ops.length);
   res.body.results.forEach((r: any, i: number) => {

@@ -94,6 +94,22 @@ describe('an expired row still in the table', () => {
   });
 });
 
+describe('lineage (created_at)', () => {
+  test('a put or incr on a live row keeps created_at; only a new lineage resets it', async () => {
+    await h.plant(NS, 'lin', 1, { expiresAt: '2999-01-01T00:00:00Z', createdAt: '2001-01-01T00:00:00Z' });
+    await h.one({ op: 'put', ns: NS, key: 'lin', value: 2, ttlSeconds: 600 });
+    expect((await h.row(NS, 'lin'))!.created_at.toISOString()).toBe('2001-01-01T00:00:00.000Z');
+    await h.one({ op: 'incr', ns: NS, key: 'lin', ttlSeconds: 600 });
+    expect((await h.row(NS, 'lin'))!.created_at.toISOString()).toBe('2001-01-01T00:00:00.000Z');
+  });
+
+  test('incr on an expired counter starts a new lineage', async () => {
+    await h.plant(NS, 'lin2', 7, { createdAt: '2001-01-01T00:00:00Z' });
+    await h.one({ op: 'incr', ns: NS, key: 'lin2', ttlSeconds: 600 });
+    expect((await h.row(NS, 'lin2'))!.created_at.getUTCFullYear()).toBeGreaterThan(2001);
+  });
+});
+
 describe('a write never inherits an expiry, except incr on a live row', () => {
   test('a live counter keeps the expiry it was born with (create-only TTL)', async () => {
     const born = await h.one({ op: 'incr', ns: NS, key: 'win', ttlSeconds: 3600 });

@@ -64,6 +64,18 @@ describe('get', () => {
   });
 });
 
+describe('no cache', () => {
+  test('a read always sees the table as it is now: a value changed behind the API is read back at once', async () => {
+    await h.one({ op: 'put', ns: 'r', key: 'fresh', value: 'v1', forever: true });
+    expect((await h.call('GET', '/api/v1/kv/r/fresh')).body.value).toBe('v1');
+    await h.db.query(`UPDATE queen.kv SET value = '"v2"' WHERE namespace = 'r' AND key = 'fresh'`);
+    expect((await h.call('GET', '/api/v1/kv/r/fresh')).body.value).toBe('v2');
+    expect((await h.one({ op: 'getMany', ns: 'r', keys: ['fresh'] })).rows[0].value).toBe('v2');
+    await h.db.query(`DELETE FROM queen.kv WHERE namespace = 'r' AND key = 'fresh'`);
+    expect((await h.call('GET', '/api/v1/kv/r/fresh')).body.found).toBe(false);
+  });
+});
+
 describe('getMany', () => {
   test('rows in byte order of key, an explicit missing list, and a null value is a row, not a miss', async () => {
     await fill(h, 'gm', ['b', 'a', 'Z'], (k) => (k === 'a' ? null : { k }));

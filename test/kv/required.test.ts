@@ -129,6 +129,15 @@ test('the winner value in a kv_precondition answer keeps its numbers exact', asy
   expect(res.text).toMatch(/"f": ?0\.1000000000000000055511151231257827[,}]/);
 });
 
+test('a winner value of the maximum size comes back whole in the kv_precondition answer', async () => {
+  const big = 'é'.repeat(1000) + 'x'.repeat(63532); // 65,532 bytes of UTF-8 + quotes = 65,534
+  await h.one({ op: 'put', ns: 'rq', key: 'bigwinner', value: big, forever: true });
+  const res = await h.batch([{ op: 'putIfAbsent', ns: 'rq', key: 'bigwinner', value: 1, forever: true, required: true }]);
+  expect(res.status).toBe(200);
+  expect(res.body.kvReason).toBe('exists');
+  expect(res.body.value).toBe(big);
+});
+
 test('a version beyond 2^53 comes back exactly in the kv_precondition answer', async () => {
   // Versions are opaque tokens from a bigint sequence; a restart beyond double precision must not
   // make the loser's version differ from the one the winner was told.

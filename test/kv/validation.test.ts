@@ -24,8 +24,10 @@ describe('the body', () => {
     ['empty', { operations: [] }],
     ['not an array', { operations: { op: 'get' } }],
     ['null', { operations: null }],
-  ])('operations %s is 400 kv_operations_required', async (_name, body) => {
-    expectError(await h.call('POST', '/api/v1/kv', body), 400, 'kv_operations_required');
+  ])('operations %s is 400 kv_operations_required, with no index (it is about the whole call)', async (_name, body) => {
+    const res = await h.call('POST', '/api/v1/kv', body);
+    expectError(res, 400, 'kv_operations_required');
+    expect(res.body).not.toHaveProperty('index');
   });
 
   test('a JSON value PostgreSQL cannot hold (lone surrogate) is a 400, not a 500', async () => {
