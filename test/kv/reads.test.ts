@@ -231,6 +231,10 @@ describe('getPrefix', () => {
     expect(seen).toHaveLength(2500);
     expect(new Set(seen).size).toBe(2500);
     expect(seen).toEqual(byteOrder(keys));
+    // The default QUEEN_KV_PREFIX_LIMIT is 1000: a larger limit is clamped to it.
+    const clamped = await prefix(h, 'paging', 'page:', { limit: 5000 });
+    expect(clamped.rows).toHaveLength(1000);
+    expect(clamped).toMatchObject({ truncated: true, nextAfter: byteOrder(keys)[999] });
   });
 
   test('after is exclusive, and a cursor past the last key gives an empty, untruncated page', async () => {

@@ -111,7 +111,7 @@ describe('each operation', () => {
     expect(res.body.results[0].found).toBe(false);
   });
 
-  test.each([['.a'], [':a'], ['-a'], ['a b'], ['a/b'], ['café'], ['a*'], ['A'.repeat(129)], [5], [['a']]])(
+  test.each([['.a'], [':a'], ['-a'], ['a b'], ['a/b'], ['café'], ['a*'], ['a\n'], ['\na'], ['A'.repeat(129)], [5], [['a']]])(
     'namespace %p is 400 kv_invalid_namespace',
     async (ns) => {
       expectError(await h.batch([{ op: 'get', ns: 'v', key: 'x' }, { op: 'put', ns, key: 'a', value: 1, forever: true }]), 400, 'kv_invalid_namespace', 1);
