@@ -510,7 +510,9 @@ BEGIN
   END LOOP;
   RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'getPrefix', 'rows', to_jsonb(v_rows),
                             'truncated', v_truncated,
-                            'nextAfter', CASE WHEN v_truncated THEN coalesce(v_last, o->>'after') END,
+                            -- Truncated always carries a string cursor, even with no rows ('' = from
+                            -- the start), so a client that pages while nextAfter is set never stops early.
+                            'nextAfter', CASE WHEN v_truncated THEN coalesce(v_last, o->>'after', '') END,
                             '_bytes', v_spent);
 END $$;
 
