@@ -9,6 +9,7 @@ import path from 'node:path';
 export const REPO = path.resolve(__dirname, '..', '..', '..');
 export const API_MAIN = path.join(REPO, 'dist', 'services', 'api', 'main.js');
 export const SWEEPER_MAIN = path.join(REPO, 'dist', 'services', 'sweeper', 'main.js');
+export const NF = path.join(REPO, 'node_modules', '.bin', 'nf');
 
 export type LogLine = Record<string, any> & { msg?: string; pid?: number };
 
@@ -21,8 +22,14 @@ export interface Spawned {
   output(): string;
 }
 
-export function spawnLogged(command: string, args: string[], env: Record<string, string>, cwd = REPO): Spawned {
-  const child = spawn(command, args, { cwd, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** `group`: the child leads a new process group (its PID is the group id), as a terminal job does. */
+export function spawnLogged(command: string, args: string[], env: Record<string, string>, opts: { cwd?: string; group?: boolean } = {}): Spawned {
+  const child = spawn(command, args, {
+    cwd: opts.cwd ?? REPO,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: opts.group ?? false,
+  });
   const lines: LogLine[] = [];
   const waiters: { match: (l: LogLine) => boolean; resolve(l: LogLine): void }[] = [];
   let raw = '';
@@ -33,7 +40,8 @@ export function spawnLogged(command: string, args: string[], env: Record<string,
     pending += text;
     let nl: number;
     while ((nl = pending.indexOf('\n')) >= 0) {
-      const rawLine = pending.slice(0, nl);
+      // nf colours its prefix and the line; the escapes are not part of the JSON.
+      const rawLine = pending.slice(0, nl).replace(/\x1b\[[0-9;]*m/g, '');
       pending = pending.slice(nl + 1);
       // nf prefixes each line with "HH:MM:SS name.1 | "; the JSON starts at the first brace.
       const brace = rawLine.indexOf('{');
