@@ -17,10 +17,12 @@ const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 const TYPES = new Set(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
 
+/** Prometheus reads values with Go's ParseFloat: NaN and Inf in any case (prom-client writes "Nan"). */
 function parseValue(raw: string, where: string): number {
-  if (raw === '+Inf') return Infinity;
-  if (raw === '-Inf') return -Infinity;
-  if (raw === 'NaN') return NaN;
+  const lower = raw.toLowerCase();
+  if (['+inf', 'inf', '+infinity', 'infinity'].includes(lower)) return Infinity;
+  if (['-inf', '-infinity'].includes(lower)) return -Infinity;
+  if (lower === 'nan') return NaN;
   if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw)) throw new Error(`${where}: "${raw}" is not a float`);
   return Number(raw);
 }
