@@ -181,7 +181,17 @@ test('SIGKILL of one worker under load: it is replaced, the other keeps answerin
   for (const r of more) expect(r.ok?.status).toBe(200);
   const live = [survivor, replacement.workerPid as number];
   expect(liveWorkers().sort()).toEqual([...live].sort());
-  await api.waitForLine((l) => l.req?.id === 'after-19', 'the last request line');
+  // Workers write to one pipe independently: await the own line of every KV request the live workers
+  // answered after the death (a worker's lines arrive in its order, so its earlier ones are in by then).
+  // Before the death, an answer may have come from the victim, killed before it could log it.
+  const answeredIds = [
+    ...results.filter((r) => r.index >= boundary && r.index % 2 === 0).map((r) => `kill-${r.index}`),
+    ...more.map((r) => `after-${r.index}`),
+  ];
+  await api.waitForLine(() => {
+    const seen = new Set(api.lines.map((l) => l.req?.id));
+    return answeredIds.every((id) => seen.has(id));
+  }, 'the line of every answered KV request');
   expect(api.lines.filter(kvGetLine(replacement.workerPid as number)).length).toBeGreaterThan(0);
 
   // The killed worker's counts died with it; the cluster's text is exactly the live workers' sum.

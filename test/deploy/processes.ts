@@ -61,7 +61,8 @@ export function spawnLogged(command: string, args: string[], env: Record<string,
   child.stdout!.on('data', onChunk);
   child.stderr!.on('data', onChunk);
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
+    // 'close', not 'exit': the log lines still in the pipe are read before a test looks at them.
+    child.once('close', (code, signal) => resolve({ code, signal })),
   );
   return {
     child,
