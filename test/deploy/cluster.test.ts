@@ -1,5 +1,6 @@
 // The built API as it runs in production: `node dist/services/api/main.js`, two cluster workers, a
 // real database. Worker death under load, cluster-wide /metrics, request logs, SIGTERM drain.
+import http from 'node:http';
 import { Client } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { freePort } from '../../shared/embeddedPostgres';
@@ -213,7 +214,9 @@ test('SIGTERM under load: the request in flight completes, new connections stop,
     DEFAULT_TENANT,
     JSON.stringify([{ op: 'put', ns: 'deploy', key: 'held', value: 'holder', ttlSeconds: 600 }]),
   ]);
-  const inFlight = request(port, 'PUT', '/api/v1/kv/deploy/held', JSON.stringify({ value: 'in-flight', ttlSeconds: 600 }), { 'x-request-id': 'held-1' });
+  // On a keep-alive connection: once answered it turns idle mid-drain and must be closed then, not at the deadline.
+  const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const inFlight = request(port, 'PUT', '/api/v1/kv/deploy/held', JSON.stringify({ value: 'in-flight', ttlSeconds: 600 }), { 'x-request-id': 'held-1' }, keepAlive);
   const watcher = new Client({ connectionString: db.url });
   watcher.on('error', () => undefined);
   await watcher.connect();
@@ -253,6 +256,9 @@ test('SIGTERM under load: the request in flight completes, new connections stop,
   expect(api.lines.filter((l) => l.msg === 'worker drained').length).toBe(workers.length);
   expect(api.lines.some((l) => l.msg === 'stopped')).toBe(true);
   expect(api.lines.some((l) => l.msg === 'request aborted')).toBe(false);
+  expect(api.lines.some((l) => l.msg === 'drain deadline reached: closing the connections still open')).toBe(false);
+  expect(answer.headers.connection).toBe('keep-alive');
+  keepAlive.destroy();
 
   // A request a worker began was answered in full; what failed never reached a worker.
   const handled = new Set(api.lines.filter((l) => l.msg === 'request completed').map((l) => l.req?.id));

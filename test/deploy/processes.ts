@@ -102,11 +102,11 @@ export interface HttpAnswer {
   text: string;
 }
 
-/** One request on its own connection. */
-export function request(port: number, method: string, urlPath: string, body?: string, headers: Record<string, string> = {}): Promise<HttpAnswer> {
+/** One request on its own connection, unless a keep-alive `agent` is given. */
+export function request(port: number, method: string, urlPath: string, body?: string, headers: Record<string, string> = {}, agent: http.Agent | false = false): Promise<HttpAnswer> {
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { host: '127.0.0.1', port, method, path: urlPath, agent: false, headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers } },
+      { host: '127.0.0.1', port, method, path: urlPath, agent, headers: { ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers } },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c) => chunks.push(c));
