@@ -54,6 +54,7 @@ const STATUS: Record<string, number> = {
   kv_unavailable: 503,
   db_unavailable: 503,
   shutting_down: 503,
+  metrics_unavailable: 503,
 };
 
 export class ApiError extends Error {

@@ -7,6 +7,8 @@ import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
 import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
+import { requestLog } from './requestLog';
+import { ApiError } from '../../shared/errors';
 
 export interface AppDeps {
   config: Config;
@@ -14,6 +16,8 @@ export interface AppDeps {
   log: Logger;
   metrics: Metrics;
   isReady?: () => boolean;
+  /** The text /metrics serves: the cluster's under node:cluster, this registry's otherwise. */
+  metricsText?: () => Promise<string>;
 }
 
 export function createApp(deps: AppDeps): Express {
@@ -22,11 +26,20 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
+  app.use(requestLog(log));
 
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics }));
+  const metricsText = deps.metricsText ?? (() => metrics.register.metrics());
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
-    res.type(metrics.register.contentType).send(await metrics.register.metrics());
+    let text: string;
+    try {
+      text = await metricsText();
+    } catch (err) {
+      // A partial sum would read as a counter reset; a failed scrape is the honest answer.
+      throw new ApiError('metrics_unavailable', `The cluster's metrics could not be collected: ${(err as Error).message}.`, { retryAfterSeconds: 1 });
+    }
+    res.type(metrics.register.contentType).send(text);
   });
 
   app.use(notFound);
