@@ -8,8 +8,11 @@ export function createMetrics(register = new client.Registry()) {
   const r = [register];
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
     new client.Counter<L>({ name, help, labelNames, registers: r });
-  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
-    new client.Gauge<L>({ name, help, labelNames, registers: r });
+  // `aggregator` says how the API primary merges one gauge across cluster workers: a per-worker
+  // quantity (pool in use) sums; a view of shared state (a switch, a table's backlog) must not be
+  // counted once per worker, so it takes the min (any worker paused reads paused) or the max.
+  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = [], aggregator: client.Aggregator = 'sum') =>
+    new client.Gauge<L>({ name, help, labelNames, registers: r, aggregator });
 
   return {
     register,
@@ -26,17 +29,17 @@ export function createMetrics(register = new client.Registry()) {
     kvPoolInUse: gauge('queen_kv_pool_in_use', 'Connections of the dedicated KV pool checked out now.'),
     kvPoolWaiting: gauge('queen_kv_pool_waiting', 'Requests waiting for a connection of the dedicated KV pool.'),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
-    switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const),
+    switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Prune (sweeper)
-    kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).'),
-    kvExpiryLag: gauge('queen_kv_expiry_lag_seconds', 'Age of the oldest expired row not yet pruned, in seconds.'),
+    kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).', [], 'max'),
+    kvExpiryLag: gauge('queen_kv_expiry_lag_seconds', 'Age of the oldest expired row not yet pruned, in seconds.', [], 'max'),
     kvPruned: counter('queen_kv_pruned_total', 'Expired rows deleted by the sweeper.'),
     // Timers
     timersScheduled: counter('queen_timers_scheduled_total', 'Timer schedules and reschedules accepted (billed: the promise, not the delivery).'),
     timersCancelled: counter('queen_timers_cancelled_total', 'Timers cancelled before they fired.'),
     timersFired: counter('queen_timers_fired_total', 'Timers fired into the log.'),
-    timersDue: gauge('queen_timers_due', 'Timers whose deliverAt has passed and that have not fired yet.'),
-    timersOldestLate: gauge('queen_timers_oldest_late_seconds', 'How late the oldest due timer is, in seconds (0 when none is due).'),
+    timersDue: gauge('queen_timers_due', 'Timers whose deliverAt has passed and that have not fired yet.', [], 'max'),
+    timersOldestLate: gauge('queen_timers_oldest_late_seconds', 'How late the oldest due timer is, in seconds (0 when none is due).', [], 'max'),
     // Sweeper
     sweeperCycles: counter('queen_sweeper_cycles_total', 'Sweeper cycles completed.'),
     sweeperCycleSeconds: new client.Histogram<'phase'>({
@@ -46,8 +49,8 @@ export function createMetrics(register = new client.Registry()) {
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: r,
     }),
-    sweeperBatchSize: gauge('queen_sweeper_batch_size', 'The batch size the sweeper uses now (it shrinks under pressure).'),
-    sweeperPhaseSuspended: gauge('queen_sweeper_phase_suspended', 'Phases the sweeper has suspended under pressure: 1 suspended, 0 running.', ['phase'] as const),
+    sweeperBatchSize: gauge('queen_sweeper_batch_size', 'The batch size the sweeper uses now (it shrinks under pressure).', [], 'max'),
+    sweeperPhaseSuspended: gauge('queen_sweeper_phase_suspended', 'Phases the sweeper has suspended under pressure: 1 suspended, 0 running.', ['phase'] as const, 'max'),
   };
 }
 

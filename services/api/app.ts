@@ -9,6 +9,8 @@ import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { systemRoutes } from './routes/system';
 import type { OpsHandles } from './server';
+import { requestLog } from './requestLog';
+import { ApiError } from '../../shared/errors';
 
 export interface AppDeps {
   config: Config;
@@ -18,6 +20,8 @@ export interface AppDeps {
   isReady?: () => boolean;
   /** Switches, grants and the admission guards every KV and timer route applies (guards.ts). */
   ops: OpsHandles;
+  /** The text /metrics serves: the cluster's under node:cluster, this registry's otherwise. */
+  metricsText?: () => Promise<string>;
 }
 
 export function createApp(deps: AppDeps): Express {
@@ -26,12 +30,21 @@ export function createApp(deps: AppDeps): Express {
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
+  app.use(requestLog(log));
 
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics, guards: ops.guards }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
+  const metricsText = deps.metricsText ?? (() => metrics.register.metrics());
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
-    res.type(metrics.register.contentType).send(await metrics.register.metrics());
+    let text: string;
+    try {
+      text = await metricsText();
+    } catch (err) {
+      // A partial sum would read as a counter reset; a failed scrape is the honest answer.
+      throw new ApiError('metrics_unavailable', `The cluster's metrics could not be collected: ${(err as Error).message}.`, { retryAfterSeconds: 1 });
+    }
+    res.type(metrics.register.contentType).send(text);
   });
 
   app.use(notFound);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
 import type { Config } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
+import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
 import { relaySwitchesInPrimary } from './switches';
 import { workerShare } from './rateLimit';
@@ -75,20 +76,27 @@ async function primary(): Promise<void> {
 
   // Kill switches: a flip taken by one worker reaches its siblings through here (switches.ts).
   relaySwitchesInPrimary();
-
+  installMetricsAggregation(log);
   let stopping = false;
   const restarts: number[] = [];
-  const fork = (): Worker => cluster.fork({ DATABASE_URL: config.databaseUrl, QUEEN_SCHEMA_APPLIED: '1' });
+  const fork = (replacing?: number): Worker => {
+    const worker = cluster.fork({ DATABASE_URL: config.databaseUrl, QUEEN_SCHEMA_APPLIED: '1' });
+    if (replacing !== undefined) {
+      worker.once('listening', () => log.info({ workerPid: worker.process.pid, replaced: replacing }, 'replacement API worker listening'));
+    }
+    return worker;
+  };
   for (let i = 0; i < config.workers; i++) fork();
   cluster.on('exit', (worker, code, signal) => {
     if (stopping) return;
-    // Back off when workers die in a loop: a crash at boot must not become a fork storm.
+    // Back off when workers die in a loop: a crash at boot must not become a fork storm. Deaths
+    // older than a minute are forgiven, so one crash a day restarts at once.
     const now = Date.now();
     while (restarts.length && now - restarts[0] > 60_000) restarts.shift();
     restarts.push(now);
-    const delay = Math.min(30_000, 100 * 2 ** Math.max(0, restarts.length - 1));
-    log.error({ workerPid: worker.process.pid, code, signal, restartInMs: delay }, 'API worker died; replacing it');
-    setTimeout(() => !stopping && fork(), delay);
+    const delay = restarts.length === 1 ? 0 : Math.min(30_000, 100 * 2 ** (restarts.length - 1));
+    log.error({ workerPid: worker.process.pid, code, signal, restartInMs: delay, deathsLastMinute: restarts.length }, 'API worker died; replacing it');
+    setTimeout(() => !stopping && fork(worker.process.pid), delay);
   });
 
   const shutdown = async (signal: string) => {
@@ -96,24 +104,29 @@ async function primary(): Promise<void> {
     stopping = true;
     log.info({ signal }, 'stopping: draining workers');
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w);
+    // Workers drain within 80% of the timeout on their own; this is the backstop.
     const timer = setTimeout(() => {
       log.error({ timeoutMs: config.shutdownTimeoutMs }, 'workers did not drain in time; killing them');
-      for (const w of workers) w.process.kill('SIGKILL');
+      for (const w of workers) if (!w.isDead()) w.process.kill('SIGKILL');
+      if (sweeper && sweeper.exitCode === null) sweeper.kill('SIGKILL');
     }, config.shutdownTimeoutMs);
-    await Promise.all(
-      workers.map((w) => new Promise<void>((resolve) => {
-        if (w.isDead()) return resolve();
-        w.once('exit', () => resolve());
+    const exited = (child: { once(event: 'exit', fn: (code: number | null, signal: string | null) => void): unknown }) =>
+      new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    await Promise.all([
+      ...workers.map((w) => {
+        if (w.isDead()) return Promise.resolve();
+        const done = exited(w.process);
         w.process.kill('SIGTERM');
-      })),
-    );
+        return done;
+      }),
+      (async () => {
+        if (!sweeper || sweeper.exitCode !== null || sweeper.signalCode !== null) return;
+        const done = exited(sweeper);
+        sweeper.kill('SIGTERM');
+        await done;
+      })(),
+    ]);
     clearTimeout(timer);
-    if (sweeper && sweeper.exitCode === null) {
-      await new Promise<void>((resolve) => {
-        sweeper!.once('exit', () => resolve());
-        sweeper!.kill('SIGTERM');
-      });
-    }
     await embedded?.stop();
     log.info('stopped');
     process.exit(0);
@@ -127,8 +140,19 @@ async function worker(): Promise<void> {
   const log = createLogger('api', config.logLevel);
   const server = await startApiServer(config, log, poolSizesPerWorker(config));
   log.info({ port: server.port }, 'API worker listening');
+  let stopping = false;
   const stop = async () => {
+    // The primary's SIGTERM and a process-group SIGTERM (nf, a terminal) both arrive: drain once.
+    if (stopping) return;
+    stopping = true;
+    log.info('worker draining: no new connections, finishing the requests in flight');
+    // Past the deadline the primary SIGKILLs; exiting first keeps the exit ours and logged.
+    setTimeout(() => {
+      log.error('worker drain did not finish in time; exiting');
+      process.exit(1);
+    }, Math.floor(config.shutdownTimeoutMs * 0.95)).unref();
     await server.close();
+    log.info('worker drained');
     process.exit(0);
   };
   process.on('SIGTERM', () => void stop());

@@ -1,12 +1,15 @@
 // One API worker: pools, app, HTTP server, and a close that drains. Used by main.ts for each
 // cluster worker and by the tests in-process.
+import cluster from 'node:cluster';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import client from 'prom-client';
 import type { Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
 import { createApp } from './app';
+import { workerMetricsSource } from './clusterMetrics';
 import { Guards } from './guards';
 import { Switches } from './switches';
 import { TenantBook } from './tenantBook';
@@ -31,6 +34,15 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const pools = createPools(config, sizes, 'queen-api');
   const metrics = createMetrics();
   primeMetrics(metrics);
+  client.collectDefaultMetrics({ register: metrics.register });
+  // The pool gauges are sampled when scraped: a read of three integers, nothing on the request path.
+  const refresh = () => {
+    metrics.kvPoolInUse.set(pools.kv.totalCount - pools.kv.idleCount);
+    metrics.kvPoolWaiting.set(pools.kv.waitingCount);
+  };
+  const metricsText = cluster.isWorker
+    ? workerMetricsSource(metrics.register, refresh)
+    : () => (refresh(), metrics.register.metrics());
   const switches = new Switches(pools.message, config.databaseUrl, log, metrics);
   const book = new TenantBook(pools.message, config.kvRequireGrant, log);
   // Both read the database before the first request, so a paused cell never serves one call open.
@@ -38,9 +50,12 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const guards = new Guards({ config, kvPool: pools.kv, switches, book, metrics, log });
   const ops = { switches, book, guards };
   let ready = true;
-  const app = createApp({ config, pools, log, metrics, isReady: () => ready, ops });
-  // A KV call certainly refused by a switch or a bucket is answered before Express (guards.preflight).
+  let draining = false;
+  const app = createApp({ config, pools, log, metrics, isReady: () => ready, metricsText, ops });
   const server = http.createServer((req, res) => {
+    // A request that arrives during the drain is answered and its connection closed after it.
+    if (draining) res.shouldKeepAlive = false;
+    // A KV call certainly refused by a switch or a bucket is answered before Express (guards.preflight).
     if (!guards.preflight(req, res)) app(req, res);
   });
   server.keepAliveTimeout = 65_000;
@@ -59,8 +74,22 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
     close() {
       closing ??= (async () => {
         ready = false;
+        draining = true;
+        const started = Date.now();
         await new Promise<void>((resolve) => {
-          server.close(() => resolve());
+          // Keep-alive connections whose in-flight request finishes after close() become idle
+          // later; closing the idle ones every 100 ms ends them without cutting any response.
+          const sweepIdle = setInterval(() => server.closeIdleConnections(), 100);
+          // The worker's share of QUEEN_SHUTDOWN_TIMEOUT_MS; the primary SIGKILLs at the full timeout.
+          const deadline = setTimeout(() => {
+            log.warn({ afterMs: Date.now() - started }, 'drain deadline reached: closing the connections still open');
+            server.closeAllConnections();
+          }, Math.floor(config.shutdownTimeoutMs * 0.8));
+          server.close(() => {
+            clearInterval(sweepIdle);
+            clearTimeout(deadline);
+            resolve();
+          });
           server.closeIdleConnections();
         });
         book.stop();
