@@ -23,6 +23,7 @@
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
 import type { Request } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../shared/config';
 import { ApiError, coerceError } from '../../shared/errors';
@@ -37,7 +38,12 @@ export type Where = 'route' | 'wire';
 
 /** How long a paused surface asks a client to stay away; a pause is an incident measured in minutes. */
 export const PAUSED_RETRY_AFTER_SECONDS = 30;
-/** A standalone KV write is shed when this many requests per pool connection already wait. */
+/**
+ * Standalone KV writes are shed when the pool is saturated: an acquire has already timed out within
+ * SHED_WINDOW (rung 2 is active: this is sustained pressure, not a burst) and at least this many
+ * requests per pool connection are still waiting. A burst of fifty concurrent writes against an
+ * idle cell queues briefly and is served; a database slowed down sheds the writes first.
+ */
 export const SHED_WAITING_PER_CONNECTION = 1;
 
 export const REFUSAL_CODES = [
@@ -66,7 +72,7 @@ export interface KvCost {
  * One operation is one token. An unknown op, or a batch over the limit, is charged nothing: the SQL
  * refuses it with a 400 and a malformed call should not drain the caller's bucket.
  */
-export function kvCost(ops: unknown, maxBatch: number): KvCost {
+export function kvCost(ops: unknown, maxBatch: number, measureBytes = true): KvCost {
   const cost: KvCost = { reads: 0, writes: 0, delta: { rows: 0, bytes: 0, timers: 0 } };
   if (!Array.isArray(ops) || ops.length > maxBatch) return cost;
   for (const op of ops) {
@@ -78,10 +84,22 @@ export function kvCost(ops: unknown, maxBatch: number): KvCost {
       cost.writes++;
       const o = op as Record<string, unknown>;
       cost.delta.rows++;
-      cost.delta.bytes += Buffer.byteLength(JSON.stringify(o.value ?? 0) ?? '') + (typeof o.key === 'string' ? Buffer.byteLength(o.key) : 0);
+      if (measureBytes) cost.delta.bytes += approximateBytes(o.value) + (typeof o.key === 'string' ? Buffer.byteLength(o.key) : 0);
     }
   }
   return cost;
+}
+
+/**
+ * The size a value will take, for the quota's local delta only. A value nested deeper than
+ * JSON.stringify can walk is refused by PostgreSQL anyway (a 400), so it counts as nothing here.
+ */
+function approximateBytes(value: unknown): number {
+  try {
+    return Buffer.byteLength(JSON.stringify(value ?? 0) ?? '');
+  } catch {
+    return 0;
+  }
 }
 
 /** Timer ops inside the wire: schedule adds a timer, reschedule is billed like one, cancel is free and never gated. */
@@ -108,16 +126,24 @@ export interface GuardDeps {
 export class Guards {
   readonly limiter: RateLimiter;
   private readonly shedAt: number;
+  private readonly shedWindowMs: number;
+  private lastAcquireTimeoutAt = -Infinity;
 
   constructor(private readonly deps: GuardDeps) {
     this.limiter = new RateLimiter(deps.config);
     const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
+    this.shedWindowMs = Math.max(1000, 2 * deps.config.kvAcquireTimeoutMs);
     const update = () => this.updatePoolGauges();
     for (const event of ['connect', 'acquire', 'release', 'remove'] as const) deps.kvPool.on(event as 'connect', update);
     this.updatePoolGauges();
     // Every refusal series exists from boot, so an alert on any of them can be written before the first one.
     for (const code of REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
+  }
+
+  /** The pool is past a burst: it has turned someone away lately and its queue is still as deep as the pool. */
+  private saturated(): boolean {
+    return this.deps.kvPool.waitingCount >= this.shedAt && performance.now() - this.lastAcquireTimeoutAt < this.shedWindowMs;
   }
 
   updatePoolGauges(): void {
@@ -180,11 +206,11 @@ export class Guards {
     const { config, switches, book } = this.deps;
     this.refuseIf(!switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', opts.where);
     const tenant = tenantOf(config, req);
-    const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch);
+    const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
     this.checkGrant(tenant, 'kv');
     this.checkKvQuota(tenant, cost);
     this.checkRate(tenant, cost.reads, cost.writes);
-    if (opts.where === 'route' && cost.writes > 0 && this.deps.kvPool.waitingCount >= this.shedAt) {
+    if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
       this.updatePoolGauges();
       this.refuse(
         new ApiError(
@@ -232,7 +258,7 @@ export class Guards {
     this.refuseIf(hasKv && !switches.kv, 'kv_disabled', 'KV is paused by the operator; a bundle carrying a kv array is refused until it is resumed.', 'wire');
     this.refuseIf(hasSchedules && !switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; a bundle scheduling timers is refused until it is resumed.', 'wire');
     const tenant = tenantOf(config, req);
-    const cost = kvCost(kvOps, config.kvMaxBatch);
+    const cost = kvCost(kvOps, config.kvMaxBatch, book.hasBytesLimit(tenant));
     if (hasKv) this.checkGrant(tenant, 'kv');
     if (hasSchedules) this.checkGrant(tenant, 'timers');
     this.checkKvQuota(tenant, cost);
@@ -251,7 +277,10 @@ export class Guards {
       return result;
     } catch (err) {
       const coerced = coerceError(err);
-      if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') this.deps.metrics.kvRefusals.inc({ code: coerced.code });
+      if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
+        this.deps.metrics.kvRefusals.inc({ code: coerced.code });
+        if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
+      }
       // The original goes on: the route's own accounting and the one error handler read it.
       throw err;
     } finally {

@@ -142,6 +142,10 @@ export class TenantBook {
     return 'ok';
   }
 
+  hasBytesLimit(tenant: string): boolean {
+    return (this.quotas.get(tenant)?.maxBytes ?? null) !== null;
+  }
+
   /** Whether a KV occupancy limit could refuse a write of this tenant (then only the full path may answer). */
   hasKvLimits(tenant: string): boolean {
     const quota = this.quotas.get(tenant);
