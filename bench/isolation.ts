@@ -239,7 +239,7 @@ async function main(): Promise<void> {
       `CPU during flood      API ${(apiDuring / SECONDS).toFixed(2)} cores, PostgreSQL ${db.postmasterPid ? (pgDuring / SECONDS).toFixed(2) : '?'} cores, flood generators ${(((reads.generatorCpuSeconds ?? 0) + (writes.generatorCpuSeconds ?? 0)) / SECONDS).toFixed(2)} cores, ` +
         `push generator ${pushGenCores.toFixed(2)} cores, machine ${machinePct.toFixed(0)}% busy of ${os.cpus().length} cores, load average ${os.loadavg()[0].toFixed(1)}`,
     );
-    out(`refusals during flood ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (one API worker's /metrics; the cell's when the metrics are aggregated)`);
+    out(`refusals during flood ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (the cell's /metrics, summed over its workers)`);
 
     const alone = (alone1.okPerSec + alone2.okPerSec) / 2;
     const ratio = flooded.okPerSec / alone;
