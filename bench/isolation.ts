@@ -9,7 +9,8 @@
 // The issue's bar is a ratio of at least 0.8.
 //
 // Environment: DATABASE_URL (else an embedded PostgreSQL in a temp dir), BENCH_SECONDS (10),
-// BENCH_WORKERS (2, the API's QUEEN_WORKERS), BENCH_PUSH_CONNECTIONS (8).
+// BENCH_WORKERS (2, the API's QUEEN_WORKERS), BENCH_PUSH_CONNECTIONS (8), BENCH_FLOOD (reads,writes:
+// the lanes to run), BENCH_KV_PAUSED (1: KV paused during the flood, so the flood is HTTP only).
 // Needs POST /api/v1/push (branch `log`); on a build without it, it says so and exits 2.
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -205,6 +206,12 @@ async function main(): Promise<void> {
     const aloneCpu = `API ${((treeCpu(api.pid!) - cpu0.api) / SECONDS).toFixed(2)} cores, PostgreSQL ${db.postmasterPid ? ((treeCpu(db.postmasterPid) - cpu0.pg) / SECONDS).toFixed(2) : '?'} cores`;
     out(`push alone            ${alone1.okPerSec.toFixed(0)} pushes/s  (p99 ${alone1.p99Ms} ms, non-2xx ${alone1.non2xx}; ${aloneCpu})`);
 
+    // Diagnostic: BENCH_KV_PAUSED=1 pauses KV during the flood, so every flood call is refused
+    // (503 kv_disabled) before Express: what the flood's HTTP alone costs the message path.
+    const paused = process.env.BENCH_KV_PAUSED === '1';
+    const flip = (kv: boolean) =>
+      fetch(`http://127.0.0.1:${port}/api/v1/system/kv-timers`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ kv }) });
+    if (paused) await flip(false);
     const refusedBefore = await statusCounts(port);
     const apiBefore = treeCpu(api.pid!);
     const pgBefore = treeCpu(db.postmasterPid);
@@ -218,6 +225,7 @@ async function main(): Promise<void> {
       lanes.includes('writes') ? floodLane(port, 'writes', FLOOD_FACTOR * WRITES_PER_SEC) : none,
     ]);
     const refusedAfter = await statusCounts(port);
+    if (paused) await flip(true);
     const apiDuring = treeCpu(api.pid!) - apiBefore;
     const pgDuring = treeCpu(db.postmasterPid) - pgBefore;
     const self = process.cpuUsage(selfBefore);
