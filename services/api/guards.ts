@@ -7,10 +7,14 @@
 //                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
 //   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
 //   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling)
-//   5. the dedicated pool             503 kv_unavailable + Retry-After: standalone KV writes are shed
-//                                     at once when the pool's queue is as deep as the pool, so the
-//                                     wire's KV writes (on the message pool) carry on; anything else
-//                                     waits for a connection up to QUEEN_KV_ACQUIRE_TIMEOUT_MS.
+//   5. the dedicated pool             503 kv_unavailable + Retry-After: an acquire that waits past
+//                                     QUEEN_KV_ACQUIRE_TIMEOUT_MS; and, once the pool is saturated
+//                                     (it has timed someone out lately and its queue is as deep as
+//                                     the pool), standalone KV writes are shed at once while the
+//                                     wire's KV writes (on the message pool) carry on.
+//
+// Before all of it, preflight() answers from the raw request the calls a switch or a bucket
+// certainly refuses, so a flood costs the HTTP parse and little else.
 //
 // Nothing here runs a statement: the switches are an in-process object, grants and usage come from
 // TenantBook's background copy, the buckets are arithmetic.
@@ -40,7 +44,7 @@ export type Where = 'route' | 'wire';
 export const PAUSED_RETRY_AFTER_SECONDS = 30;
 /**
  * Standalone KV writes are shed when the pool is saturated: an acquire has already timed out within
- * SHED_WINDOW (rung 2 is active: this is sustained pressure, not a burst) and at least this many
+ * max(1 s, 2 x QUEEN_KV_ACQUIRE_TIMEOUT_MS) (rung 2 is active: sustained pressure, not a burst) and at least this many
  * requests per pool connection are still waiting. A burst of fifty concurrent writes against an
  * idle cell queues briefly and is served; a database slowed down sheds the writes first.
  */
