@@ -1,0 +1,42 @@
+-- 030: timers (a message promised now and delivered later) and the sweeper's claim targets.
+-- Decisions, briefly:
+--  * timer_id is the identity and the source of the fired message's transactionId
+--    ('timer:' || timer_id), so a fire can never store a message twice even if it ran twice.
+--  * shard is generated from the id with the same modulus as queen.kv (64), so one claimed row of
+--    queen.sweeper_shards covers the same shard of both tables; generated and stored, no update
+--    can move a timer to another shard.
+--  * deliver_at is stored at millisecond precision (the procedures truncate), so the ISO text the
+--    wire shows is exactly the stored value and a keyset cursor built from it is exact.
+--  * timer_key is unique per tenant only when given: a partial unique index, so timers without a
+--    key cost nothing in it.
+
+CREATE TABLE IF NOT EXISTS queen.log_timers (
+  timer_id   UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+  tenant_id  UUID NOT NULL,
+  timer_key  TEXT COLLATE "C",
+  queue      TEXT NOT NULL,
+  partition  TEXT NOT NULL DEFAULT 'Default',
+  payload    JSONB NOT NULL,
+  deliver_at TIMESTAMPTZ NOT NULL,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  shard      SMALLINT NOT NULL GENERATED ALWAYS AS ((uuid_hash_extended(timer_id, 0) & 63)::smallint) STORED
+) WITH (vacuum_truncate = off);
+
+-- The sweeper's claim: per shard, oldest due first. timer_id is the tie-breaker of the order.
+CREATE INDEX IF NOT EXISTS idx_log_timers_shard_due ON queen.log_timers (shard, deliver_at, timer_id);
+-- The list route's keyset, per tenant by (deliver_at, timer_id).
+CREATE INDEX IF NOT EXISTS idx_log_timers_tenant_due ON queen.log_timers (tenant_id, deliver_at, timer_id);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_log_timers_tenant_key ON queen.log_timers (tenant_id, timer_key)
+  WHERE timer_key IS NOT NULL;
+
+-- One row per shard: what a sweeper locks (FOR UPDATE SKIP LOCKED) for the duration of the work on
+-- that shard, so two sweepers never work one shard at once; last_swept_at orders the claim (least
+-- recently swept first), so a dead sweeper's shards are the oldest and are taken within a cycle.
+CREATE TABLE IF NOT EXISTS queen.sweeper_shards (
+  shard         SMALLINT PRIMARY KEY CHECK (shard BETWEEN 0 AND 63),
+  last_swept_at TIMESTAMPTZ,
+  swept_by      TEXT
+);
+INSERT INTO queen.sweeper_shards (shard)
+SELECT s::smallint FROM generate_series(0, 63) AS s
+ON CONFLICT (shard) DO NOTHING;
