@@ -351,7 +351,8 @@ END $$;
 -- swept first, with FOR UPDATE SKIP LOCKED, and hold them until commit: two sweepers never work one
 -- shard at once, and a dead sweeper's claim ends with its connection. Then fire (unless the switch
 -- says no, read here, fresh), prune (unless the caller suspended it), mark the shards swept.
--- claimedAt and finishedAt are read from the server's clock inside the claim, for the tests.
+-- claimedAtUs and finishedAtUs (epoch microseconds) are read from the server's clock inside the claim,
+-- so a test can check that no two passes over one shard ever overlapped.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
 RETURNS JSONB
@@ -364,6 +365,7 @@ DECLARE
   v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
   v_pruned INT := 0;
   v_prune_full BOOLEAN := false;
+  v_fired_at TIMESTAMPTZ;
   v_n INT;
   v_s SMALLINT;
 BEGIN
@@ -380,6 +382,7 @@ BEGIN
   IF v_fire_on THEN
     v_fire := queen.timers_fire_v1(v_shards, p_fire_limit);
   END IF;
+  v_fired_at := clock_timestamp();
   IF p_prune THEN
     FOREACH v_s IN ARRAY v_shards LOOP
       v_n := queen.kv_prune_v1(v_s, p_prune_limit);
@@ -394,7 +397,10 @@ BEGIN
     'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
     'fireFull', (v_fire ->> 'fired')::int >= p_fire_limit,
     'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'claimedAt', v_claimed_at, 'finishedAt', clock_timestamp());
+    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
+    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
 END $$;
 
 -- What the sweeper's gauges show. Per-shard probes of the two shard-led indexes (64 short index

@@ -7,6 +7,7 @@ import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
 import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
+import { timerRoutes } from './routes/timers';
 
 export interface AppDeps {
   config: Config;
@@ -25,6 +26,7 @@ export function createApp(deps: AppDeps): Express {
 
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics }));
+  app.use(timerRoutes({ config, pool: pools.kv, metrics }));
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
     res.type(metrics.register.contentType).send(await metrics.register.metrics());
   });
