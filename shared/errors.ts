@@ -44,6 +44,7 @@ const STATUS: Record<string, number> = {
   timers_batch_too_large: 400,
   timers_unknown_op: 400,
   timers_queue_required: 400,
+  timers_invalid_queue: 400,
   timers_invalid_partition: 400,
   timers_payload_required: 400,
   timers_payload_too_large: 400,

@@ -111,14 +111,20 @@ BEGIN
     PERFORM queen.timers_uuid_v1(p_op -> 'timerId', p_index);
     RETURN queen.timers_when_v1(p_op, p_index, p_now);
   END IF;
-  IF jsonb_typeof(p_op -> 'queue') IS DISTINCT FROM 'string' OR length(p_op ->> 'queue') NOT BETWEEN 1 AND 256 THEN
+  -- The log's own name rule (queen.log_name_ok_v1), checked now: a name the log would refuse at
+  -- fire time would be a promise that can never be kept.
+  IF jsonb_typeof(p_op -> 'queue') IS DISTINCT FROM 'string' THEN
     PERFORM queen.kv_fail_v1('timers_queue_required',
-      format('Operation %s: queue must be a queue name of 1 to 256 characters.', p_index), p_index);
+      format('Operation %s: queue is required (the queue the message is delivered to).', p_index), p_index);
+  END IF;
+  IF NOT queen.log_name_ok_v1(p_op ->> 'queue') THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_queue', format(
+      'Operation %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_op ? 'partition' AND p_op -> 'partition' <> 'null'::jsonb
-     AND (jsonb_typeof(p_op -> 'partition') IS DISTINCT FROM 'string' OR length(p_op ->> 'partition') NOT BETWEEN 1 AND 256) THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_partition',
-      format('Operation %s: partition must be a partition name of 1 to 256 characters.', p_index), p_index);
+     AND (jsonb_typeof(p_op -> 'partition') IS DISTINCT FROM 'string' OR NOT queen.log_name_ok_v1(p_op ->> 'partition')) THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_partition', format(
+      'Operation %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF NOT p_op ? 'payload' THEN
     PERFORM queen.kv_fail_v1('timers_payload_required',
@@ -300,20 +306,35 @@ $$;
 CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_shards SMALLINT[], p_limit INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_ids UUID[];
+  v_claimed JSONB;
   r RECORD;
   v_answer JSONB;
   v_fired INT := 0;
   v_duplicates INT := 0;
   v_late DOUBLE PRECISION := 0;
 BEGIN
-  FOR r IN
+  SELECT jsonb_agg(jsonb_build_object('timerId', c.timer_id, 'queue', c.queue, 'partition', c.partition,
+                                      'payload', c.payload, 'deliverAt', c.deliver_at)
+                   ORDER BY c.deliver_at, c.timer_id)
+    INTO v_claimed
+  FROM (
     SELECT t.timer_id, t.queue, t.partition, t.payload, t.deliver_at
     FROM queen.log_timers t
     WHERE t.shard = ANY (p_shards) AND t.deliver_at <= now()
     ORDER BY t.deliver_at, t.timer_id
     LIMIT p_limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE SKIP LOCKED) c;
+  IF v_claimed IS NULL THEN
+    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  END IF;
+  -- The lock order: timers (held above), then partitions in ascending (queue, partition) order,
+  -- taken up front as queen.log_push_items_v1 does, so a pass and a transaction-wire bundle pushing
+  -- to the same partitions can never wait on each other in a circle.
+  PERFORM queen.log_lock_partitions_v1(v_claimed);
+  FOR r IN
+    SELECT (e ->> 'timerId')::uuid AS timer_id, e ->> 'queue' AS queue, e ->> 'partition' AS partition,
+           e -> 'payload' AS payload, (e ->> 'deliverAt')::timestamptz AS deliver_at
+    FROM jsonb_array_elements(v_claimed) WITH ORDINALITY AS x(e, ord) ORDER BY x.ord
   LOOP
     v_answer := queen.log_push_v1(r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     IF v_answer ->> 'status' = 'duplicate' THEN
@@ -321,11 +342,9 @@ BEGIN
     END IF;
     v_fired := v_fired + 1;
     v_late := greatest(v_late, extract(epoch FROM clock_timestamp() - r.deliver_at)::double precision);
-    v_ids := array_append(v_ids, r.timer_id);
   END LOOP;
-  IF v_fired > 0 THEN
-    DELETE FROM queen.log_timers WHERE timer_id = ANY (v_ids);
-  END IF;
+  DELETE FROM queen.log_timers
+  WHERE timer_id IN (SELECT (e ->> 'timerId')::uuid FROM jsonb_array_elements(v_claimed) e);
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_duplicates, 'maxLateSeconds', v_late);
 END $$;
 
