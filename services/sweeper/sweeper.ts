@@ -61,6 +61,7 @@ export class Sweeper extends EventEmitter {
   private wakeSleep: (() => void) | undefined;
   private listener: Client | undefined;
   private cycles = 0;
+  private inCycle = false;
   private lastUsageAt = 0;
   private lastGaugesAt = 0;
 
@@ -92,6 +93,11 @@ export class Sweeper extends EventEmitter {
     this.wakeSleep?.();
   }
 
+  /** True while a cycle runs; false while asleep. A test that wrote something awaits a cycle that starts later. */
+  get busy(): boolean {
+    return this.inCycle;
+  }
+
   /** Resolves with the report of the next cycle that completes. */
   cycleDone(): Promise<CycleReport> {
     return new Promise((resolve) => this.once('cycle', resolve));
@@ -101,6 +107,7 @@ export class Sweeper extends EventEmitter {
     await this.listen();
     while (!this.stopping) {
       let sleepMs = this.pressure.sleepMs;
+      this.inCycle = true;
       try {
         const report = await this.cycle();
         const backlog = report.passes.some((p) => p.fireFull || p.pruneFull);
@@ -113,6 +120,7 @@ export class Sweeper extends EventEmitter {
         this.emit('fault', err);
         sleepMs = Math.max(sleepMs, FAULT_BACKOFF_MS);
       }
+      this.inCycle = false;
       if (!this.stopping) await this.sleep(sleepMs);
     }
   }
