@@ -26,7 +26,7 @@ export class Pressure {
   constructor(
     readonly baseBatch: number,
     readonly baseIntervalMs: number,
-    readonly slowPassMs = DEFAULT_SLOW_PASS_MS,
+    public slowPassMs = DEFAULT_SLOW_PASS_MS,
   ) {
     this.batch = baseBatch;
     this.sleepMs = baseIntervalMs;
