@@ -7,6 +7,8 @@ import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
 import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
+import { logRoutes } from './routes/log';
+import { transactionRoutes } from './routes/transaction';
 import { timerRoutes } from './routes/timers';
 
 export interface AppDeps {
@@ -27,6 +29,11 @@ export function createApp(deps: AppDeps): Express {
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics }));
+  const logSurface = logRoutes({ config, messagePool: pools.message, log });
+  app.use(logSurface.router);
+  app.use(transactionRoutes({ config, messagePool: pools.message }));
+  // Called by the server's close before it waits for requests in flight: long polls answer now.
+  app.locals.close = () => logSurface.close();
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
     res.type(metrics.register.contentType).send(await metrics.register.metrics());
   });

@@ -38,6 +38,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
     close() {
       closing ??= (async () => {
         ready = false;
+        await (app.locals.close as (() => Promise<void>) | undefined)?.();
         await new Promise<void>((resolve) => {
           server.close(() => resolve());
           server.closeIdleConnections();

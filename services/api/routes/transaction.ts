@@ -1,0 +1,83 @@
+// POST /api/v1/transaction: the reason the KV exists. `operations` (push, ack), `kv` and `timers`
+// in ONE PostgreSQL transaction on the message pool, taken in the cell's lock order
+// (shared/lockOrder.ts): KV first, then timers, then partitions and messages. The answer is one
+// flat `results` array: the operations' answers, then the kv answers, then the timers' answers,
+// and every index (`failedIndex` too) counts in that flat array.
+//
+// Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
+//  - everything applied: {"ok": true, "results": [...]};
+//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of SPEC section 3
+//    with the winner's value and version;
+//  - an ack that cannot apply (lease expired or taken over, unknown message, already acked, not
+//    leased): nothing commits, not even an unconditional KV write beside it:
+//    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
+//  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
+import { Router } from 'express';
+import type { Pool, PoolClient } from 'pg';
+import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
+import type { Config } from '../../../shared/config';
+import { inLockOrder, LockSteps } from '../../../shared/lockOrder';
+import { TX_KV, TX_OPERATIONS } from '../../../shared/sql/log';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+
+export interface TransactionRouteDeps {
+  config: Config;
+  messagePool: Pool;
+}
+
+function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
+  const v = body[name];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw new ApiError(code, `${name} must be an array of ${what}.`);
+  return v;
+}
+
+/** `[a, b]` + `[c]` -> `[a, b, c]` on jsonb text, so no number is ever re-serialized by JavaScript. */
+function concatArrays(texts: string[]): string {
+  const inner = texts.map((t) => t.trim().slice(1, -1).trim()).filter((t) => t.length > 0);
+  return `[${inner.join(',')}]`;
+}
+
+export function transactionRoutes({ config, messagePool }: TransactionRouteDeps): Router {
+  const router = Router();
+
+  router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const text = bodyText(req);
+    const body = parseJson(text);
+    if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+    const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
+    const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
+    const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
+    if (operations.length + kv.length + timers.length === 0) {
+      throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
+    }
+    if (timers.length > 0) {
+      // The timers surface plugs in here: a `timers` step in the lock order below, its answers
+      // after the kv ones (offset operations.length + kv.length).
+      throw new ApiError('tx_invalid_timers', 'This cell does not carry timers in the transaction wire yet.');
+    }
+
+    const steps: LockSteps<string> = {};
+    if (kv.length > 0) {
+      steps.kv = async (c: PoolClient) =>
+        (await c.query({ ...TX_KV, values: [tenant, text, operations.length] })).rows[0].results;
+    }
+    if (operations.length > 0) {
+      steps.partitions = async (c: PoolClient) => (await c.query({ ...TX_OPERATIONS, values: [text] })).rows[0].results;
+    }
+
+    try {
+      const done = await inLockOrder(messagePool, steps);
+      sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]'])}}`);
+    } catch (err) {
+      const verdict = coerceError(err);
+      // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
+      if (verdict instanceof PreconditionFailed) return sendJsonText(res, 200, verdict.bodyText(operations.length));
+      if (verdict instanceof AckFailed) return sendJsonText(res, 200, verdict.bodyText());
+      throw err;
+    }
+  });
+
+  return router;
+}
