@@ -30,3 +30,15 @@ export const TIMERS_LIST = {
   name: 'timers_list_v1',
   text: `SELECT queen.timers_list_v1($1::uuid, $2::text, $3::text, $4::int)::text AS body`,
 };
+
+/**
+ * The transaction wire's `timers` array ($2 is the whole body's text), answers re-indexed into the
+ * wire's flat results array ($3 = how many answers precede them), with the counts the route bills.
+ */
+export const TX_TIMERS = {
+  name: 'tx_timers_v1',
+  text: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + $3::int)) ORDER BY k), '[]'::jsonb)::text AS results,
+                count(*) FILTER (WHERE (e ->> 'created')::boolean OR (e ->> 'rescheduled')::boolean)::int AS promised,
+                count(*) FILTER (WHERE (e ->> 'cancelled')::boolean)::int AS cancelled
+           FROM jsonb_array_elements(queen.timers_apply_v1($1::uuid, $2::jsonb -> 'timers')) WITH ORDINALITY AS t(e, k)`,
+};

@@ -16,13 +16,17 @@ import { Router } from 'express';
 import type { Pool, PoolClient } from 'pg';
 import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
+import type { Metrics } from '../../../shared/metrics';
 import { inLockOrder, LockSteps } from '../../../shared/lockOrder';
 import { TX_KV, TX_OPERATIONS } from '../../../shared/sql/log';
+import { TX_TIMERS } from '../../../shared/sql/timers';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
   config: Config;
   messagePool: Pool;
+  /** Timer schedules and cancels riding the wire are billed like the routes' (queen_timers_*_total). */
+  metrics?: Metrics;
 }
 
 function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
@@ -38,7 +42,7 @@ function concatArrays(texts: string[]): string {
   return `[${inner.join(',')}]`;
 }
 
-export function transactionRoutes({ config, messagePool }: TransactionRouteDeps): Router {
+export function transactionRoutes({ config, messagePool, metrics }: TransactionRouteDeps): Router {
   const router = Router();
 
   router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
@@ -52,16 +56,19 @@ export function transactionRoutes({ config, messagePool }: TransactionRouteDeps)
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
-    if (timers.length > 0) {
-      // The timers surface plugs in here: a `timers` step in the lock order below, its answers
-      // after the kv ones (offset operations.length + kv.length).
-      throw new ApiError('tx_invalid_timers', 'This cell does not carry timers in the transaction wire yet.');
-    }
-
     const steps: LockSteps<string> = {};
     if (kv.length > 0) {
       steps.kv = async (c: PoolClient) =>
         (await c.query({ ...TX_KV, values: [tenant, text, operations.length] })).rows[0].results;
+    }
+    let timerCounts = { promised: 0, cancelled: 0 };
+    if (timers.length > 0) {
+      // queen.timers_apply_v1 holds the timer rules; its answers follow the kv ones in the flat array.
+      steps.timers = async (c: PoolClient) => {
+        const { rows } = await c.query({ ...TX_TIMERS, values: [tenant, text, operations.length + kv.length] });
+        timerCounts = { promised: rows[0].promised, cancelled: rows[0].cancelled };
+        return rows[0].results;
+      };
     }
     if (operations.length > 0) {
       steps.partitions = async (c: PoolClient) => (await c.query({ ...TX_OPERATIONS, values: [text] })).rows[0].results;
@@ -69,7 +76,9 @@ export function transactionRoutes({ config, messagePool }: TransactionRouteDeps)
 
     try {
       const done = await inLockOrder(messagePool, steps);
-      sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]'])}}`);
+      if (timerCounts.promised > 0) metrics?.timersScheduled.inc(timerCounts.promised);
+      if (timerCounts.cancelled > 0) metrics?.timersCancelled.inc(timerCounts.cancelled);
+      sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
     } catch (err) {
       const verdict = coerceError(err);
       // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
