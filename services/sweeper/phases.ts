@@ -18,6 +18,8 @@ export interface PassResult {
   pruneSeconds: number;
   claimedAtUs: number;
   finishedAtUs: number;
+  /** Milliseconds until the next future timer of these shards; null when they have none. */
+  nextDueInMs: number | null;
 }
 
 export interface PassArgs {
@@ -49,6 +51,7 @@ export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
     pruneSeconds: p.pruneSeconds ?? 0,
     claimedAtUs: Number(p.claimedAtUs ?? 0),
     finishedAtUs: Number(p.finishedAtUs ?? 0),
+    nextDueInMs: typeof p.nextDueInMs === 'number' ? p.nextDueInMs : null,
   };
 }
 

@@ -22,6 +22,11 @@ import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 export const DEFAULT_SHARDS_PER_PASS = 8;
 /** The gauges' queries scan indexes across all shards; once a second is fresh enough for an alert. */
 const GAUGE_INTERVAL_MS = 1000;
+/**
+ * The shortest sleep when a timer is about to fall due: a timer due sooner than the interval fires
+ * on time (within this) instead of an interval late, without spinning on the database.
+ */
+export const MIN_SLEEP_MS = 25;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
 
@@ -111,7 +116,15 @@ export class Sweeper extends EventEmitter {
       try {
         const report = await this.cycle();
         const backlog = report.passes.some((p) => p.fireFull || p.pruneFull);
-        sleepMs = backlog ? 0 : this.pressure.sleepMs;
+        const nextDue = report.passes.reduce<number | null>(
+          (min, p) => (p.nextDueInMs === null ? min : Math.min(min ?? Infinity, p.nextDueInMs)),
+          null,
+        );
+        sleepMs = backlog
+          ? 0
+          : nextDue === null
+            ? this.pressure.sleepMs
+            : Math.min(this.pressure.sleepMs, Math.max(MIN_SLEEP_MS, Math.ceil(nextDue)));
         report.sleepMs = sleepMs;
         this.emit('cycle', report);
       } catch (err) {

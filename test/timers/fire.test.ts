@@ -147,3 +147,18 @@ test('1,000 timers due now, each cancelled while two sweepers run: cancelled and
   expect(fired).toBe(ids.length - cancelled);
   await Promise.all([a.close(), b.close()]);
 });
+
+test('a timer due before the next interval shortens the sleep to its deliverAt', async () => {
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 10_000 });
+  await s.cycles(1);
+  const res = await call(api.url, 'POST', '/api/v1/timers', { queue: 'soon', payload: 1, delaySeconds: 0.8 });
+  const [report] = await s.cycles(1);
+  expect(report.fired).toBe(0);
+  expect(report.sleepMs).toBeLessThanOrEqual(800);
+  expect(report.sleepMs).toBeGreaterThanOrEqual(25);
+  // The next cycle is the one after that sleep, not one 10 s later; it fires the timer.
+  const next = await s.sweeper.cycleDone();
+  expect(next.fired).toBe(1);
+  expect((await timerMessageCounts(pool)).get(res.body.timerId)).toBe(1);
+  await s.close();
+});
