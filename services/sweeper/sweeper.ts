@@ -69,6 +69,8 @@ export class Sweeper extends EventEmitter {
   private inCycle = false;
   private lastUsageAt = 0;
   private lastGaugesAt = 0;
+  private lastPruneAt = -Infinity;
+  private pruneBacklog = false;
 
   constructor(private readonly o: SweeperOptions) {
     super();
@@ -145,6 +147,14 @@ export class Sweeper extends EventEmitter {
     let since: string | null = null;
     let fireEnabled: boolean | undefined;
     let slowest = 0;
+    // Pruning keeps the interval's cadence: a cycle woken early for a timer falling due fires only,
+    // unless the last prune left a backlog (its batch ceiling was hit).
+    const pruneNow =
+      !this.pressure.suspended('prune') && (this.pruneBacklog || started - this.lastPruneAt >= this.o.intervalMs);
+    if (pruneNow) {
+      this.lastPruneAt = started;
+      this.pruneBacklog = false;
+    }
     // Each pass is one statement, so one transaction: stopping between passes is the "finish the
     // batch, commit" of SIGTERM.
     while (!this.stopping) {
@@ -155,7 +165,7 @@ export class Sweeper extends EventEmitter {
         shardsPerPass: this.shardsPerPass,
         fireBatch: this.pressure.batch,
         pruneBatch: this.pressure.batch,
-        prune: !this.pressure.suspended('prune'),
+        prune: pruneNow,
       });
       const ms = performance.now() - t0;
       since = pass.since;
@@ -163,6 +173,7 @@ export class Sweeper extends EventEmitter {
       if (pass.shards.length === 0) break;
       slowest = Math.max(slowest, ms);
       passes.push(pass);
+      if (pass.pruneFull) this.pruneBacklog = true;
       if (pass.fired > 0) metrics.timersFired.inc(pass.fired);
       if (pass.pruned > 0) metrics.kvPruned.inc(pass.pruned);
       metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
