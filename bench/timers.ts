@@ -34,6 +34,8 @@ const DRAIN_N = envInt('BENCH_DRAIN_N', 20_000);
 const RATE = envInt('BENCH_RATE', 1000);
 const LAG_SECONDS = envInt('BENCH_LAG_SECONDS', 15);
 const CLIENTS = envInt('BENCH_CLIENTS', 16);
+const ONLY = (process.env.BENCH_ONLY ?? 'a,b,c').split(',');
+const SWEEPER_BATCH = process.env.BENCH_SWEEPER_BATCH ?? '';
 const BOSS_WORKERS = 8;
 const BOSS_BATCH = 500;
 const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.repeat(40) };
@@ -94,7 +96,7 @@ async function benchSchedule(pool: Pool, boss: PgBoss): Promise<Record<string, n
 
 async function benchDrain(pool: Pool, boss: PgBoss, schema: string, url: string): Promise<{ ours: number; theirs: number }> {
   // Ours: the sweeper is up and idle; the timers all fall due 3 s from now.
-  const sweeper = await spawnSweeper(url, { QUEEN_SWEEPER_INTERVAL_MS: '1000' });
+  const sweeper = await spawnSweeper(url, { QUEEN_SWEEPER_INTERVAL_MS: '1000', ...(SWEEPER_BATCH ? { QUEEN_SWEEPER_BATCH: SWEEPER_BATCH } : {}) });
   const dueAt = Date.now() + 3000 + DRAIN_N / 5; // room to schedule them all first
   for (let start = 0; start < DRAIN_N; start += 1000) {
     const ops = Array.from({ length: Math.min(1000, DRAIN_N - start) }, (_, i) => ({
@@ -265,14 +267,19 @@ async function main(): Promise<void> {
   const started = Date.now();
   try {
     out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
-    const a = await benchSchedule(pool, boss);
     out();
-    out(`(a) scheduling, ${SCHEDULE_N} timers, ${CLIENTS} concurrent callers`);
-    out(`    one per call   ours ${a.ours.toFixed(0)}/s   pg-boss send ${a.theirs.toFixed(0)}/s   ratio ${(a.ours / a.theirs).toFixed(2)}x`);
-    out(`    100 per call   ours ${a.oursBatch.toFixed(0)}/s   pg-boss insert ${a.theirsBatch.toFixed(0)}/s   ratio ${(a.oursBatch / a.theirsBatch).toFixed(2)}x`);
-    const b = await benchDrain(pool, boss, schema, dbUrl);
-    out(`(b) draining ${DRAIN_N} due timers`);
-    out(`    ours (1 sweeper process) ${b.ours.toFixed(0)}/s   pg-boss (${BOSS_WORKERS} workers x ${BOSS_BATCH}) ${b.theirs.toFixed(0)}/s   ratio ${(b.ours / b.theirs).toFixed(2)}x`);
+    if (ONLY.includes('a')) {
+      const a = await benchSchedule(pool, boss);
+      out(`(a) scheduling, ${SCHEDULE_N} timers, ${CLIENTS} concurrent callers`);
+      out(`    one per call   ours ${a.ours.toFixed(0)}/s   pg-boss send ${a.theirs.toFixed(0)}/s   ratio ${(a.ours / a.theirs).toFixed(2)}x`);
+      out(`    100 per call   ours ${a.oursBatch.toFixed(0)}/s   pg-boss insert ${a.theirsBatch.toFixed(0)}/s   ratio ${(a.oursBatch / a.theirsBatch).toFixed(2)}x`);
+    }
+    if (ONLY.includes('b')) {
+      const b = await benchDrain(pool, boss, schema, dbUrl);
+      out(`(b) draining ${DRAIN_N} due timers`);
+      out(`    ours (1 sweeper process, batch ${SWEEPER_BATCH || 'default'}) ${b.ours.toFixed(0)}/s   pg-boss (${BOSS_WORKERS} workers x ${BOSS_BATCH}) ${b.theirs.toFixed(0)}/s   ratio ${(b.ours / b.theirs).toFixed(2)}x`);
+    }
+    if (!ONLY.includes('c')) return;
     const c = await benchLag(pool, boss, dbUrl);
     out(`(c) fire lag at ${RATE} timers/s for ${LAG_SECONDS} s (ms after deliverAt, as a consumer sees it)`);
     out(
