@@ -76,6 +76,9 @@ test('three sweeper processes over 20,000 due timers: each delivered exactly onc
     payload: { i },
     delaySeconds: 0,
   }));
+  // Booted at once: the schema apply is serialized by its advisory lock, so the later ones apply it
+  // beside a sweeper that is already firing. That is the path that deadlocked before 030 created its
+  // indexes only when missing.
   const procs = await Promise.all([spawn({ QUEEN_SWEEPER_BATCH: '200' }), spawn({ QUEEN_SWEEPER_BATCH: '200' }), spawn({ QUEEN_SWEEPER_BATCH: '200' })]);
   await until(async () => (await pending()) === 0, 120_000, 200);
   expectExactlyOnce(ids, await timerMessageCounts(pool));

@@ -92,6 +92,9 @@ test('timersFire off: nothing fires and nothing is lost; on again: the backlog d
   const early = await timerMessageCounts(pool);
   expect(ids.some((id) => early.has(id))).toBe(false);
   expect((await s.metrics.switchState.get()).values.find((v) => v.labels.switch === 'timersFire')?.value).toBe(0);
+  // The two gauges an operator watches while the switch is off.
+  expect((await s.metrics.timersDue.get()).values[0].value).toBe(40);
+  expect((await s.metrics.timersOldestLate.get()).values[0].value).toBeGreaterThan(60 * 60 * 24 * 300);
 
   await pool.query(`UPDATE queen.system_state SET value = 'true' WHERE key = 'timers_fire_enabled'`);
   await pool.query(`NOTIFY queen_system_state, 'timers_fire_enabled'`);
