@@ -7,6 +7,8 @@ export const SQLSTATE = {
   QUEEN_PRECONDITION: 'QK409',
   QUEEN_ACK_FAILED: 'QK412',
   INVALID_TEXT_REPRESENTATION: '22P02',
+  NUMERIC_VALUE_OUT_OF_RANGE: '22003',
+  STATEMENT_TOO_COMPLEX: '54001',
   UNTRANSLATABLE_CHARACTER: '22P05',
   CHARACTER_NOT_IN_REPERTOIRE: '22021',
   QUERY_CANCELED: '57014',
@@ -129,7 +131,8 @@ export class PreconditionFailed extends Error {
   constructor(
     readonly failedIndex: number,
     readonly kvReason: string,
-    readonly version: number,
+    /** A bigint token: kept as its decimal text when it comes from SQL, so it is never narrowed. */
+    readonly version: number | string,
     readonly valueText: string,
   ) {
     super('kv_precondition');
@@ -209,7 +212,7 @@ export function coerceError(err: unknown): unknown {
       return new PreconditionFailed(
         Number(detail.failedIndex),
         String(detail.kvReason),
-        Number(detail.version ?? 0),
+        versionText(err.detail) ?? Number(detail.version ?? 0),
         err.hint && err.hint.length > 0 ? err.hint : 'null',
       );
     }
@@ -221,6 +224,10 @@ export function coerceError(err: unknown): unknown {
     case SQLSTATE.INVALID_TEXT_REPRESENTATION:
     case SQLSTATE.UNTRANSLATABLE_CHARACTER:
     case SQLSTATE.CHARACTER_NOT_IN_REPERTOIRE:
+    // A JSON number beyond numeric's range (1e999999) fails the $n::jsonb cast: the client's input.
+    case SQLSTATE.NUMERIC_VALUE_OUT_OF_RANGE:
+    // JSON nested deeper than PostgreSQL's stack allows ("stack depth limit exceeded") in the cast.
+    case SQLSTATE.STATEMENT_TOO_COMPLEX:
       return new ApiError('invalid_json', `The request cannot be stored by PostgreSQL: ${err.message}.`);
     case SQLSTATE.QUERY_CANCELED:
       return new ApiError('kv_unavailable', 'The statement ran past its time limit; retry shortly.', {
@@ -235,6 +242,14 @@ export function coerceError(err: unknown): unknown {
     default:
       return err;
   }
+}
+
+/**
+ * The version straight from DETAIL's text: JSON.parse would narrow a bigint above 2^53 to a
+ * double, and the loser must be handed the same token the winner was.
+ */
+function versionText(detail: string | undefined): string | undefined {
+  return detail ? /"version"\s*:\s*(\d+)\s*[,}]/.exec(detail)?.[1] : undefined;
 }
 
 function parseDetail(detail: string | undefined): Record<string, unknown> {

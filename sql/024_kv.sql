@@ -34,7 +34,15 @@ CREATE SEQUENCE IF NOT EXISTS queen.kv_version_seq AS BIGINT CACHE 1000;
 -- The one secondary index. Its only reader is the sweeper (filter by shard, range-scan expires_at);
 -- partial, so a forever key costs nothing in it. Deliberately not created: an index on updated_at
 -- (no reader, and it would make every counter update non-HOT) and one on value (no query to serve).
-CREATE INDEX IF NOT EXISTS idx_kv_shard_expires ON queen.kv (shard, expires_at) WHERE expires_at IS NOT NULL;
+-- Guarded by a catalog check rather than IF NOT EXISTS: CREATE INDEX takes a SHARE lock on the
+-- table before it looks for the name, and inside the boot transaction that lock would queue every
+-- KV write behind any long transaction until the boot commits.
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_kv_shard_expires') IS NULL THEN
+    CREATE INDEX idx_kv_shard_expires ON queen.kv (shard, expires_at) WHERE expires_at IS NOT NULL;
+  END IF;
+END $$;
 
 -- Configuration, written by an operator. Null limits mean unlimited only where the seeds allow.
 CREATE TABLE IF NOT EXISTS queen.kv_quota (

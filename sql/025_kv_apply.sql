@@ -205,7 +205,9 @@ BEGIN
       PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
     END IF;
     v_has_ttl := v_ttl IS NOT NULL AND v_ttl <> 'null'::jsonb;
-    v_is_forever := v_forever = 'true'::jsonb;
+    -- coalesce: without it an absent forever makes this NULL, `false = NULL` is NULL, and a write
+    -- with neither expiry would slip past the check below and be stored forever.
+    v_is_forever := coalesce(v_forever = 'true'::jsonb, false);
     IF v_has_ttl = v_is_forever THEN
       PERFORM queen.kv_fail_v1('kv_expiry_not_specified', format(
         'Operation %s (%s) needs exactly one of ttlSeconds (a whole number above zero) or forever: true; it has %s.',
@@ -457,6 +459,10 @@ $$;
 
 -- A keyset page under a prefix, in byte order. Stops at `limit` rows or at the byte ceiling,
 -- whichever comes first, and says so with truncated/nextAfter. Each page is its own snapshot.
+-- The ceiling is the whole call's (kv-routes.md: "applied to the whole call"): kv_apply_at_v1
+-- passes what is left of it in o->'budget' and reads back the bytes spent in '_bytes'. Only the
+-- first page of a call may overshoot it by one row, so a single value above the ceiling still
+-- makes progress; a later page with nothing left answers no rows, truncated, and its own cursor.
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -467,8 +473,11 @@ DECLARE
   v_upper TEXT := coalesce(queen.kv_prefix_upper_v1(o->>'prefix'), (o->>'prefix') || repeat(chr(1114111), 129));
   v_after TEXT := coalesce(o->>'after', '');
   v_limit INT := (o->>'limit')::int;
-  v_max_bytes BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+  v_call_max BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+  v_max_bytes BIGINT := coalesce((o->>'budget')::bigint, v_call_max);
+  v_fresh BOOLEAN := v_max_bytes >= v_call_max;
   v_bytes BIGINT := 0;
+  v_spent BIGINT := 0;
   v_rows JSONB[] := '{}';
   v_row JSONB;
   v_last TEXT;
@@ -491,15 +500,20 @@ BEGIN
     END IF;
     v_row := queen.kv_row_json_v1(r);
     v_bytes := v_bytes + octet_length(r.value::text) + octet_length(r.key);
-    IF v_bytes > v_max_bytes AND cardinality(v_rows) > 0 THEN
+    IF v_bytes > v_max_bytes AND (cardinality(v_rows) > 0 OR NOT v_fresh) THEN
       v_truncated := true;
       EXIT;
     END IF;
     v_rows := v_rows || v_row;
     v_last := r.key;
+    v_spent := v_bytes;
   END LOOP;
   RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'getPrefix', 'rows', to_jsonb(v_rows),
-                            'truncated', v_truncated, 'nextAfter', CASE WHEN v_truncated THEN v_last END);
+                            'truncated', v_truncated,
+                            -- Truncated always carries a string cursor, even with no rows ('' = from
+                            -- the start), so a client that pages while nextAfter is set never stops early.
+                            'nextAfter', CASE WHEN v_truncated THEN coalesce(v_last, o->>'after', '') END,
+                            '_bytes', v_spent);
 END $$;
 
 -- The procedure behind every route, at a chosen instant (tests pick `p_now` to test expiry
@@ -516,6 +530,7 @@ DECLARE
   v_answer JSONB;
   v_dup INT;
   v_fail JSONB;
+  v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
 BEGIN
   IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
@@ -555,11 +570,15 @@ BEGIN
     v_answer := CASE v_op->>'kind'
       WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now)
       WHEN 'getMany' THEN queen.kv_get_many_v1(p_tenant, v_op, p_now)
-      WHEN 'getPrefix' THEN queen.kv_get_prefix_v1(p_tenant, v_op, p_now)
+      WHEN 'getPrefix' THEN queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now)
       WHEN 'put' THEN queen.kv_put_v1(p_tenant, v_op, p_now)
       WHEN 'delete' THEN queen.kv_delete_v1(p_tenant, v_op, p_now)
       WHEN 'incr' THEN queen.kv_incr_v1(p_tenant, v_op, p_now)
     END;
+    IF v_op->>'kind' = 'getPrefix' THEN
+      v_read_budget := v_read_budget - (v_answer->>'_bytes')::bigint;
+      v_answer := v_answer - '_bytes';
+    END IF;
     v_results[(v_op->>'i')::int + 1] := v_answer;
     IF (v_op->>'required')::boolean AND NOT (v_answer->>'applied')::boolean
        AND (v_fail IS NULL OR (v_answer->>'index')::int < (v_fail->>'index')::int) THEN

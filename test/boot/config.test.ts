@@ -1,0 +1,54 @@
+// Configuration is parsed once and a malformed value stops the boot with a line naming it.
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { ConfigError, deriveKvPoolSize, loadConfig } from '../../shared/config';
+
+const API_MAIN = path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js');
+
+test.each([
+  ['PORT', 'abc'],
+  ['DB_POOL_SIZE', '1.5'],
+  ['QUEEN_KV_POOL_SIZE', '0'],
+  ['QUEEN_KV_MAX_BATCH', '-3'],
+  ['QUEEN_TENANCY_HEADER', 'maybe'],
+  ['LOG_LEVEL', 'loud'],
+  ['DATABASE_URL', 'mysql://nope'],
+])('%s=%s is refused with a sentence that names the variable', (name, value) => {
+  let thrown: unknown;
+  try {
+    loadConfig({ [name]: value });
+  } catch (err) {
+    thrown = err;
+  }
+  expect(thrown).toBeInstanceOf(ConfigError);
+  expect((thrown as ConfigError).variable).toBe(name);
+  expect((thrown as Error).message).toContain(name);
+});
+
+test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {
+  expect(deriveKvPoolSize(160)).toBe(16);
+  expect(deriveKvPoolSize(10)).toBe(4);
+  expect(deriveKvPoolSize(1000)).toBe(32);
+  expect(loadConfig({}).kvPoolSize).toBe(16);
+  expect(loadConfig({ DB_POOL_SIZE: '60' }).kvPoolSize).toBe(6);
+});
+
+test('tenancy without a trusted proxy is refused', () => {
+  expect(() => loadConfig({ QUEEN_TENANCY_HEADER: '1' })).toThrow(/QUEEN_KV_TRUSTED_PROXY/);
+  const ok = loadConfig({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1' });
+  expect(ok.kvRequireGrant).toBe(true);
+  expect(loadConfig({}).kvRequireGrant).toBe(false);
+});
+
+test('the API process refuses to boot on a malformed variable, exits 1 and says which', () => {
+  const run = spawnSync(process.execPath, [API_MAIN], {
+    env: { ...process.env, QUEEN_KV_STATEMENT_TIMEOUT_MS: 'soon', DATABASE_URL: 'postgres://127.0.0.1:1/none' },
+    encoding: 'utf8',
+    timeout: 20_000,
+  });
+  expect(run.status).toBe(1);
+  const line = JSON.parse(run.stdout.trim().split('\n').pop()!);
+  expect(line.level).toBe(60);
+  expect(line.variable).toBe('QUEEN_KV_STATEMENT_TIMEOUT_MS');
+  expect(line.msg).toMatch(/QUEEN_KV_STATEMENT_TIMEOUT_MS: must be a whole number/);
+});

@@ -1,0 +1,79 @@
+// The embedded PostgreSQL behind `npm start`: its data survives a restart, a stale lock is cleared
+// with a log line, and a port or data folder already in use is a sentence, not a hang.
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { freePort, startEmbeddedPostgres, EmbeddedPostgresError } from '../../shared/embeddedPostgres';
+
+let dir: string;
+beforeAll(() => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-embedded-test-'));
+});
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+async function query(url: string, sql: string) {
+  const c = new Client({ connectionString: url });
+  await c.connect();
+  try {
+    return (await c.query(sql)).rows;
+  } finally {
+    await c.end();
+  }
+}
+
+test('a second start reuses the data folder and finds what the first one wrote', async () => {
+  const dataDir = path.join(dir, 'reuse');
+  const first = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  await query(first.url, 'CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)');
+  await first.stop();
+  const second = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  try {
+    expect(await query(second.url, 'SELECT v FROM kept')).toEqual([{ v: 42 }]);
+  } finally {
+    await second.stop();
+  }
+});
+
+test('a stale postmaster.pid left by a dead server is removed and the start goes on', async () => {
+  const dataDir = path.join(dir, 'stale');
+  const pg = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  await pg.stop();
+  const actual = pg.dataDir;
+  // A pid that cannot be alive: beyond the kernel's pid_max.
+  fs.writeFileSync(path.join(actual, 'postmaster.pid'), '999999999\n' + actual + '\n');
+  const warnings: string[] = [];
+  const log = { warn: (_o: unknown, m: string) => warnings.push(m), info: () => undefined, debug: () => undefined } as any;
+  const again = await startEmbeddedPostgres({ dataDir, port: await freePort(), log });
+  try {
+    expect(warnings.some((w) => /stale postmaster.pid/.test(w))).toBe(true);
+    expect(await query(again.url, 'SELECT 1 AS one')).toEqual([{ one: 1 }]);
+  } finally {
+    await again.stop();
+  }
+});
+
+test('a data folder held by a running server is refused with a sentence', async () => {
+  const dataDir = path.join(dir, 'busy');
+  const pg = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  try {
+    await expect(startEmbeddedPostgres({ dataDir, port: await freePort() })).rejects.toThrow(/in use by a running PostgreSQL/);
+  } finally {
+    await pg.stop();
+  }
+});
+
+test('a port already in use is refused with a sentence that names it', async () => {
+  const port = await freePort();
+  const blocker = net.createServer();
+  await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
+  try {
+    const err = await startEmbeddedPostgres({ dataDir: path.join(dir, 'port'), port }).catch((e) => e);
+    expect(err).toBeInstanceOf(EmbeddedPostgresError);
+    expect(err.message).toContain(`Port ${port}`);
+    expect(err.message).toContain('QUEEN_EMBEDDED_PG_PORT');
+  } finally {
+    blocker.close();
+  }
+});

@@ -1,0 +1,210 @@
+// The path routes (GET/PUT/DELETE /api/v1/kv/:ns/*key) and the curl examples of kv-routes.md,
+// exactly as the seed writes them. Status describes the call, never the business verdict.
+import { startKv, KvHarness, expectError, secondsFromNow, rawRequest } from './harness';
+
+let h: KvHarness;
+beforeAll(async () => {
+  h = await startKv();
+});
+afterAll(() => h?.close());
+
+const json = { 'content-type': 'application/json' };
+
+describe('the curl examples of kv-routes.md', () => {
+  test('a batch that reserves an idempotency marker and reads two counters', async () => {
+    const body = '{"operations":[{"op":"putIfAbsent","ns":"orders","key":"ord_8812","value":{"chargeId":"ch_8812"},"ttlSeconds":604800},{"op":"getMany","ns":"quota","keys":["acme:reads","acme:writes"]}]}';
+    const res = await h.call('POST', '/api/v1/kv', body, json);
+    expect(res.status).toBe(200);
+    expect(res.body.ok).toBe(true);
+    const [marker, counters] = res.body.results;
+    expect(marker).toMatchObject({ index: 0, op: 'putIfAbsent', key: 'ord_8812', applied: true, found: true, value: { chargeId: 'ch_8812' } });
+    expect(typeof marker.version).toBe('number');
+    expect(secondsFromNow(marker.expiresAt)).toBeGreaterThan(604800 - 60);
+    expect(counters).toEqual({ index: 1, op: 'getMany', rows: [], missing: ['acme:reads', 'acme:writes'] });
+    // Sent again, it is a lost race: 200, applied false, the winner's value and version.
+    const again = await h.call('POST', '/api/v1/kv', body, json);
+    expect(again.status).toBe(200);
+    expect(again.body.results[0]).toMatchObject({ applied: false, reason: 'exists', value: { chargeId: 'ch_8812' }, version: marker.version });
+  });
+
+  test('a conditional write through the path route, and an unconditional delete', async () => {
+    const current = await h.one({ op: 'get', ns: 'orders', key: 'ord_8812' });
+    expect(current.found).toBe(true);
+    // expect: 90101 names a version this key does not have: 200, applied false, reason version.
+    const put = await h.call('PUT', '/api/v1/kv/orders/ord_8812', '{"value":{"state":"shipped"},"ttlSeconds":604800,"expect":90101}', json);
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ ok: true, op: 'put', key: 'ord_8812', applied: false, reason: 'version', value: { chargeId: 'ch_8812' }, version: current.version });
+    // With the version it holds, the same write applies.
+    const fenced = await h.call('PUT', '/api/v1/kv/orders/ord_8812', { value: { state: 'shipped' }, ttlSeconds: 604800, expect: current.version });
+    expect(fenced.body).toMatchObject({ ok: true, applied: true, value: { state: 'shipped' } });
+    const del = await h.call('DELETE', '/api/v1/kv/orders/ord_8812');
+    expect(del.status).toBe(200);
+    expect(del.body).toMatchObject({ ok: true, op: 'delete', applied: true, found: false });
+    const gone = await h.call('DELETE', '/api/v1/kv/orders/ord_8812');
+    expect(gone.status).toBe(200);
+    expect(gone.body).toMatchObject({ applied: false, reason: 'absent' });
+  });
+
+  test('a rate limiter in one call', async () => {
+    const body = '{"operations":[{"op":"incr","ns":"quota","key":"acme:2026-08-17T14","delta":1,"max":1000,"ttlSeconds":3600}]}';
+    const first = await h.call('POST', '/api/v1/kv', body, json);
+    expect(first.status).toBe(200);
+    expect(first.body.results[0]).toMatchObject({ index: 0, op: 'incr', applied: true, value: 1 });
+    expect(secondsFromNow(first.body.results[0].expiresAt)).toBeGreaterThan(3590);
+    const second = await h.call('POST', '/api/v1/kv', body, json);
+    expect(second.body.results[0]).toMatchObject({ applied: true, value: 2, expiresAt: first.body.results[0].expiresAt });
+  });
+});
+
+describe('GET', () => {
+  test('found: the datum and ETag: "<version>"; absent: found false, 200, no ETag', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'k', value: { a: 1 }, forever: true });
+    const res = await h.call('GET', '/api/v1/kv/g/k');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      ok: true, index: 0, op: 'get', found: true, key: 'k', value: { a: 1 }, version: put.version, expiresAt: null, updatedAt: put.updatedAt,
+    });
+    expect(res.headers.get('etag')).toBe(`"${put.version}"`);
+    const absent = await h.call('GET', '/api/v1/kv/g/nope');
+    expect(absent.status).toBe(200);
+    expect(absent.body).toMatchObject({ found: false, key: 'nope' });
+    expect(absent.headers.get('etag')).toBeNull();
+  });
+
+  test('a stored null is found, with an ETag', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'null', value: null, forever: true });
+    const res = await h.call('GET', '/api/v1/kv/g/null');
+    expect(res.body).toMatchObject({ found: true, value: null });
+    expect(res.headers.get('etag')).toBe(`"${put.version}"`);
+  });
+});
+
+describe('the catch-all key', () => {
+  test('/ in the path and %2F address the same key, which the batch route names with a literal slash', async () => {
+    const put = await h.call('PUT', '/api/v1/kv/orders/order/9f1/items', { value: [1, 2], forever: true });
+    expect(put.body).toMatchObject({ applied: true, key: 'order/9f1/items' });
+    const encoded = await h.call('GET', '/api/v1/kv/orders/order%2F9f1%2Fitems');
+    expect(encoded.body).toMatchObject({ found: true, key: 'order/9f1/items', value: [1, 2], version: put.body.version });
+    const batch = await h.one({ op: 'get', ns: 'orders', key: 'order/9f1/items' });
+    expect(batch.version).toBe(put.body.version);
+    const del = await h.call('DELETE', '/api/v1/kv/orders/order%2F9f1/items');
+    expect(del.body.applied).toBe(true);
+    expect(await h.row('orders', 'order/9f1/items')).toBeNull();
+  });
+
+  test('percent-encoded UTF-8, spaces and reserved characters decode into the key', async () => {
+    const res = await h.call('PUT', '/api/v1/kv/g/caf%C3%A9%20au%20lait%3Fx%23y', { value: 1, forever: true });
+    expect(res.status).toBe(200);
+    expect(res.body.key).toBe('café au lait?x#y');
+    expect((await h.one({ op: 'get', ns: 'g', key: 'café au lait?x#y' })).found).toBe(true);
+  });
+
+  test('a namespace with no key is 400 kv_key_required', async () => {
+    expectError(await h.call('GET', '/api/v1/kv/orders'), 400, 'kv_key_required');
+    expectError(await h.call('GET', '/api/v1/kv/orders/'), 400, 'kv_key_required');
+    expectError(await h.call('PUT', '/api/v1/kv/orders/', { value: 1, forever: true }), 400, 'kv_key_required');
+    expectError(await h.call('DELETE', '/api/v1/kv/orders'), 400, 'kv_key_required');
+  });
+
+  test('the path is held to the same rules: namespace charset and key length', async () => {
+    expectError(await h.call('GET', '/api/v1/kv/bad%20ns/k'), 400, 'kv_invalid_namespace');
+    expectError(await h.call('GET', `/api/v1/kv/g/${'k'.repeat(513)}`), 400, 'kv_key_too_long');
+    expectError(await h.call('GET', `/api/v1/kv/g/${'%C3%A9'.repeat(257)}`), 400, 'kv_key_too_long');
+    expect((await h.call('GET', `/api/v1/kv/g/${'%C3%A9'.repeat(256)}`)).status).toBe(200);
+  });
+});
+
+describe('odd paths', () => {
+  test('a malformed percent-encoding is a 4xx JSON answer, never a 500', async () => {
+    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/%E0%A4%A');
+    expect(res.status).toBeGreaterThanOrEqual(400);
+    expect(res.status).toBeLessThan(500);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(typeof res.body.error).toBe('string');
+    const bad = await rawRequest(h.url, 'PUT', '/api/v1/kv/g/%FF', '{"value":1,"forever":true}');
+    expect(bad.status).toBeGreaterThanOrEqual(400);
+    expect(bad.status).toBeLessThan(500);
+    expect(typeof bad.body.error).toBe('string');
+  });
+
+  test('%00 in a path key is 400 kv_invalid_key', async () => {
+    expectError(await h.call('PUT', '/api/v1/kv/g/a%00b', { value: 1, forever: true }), 400, 'kv_invalid_key');
+    expectError(await h.call('GET', '/api/v1/kv/g/a%00b'), 400, 'kv_invalid_key');
+  });
+
+  test('a trailing slash is part of the key: a/ and a are two keys', async () => {
+    await h.call('PUT', '/api/v1/kv/g/slash', { value: 'plain', forever: true });
+    const res = await h.call('PUT', '/api/v1/kv/g/slash/', { value: 'trailing', forever: true });
+    expect(res.status).toBe(200);
+    expect(res.body.key).toBe('slash/');
+    expect((await h.row('g', 'slash'))?.value).toBe('plain');
+    expect((await h.row('g', 'slash/'))?.value).toBe('trailing');
+  });
+
+  test('a PUT body over the ceiling is 413 payload_too_large JSON', async () => {
+    const tight = await startKv({ QUEEN_MAX_BODY_BYTES: '1024' });
+    try {
+      expectError(await tight.call('PUT', '/api/v1/kv/g/big', { value: 'x'.repeat(2000), forever: true }), 413, 'payload_too_large');
+      expect(await tight.row('g', 'big')).toBeNull();
+    } finally {
+      await tight.close();
+    }
+  });
+});
+
+describe('refusals of the path routes', () => {
+  test.each([
+    ['GET', '/api/v1/kv/g/k?prefix=quota:acme:'],
+    ['GET', '/api/v1/kv/g/k?'],
+    ['PUT', '/api/v1/kv/g/q?x=1'],
+    ['DELETE', '/api/v1/kv/g/k?expect=1'],
+  ])('%s %s: any query string is 400 kv_query_string_not_allowed', async (method, path) => {
+    await h.one({ op: 'put', ns: 'g', key: 'k', value: 'keep', forever: true });
+    const body = method === 'PUT' ? '{"value":1,"forever":true}' : undefined;
+    expectError(await rawRequest(h.url, method, path, body), 400, 'kv_query_string_not_allowed');
+    expect((await h.row('g', 'k'))?.value).toBe('keep');
+    expect(await h.row('g', 'q')).toBeNull();
+  });
+
+  test.each(['op', 'ns', 'namespace', 'key'])('a body carrying %s is 400 kv_body_conflicts_with_path', async (field) => {
+    const body = { value: 1, forever: true, [field]: field === 'op' ? 'put' : 'other' };
+    expectError(await h.call('PUT', '/api/v1/kv/g/conflict', body), 400, 'kv_body_conflicts_with_path');
+    expectError(await h.call('DELETE', '/api/v1/kv/g/conflict', { [field]: 'x' }), 400, 'kv_body_conflicts_with_path');
+    expect(await h.row('g', 'conflict')).toBeNull();
+    expect(await h.row('other', 'conflict')).toBeNull();
+  });
+
+  test('PUT needs a JSON object body with an expiry', async () => {
+    expectError(await h.call('PUT', '/api/v1/kv/g/p1', ''), 400, 'invalid_json');
+    expectError(await h.call('PUT', '/api/v1/kv/g/p1', '{"value":'), 400, 'invalid_json');
+    expectError(await h.call('PUT', '/api/v1/kv/g/p1', '[1]'), 400, 'invalid_json');
+    expectError(await h.call('PUT', '/api/v1/kv/g/p1', { value: 1 }), 400, 'kv_expiry_not_specified');
+    expectError(await h.call('PUT', '/api/v1/kv/g/p1', { value: 1, forever: true, expect: null }), 400, 'kv_expect_invalid');
+    expect(await h.row('g', 'p1')).toBeNull();
+  });
+
+  test('If-Match is not honoured: the precondition has one spelling, expect in the body', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'im', value: 1, forever: true });
+    const res = await h.call('PUT', '/api/v1/kv/g/im', { value: 2, forever: true }, { 'if-match': `"${put.version + 12345}"` });
+    expect(res.status).toBe(200);
+    expect(res.body.applied).toBe(true);
+    expect((await h.row('g', 'im'))?.value).toBe(2);
+  });
+
+  test('DELETE takes an optional body with expect', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'de', value: 1, forever: true });
+    const stale = await h.call('DELETE', '/api/v1/kv/g/de', { expect: put.version + 1 });
+    expect(stale.body).toMatchObject({ applied: false, reason: 'version', value: 1, version: put.version });
+    const ok = await h.call('DELETE', '/api/v1/kv/g/de', { expect: put.version });
+    expect(ok.body.applied).toBe(true);
+  });
+
+  test('a lost required on a path route is the 200 kv_precondition answer', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'rq', value: { by: 'winner' }, forever: true });
+    const res = await h.call('PUT', '/api/v1/kv/g/rq', { value: { by: 'loser' }, forever: true, expect: 0, required: true });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({
+      ok: false, success: false, reason: 'kv_precondition', failedIndex: 0, kvReason: 'exists', version: put.version, value: { by: 'winner' },
+    });
+  });
+});
