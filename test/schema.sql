@@ -1574,8 +1574,8 @@ CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_shards smallint[], p_limit int
  SET enable_bitmapscan TO 'off'
 AS $function$
 DECLARE
-  v_claimed JSONB;
-  r RECORD;
+  v_claimed queen.log_timers[];
+  r queen.log_timers;
   v_answer JSONB;
   v_fired INT := 0;
   v_duplicates INT := 0;
@@ -1586,13 +1586,9 @@ BEGIN
   -- scan over all claimed shards does not, and re-read every dead entry of the backlog on every
   -- pass: measured 2026-11-29, the second 500-timer pass of a drain took twice the first), merged
   -- oldest first. Then the lock, by primary key, re-checking the floor on the row's latest version.
-  SELECT jsonb_agg(jsonb_build_object('timerId', t.timer_id, 'queue', t.queue, 'partition', t.partition,
-                                      'payload', t.payload, 'deliverAt', t.deliver_at)
-                   ORDER BY t.deliver_at, t.timer_id)
-    INTO v_claimed
+  SELECT array_agg(t ORDER BY t.deliver_at, t.timer_id) INTO v_claimed
   FROM (
-    SELECT t.timer_id, t.queue, t.partition, t.payload, t.deliver_at
-    FROM queen.log_timers t
+    SELECT t.* FROM queen.log_timers t
     WHERE t.timer_id = ANY (ARRAY(
             SELECT c.timer_id
             FROM unnest(p_shards) AS g(s),
@@ -1609,21 +1605,18 @@ BEGIN
   -- The lock order: timers (held above), then partitions in ascending (queue, partition) order,
   -- taken up front as queen.log_push_items_v1 does, so a pass and a transaction-wire bundle pushing
   -- to the same partitions can never wait on each other in a circle.
-  PERFORM queen.log_lock_partitions_v1(v_claimed);
-  FOR r IN
-    SELECT (e ->> 'timerId')::uuid AS timer_id, e ->> 'queue' AS queue, e ->> 'partition' AS partition,
-           e -> 'payload' AS payload, (e ->> 'deliverAt')::timestamptz AS deliver_at
-    FROM jsonb_array_elements(v_claimed) WITH ORDINALITY AS x(e, ord) ORDER BY x.ord
-  LOOP
+  PERFORM queen.log_lock_partitions_v1((
+    SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
+    FROM unnest(v_claimed) AS c));
+  FOREACH r IN ARRAY v_claimed LOOP
     v_answer := queen.log_push_v1(r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     IF v_answer ->> 'status' = 'duplicate' THEN
       v_duplicates := v_duplicates + 1;
     END IF;
     v_fired := v_fired + 1;
-    v_late := greatest(v_late, extract(epoch FROM clock_timestamp() - r.deliver_at)::double precision);
   END LOOP;
-  DELETE FROM queen.log_timers
-  WHERE timer_id IN (SELECT (e ->> 'timerId')::uuid FROM jsonb_array_elements(v_claimed) e);
+  v_late := extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision;
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_duplicates, 'maxLateSeconds', v_late);
 END $function$
 CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_after text, p_limit integer)
