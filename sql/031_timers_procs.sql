@@ -162,6 +162,8 @@ DECLARE
   v_ords INT[];
   v_ids UUID[];
   v_k INT;
+  v_existing INT := 0;
+  v_keyed INT := 0;
 BEGIN
   IF jsonb_typeof(p_ops) IS DISTINCT FROM 'array' OR jsonb_array_length(p_ops) = 0 THEN
     PERFORM queen.kv_fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
@@ -175,35 +177,44 @@ BEGIN
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
   FOR v_i IN 0 .. v_n - 1 LOOP
     v_when[v_i + 1] := queen.timers_check_op_v1(p_ops -> v_i, v_i, v_now);
+    IF p_ops -> v_i ->> 'op' <> 'schedule' THEN
+      v_existing := v_existing + 1;
+    ELSIF jsonb_typeof(p_ops -> v_i -> 'timerKey') = 'string' THEN
+      v_keyed := v_keyed + 1;
+    END IF;
   END LOOP;
 
   -- Existing timers, in lock order.
-  FOR v_op, v_i, v_id IN
-    SELECT o.op, (o.ord - 1)::int, (o.op ->> 'timerId')::uuid
-    FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
-    WHERE o.op ->> 'op' IN ('cancel', 'reschedule')
-    ORDER BY (o.op ->> 'timerId')::uuid, o.ord
-  LOOP
-    IF v_op ->> 'op' = 'cancel' THEN
-      DELETE FROM queen.log_timers WHERE timer_id = v_id AND tenant_id = p_tenant;
-      v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'cancel', 'timerId', v_id)
-        || CASE WHEN FOUND THEN '{"cancelled": true}'::jsonb ELSE '{"cancelled": false, "reason": "absent"}'::jsonb END;
-    ELSE
-      UPDATE queen.log_timers SET deliver_at = v_when[v_i + 1]
-      WHERE timer_id = v_id AND tenant_id = p_tenant;
-      v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'reschedule', 'timerId', v_id)
-        || CASE WHEN FOUND THEN jsonb_build_object('rescheduled', true, 'deliverAt', queen.kv_ts_v1(v_when[v_i + 1]))
-                ELSE '{"rescheduled": false, "reason": "absent"}'::jsonb END;
-    END IF;
-  END LOOP;
+  IF v_existing > 0 THEN
+    FOR v_op, v_i, v_id IN
+      SELECT o.op, (o.ord - 1)::int, (o.op ->> 'timerId')::uuid
+      FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+      WHERE o.op ->> 'op' IN ('cancel', 'reschedule')
+      ORDER BY (o.op ->> 'timerId')::uuid, o.ord
+    LOOP
+      IF v_op ->> 'op' = 'cancel' THEN
+        DELETE FROM queen.log_timers WHERE timer_id = v_id AND tenant_id = p_tenant;
+        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'cancel', 'timerId', v_id)
+          || CASE WHEN FOUND THEN '{"cancelled": true}'::jsonb ELSE '{"cancelled": false, "reason": "absent"}'::jsonb END;
+      ELSE
+        UPDATE queen.log_timers SET deliver_at = v_when[v_i + 1]
+        WHERE timer_id = v_id AND tenant_id = p_tenant;
+        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'reschedule', 'timerId', v_id)
+          || CASE WHEN FOUND THEN jsonb_build_object('rescheduled', true, 'deliverAt', queen.kv_ts_v1(v_when[v_i + 1]))
+                  ELSE '{"rescheduled": false, "reason": "absent"}'::jsonb END;
+      END IF;
+    END LOOP;
+  END IF;
 
   -- New timers without a key: one set-based insert (ids drawn first, so each answer finds its row).
   -- Measured (bench:timers, 2026-11-29): a row-at-a-time insert loop held batches of 100 to half
   -- of pg-boss's insert rate.
-  SELECT array_agg(o.ord::int ORDER BY o.ord), array_agg(gen_random_uuid() ORDER BY o.ord)
-    INTO v_ords, v_ids
-  FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
-  WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') IS DISTINCT FROM 'string';
+  IF v_existing + v_keyed < v_n THEN
+    SELECT array_agg(o.ord::int ORDER BY o.ord), array_agg(gen_random_uuid() ORDER BY o.ord)
+      INTO v_ords, v_ids
+    FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+    WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') IS DISTINCT FROM 'string';
+  END IF;
   IF v_ords IS NOT NULL THEN
     INSERT INTO queen.log_timers (timer_id, tenant_id, queue, partition, payload, deliver_at, created_at)
     SELECT v_ids[k], p_tenant, op ->> 'queue',
@@ -217,40 +228,42 @@ BEGIN
   END IF;
 
   -- Keyed schedules, in key order so two bundles sharing keys take them in one order.
-  FOR v_op, v_i IN
-    SELECT o.op, (o.ord - 1)::int
-    FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
-    WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') = 'string'
-    ORDER BY (o.op ->> 'timerKey') COLLATE "C", o.ord
-  LOOP
-    v_key := v_op ->> 'timerKey';
-    INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
-    VALUES (p_tenant, v_key, v_op ->> 'queue',
-            coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
-            v_op -> 'payload', v_when[v_i + 1], v_now)
-    ON CONFLICT (tenant_id, timer_key) WHERE timer_key IS NOT NULL DO NOTHING
-    RETURNING * INTO v_row;
-    IF FOUND THEN
-      v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
-        'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
-    ELSE
-      -- The key is taken: a new statement sees the winner, committed (READ COMMITTED).
-      SELECT * INTO v_row FROM queen.log_timers WHERE tenant_id = p_tenant AND timer_key = v_key;
-      IF NOT FOUND THEN
-        -- Fired or cancelled between the conflict and this read: the key is free again, take it.
-        INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
-        VALUES (p_tenant, v_key, v_op ->> 'queue',
-                coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
-                v_op -> 'payload', v_when[v_i + 1], v_now)
-        RETURNING * INTO v_row;
+  IF v_keyed > 0 THEN
+    FOR v_op, v_i IN
+      SELECT o.op, (o.ord - 1)::int
+      FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+      WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') = 'string'
+      ORDER BY (o.op ->> 'timerKey') COLLATE "C", o.ord
+    LOOP
+      v_key := v_op ->> 'timerKey';
+      INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
+      VALUES (p_tenant, v_key, v_op ->> 'queue',
+              coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
+              v_op -> 'payload', v_when[v_i + 1], v_now)
+      ON CONFLICT (tenant_id, timer_key) WHERE timer_key IS NOT NULL DO NOTHING
+      RETURNING * INTO v_row;
+      IF FOUND THEN
         v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
           'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
       ELSE
-        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
-          'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', false);
+        -- The key is taken: a new statement sees the winner, committed (READ COMMITTED).
+        SELECT * INTO v_row FROM queen.log_timers WHERE tenant_id = p_tenant AND timer_key = v_key;
+        IF NOT FOUND THEN
+          -- Fired or cancelled between the conflict and this read: the key is free again, take it.
+          INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
+          VALUES (p_tenant, v_key, v_op ->> 'queue',
+                  coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
+                  v_op -> 'payload', v_when[v_i + 1], v_now)
+          RETURNING * INTO v_row;
+          v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
+            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
+        ELSE
+          v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
+            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', false);
+        END IF;
       END IF;
-    END IF;
-  END LOOP;
+    END LOOP;
+  END IF;
 
   IF array_position(v_results, NULL) IS NOT NULL THEN
     RAISE EXCEPTION 'timers_apply_v1 left operation % unanswered', array_position(v_results, NULL) - 1;
