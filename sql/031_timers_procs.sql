@@ -432,12 +432,23 @@ DECLARE
 BEGIN
   SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
     SELECT s.shard FROM queen.sweeper_shards s
-    WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
+    WHERE (s.last_swept_at IS NULL OR s.last_swept_at < v_since)
+      -- A fire-only pass (the caller woke early for a timer falling due, pruning keeps its own
+      -- cadence) claims only shards that have something due: fewer transactions between a
+      -- deliverAt and its fire.
+      AND (p_prune OR EXISTS (SELECT 1 FROM queen.log_timers t WHERE t.shard = s.shard AND t.deliver_at <= now()))
     ORDER BY s.last_swept_at NULLS FIRST, s.shard
     LIMIT p_shard_count
     FOR UPDATE SKIP LOCKED) c;
   IF v_shards IS NULL THEN
-    RETURN jsonb_build_object('since', v_since, 'shards', '[]'::jsonb, 'fireEnabled', v_fire_on);
+    -- Nothing left to claim: the cycle ends here. Answer when the next future timer of the cell
+    -- falls due, so the caller sleeps no longer than that and a timer due before the next interval
+    -- fires on time rather than an interval late. One index probe per shard.
+    SELECT min(o.deliver_at) INTO v_next FROM generate_series(0, 63) AS g(s),
+      LATERAL (SELECT t.deliver_at FROM queen.log_timers t WHERE t.shard = g.s::smallint AND t.deliver_at > now()
+               ORDER BY t.deliver_at LIMIT 1) o;
+    RETURN jsonb_build_object('since', v_since, 'shards', '[]'::jsonb, 'fireEnabled', v_fire_on,
+      'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
   END IF;
   v_claimed_at := clock_timestamp();
   IF v_fire_on THEN
@@ -460,14 +471,7 @@ BEGIN
   IF coalesce((v_fire ->> 'fired')::int, 0) = 0 AND v_pruned = 0 THEN
     SET LOCAL synchronous_commit = off;
   END IF;
-  -- The next timer of these shards still in the future: the caller sleeps no longer than that, so a
-  -- timer due before the next interval fires on time rather than an interval late. One index probe
-  -- per shard.
-  SELECT min(o.deliver_at) INTO v_next FROM unnest(v_shards) AS g(s),
-    LATERAL (SELECT t.deliver_at FROM queen.log_timers t WHERE t.shard = g.s AND t.deliver_at > now()
-             ORDER BY t.deliver_at LIMIT 1) o;
   RETURN jsonb_build_object(
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision,
     'since', v_since, 'shards', to_jsonb(v_shards), 'fireEnabled', v_fire_on,
     'fired', (v_fire ->> 'fired')::int, 'duplicates', (v_fire ->> 'duplicates')::int,
     'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,

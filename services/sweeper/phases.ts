@@ -18,7 +18,7 @@ export interface PassResult {
   pruneSeconds: number;
   claimedAtUs: number;
   finishedAtUs: number;
-  /** Milliseconds until the next future timer of these shards; null when they have none. */
+  /** On the pass that ends a cycle (no shard claimed): ms until the cell's next future timer; null when none. */
   nextDueInMs: number | null;
 }
 

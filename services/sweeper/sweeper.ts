@@ -51,6 +51,8 @@ export interface CycleReport {
   pruned: number;
   fireEnabled: boolean | undefined;
   usageTenants: number | undefined;
+  /** Milliseconds until the cell's next future timer, from the pass that ended the cycle; null when none. */
+  nextDueInMs: number | null;
   batch: number;
   sleepMs: number;
   suspended: { prune: boolean; usage: boolean };
@@ -118,10 +120,7 @@ export class Sweeper extends EventEmitter {
       try {
         const report = await this.cycle();
         const backlog = report.passes.some((p) => p.fireFull || p.pruneFull);
-        const nextDue = report.passes.reduce<number | null>(
-          (min, p) => (p.nextDueInMs === null ? min : Math.min(min ?? Infinity, p.nextDueInMs)),
-          null,
-        );
+        const nextDue = report.nextDueInMs;
         sleepMs = backlog
           ? 0
           : nextDue === null
@@ -146,6 +145,7 @@ export class Sweeper extends EventEmitter {
     const passes: PassResult[] = [];
     let since: string | null = null;
     let fireEnabled: boolean | undefined;
+    let nextDueInMs: number | null = null;
     let slowest = 0;
     // Pruning keeps the interval's cadence: a cycle woken early for a timer falling due fires only,
     // unless the last prune left a backlog (its batch ceiling was hit).
@@ -170,7 +170,10 @@ export class Sweeper extends EventEmitter {
       const ms = performance.now() - t0;
       since = pass.since;
       fireEnabled = pass.fireEnabled;
-      if (pass.shards.length === 0) break;
+      if (pass.shards.length === 0) {
+        nextDueInMs = pass.nextDueInMs;
+        break;
+      }
       slowest = Math.max(slowest, ms);
       passes.push(pass);
       if (pass.pruneFull) this.pruneBacklog = true;
@@ -211,6 +214,7 @@ export class Sweeper extends EventEmitter {
       pruned: passes.reduce((n, p) => n + p.pruned, 0),
       fireEnabled,
       usageTenants,
+      nextDueInMs,
       batch: this.pressure.batch,
       sleepMs: this.pressure.sleepMs,
       suspended: { prune: this.pressure.suspended('prune'), usage: this.pressure.suspended('usage') },
