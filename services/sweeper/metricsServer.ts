@@ -23,7 +23,9 @@ export async function startMetricsServer(register: Registry, port: number): Prom
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
       return;
     }
-    res.writeHead(404, { 'content-type': 'application/json' }).end(`{"error":"not_found","message":"No route for ${req.method} ${path}."}`);
+    res
+      .writeHead(404, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ error: 'not_found', message: `No route for ${req.method} ${path}.` }));
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
