@@ -129,6 +129,13 @@ test('list pages by (deliverAt, timerId) without gaps or repeats, filtered by qu
 });
 
 test('refusals are 400s with their own codes', async () => {
+  const refusals = async (code: string) => {
+    const text = (await call(api.url, 'GET', '/metrics')).text;
+    const line = text.split('\n').find((l) => l.startsWith(`queen_kv_refusals_total{code="${code}"}`));
+    return line ? Number(line.split(' ')[1]) : 0;
+  };
+  const horizonBefore = await refusals('timers_beyond_horizon');
+  const payloadBefore = await refusals('timers_payload_too_large');
   const cases: Array<[unknown, string]> = [
     [{ queue: 'q', payload: 1 }, 'timers_when_required'],
     [{ queue: 'q', payload: 1, delaySeconds: 1, deliverAt: '2020-01-01T00:00:00Z' }, 'timers_when_conflict'],
@@ -166,4 +173,7 @@ test('refusals are 400s with their own codes', async () => {
   expect([stray.status, stray.body.error]).toEqual([400, 'timers_body_conflicts_with_path']);
   const noWhen = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', {});
   expect([noWhen.status, noWhen.body.error]).toEqual([400, 'timers_when_required']);
+  // The operator's ceilings are counted as refusals by a limit.
+  expect(await refusals('timers_beyond_horizon')).toBe(horizonBefore + 1);
+  expect(await refusals('timers_payload_too_large')).toBe(payloadBefore + 1);
 });

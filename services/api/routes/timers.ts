@@ -11,7 +11,7 @@
 //  * two schedules with one timerKey: one {created: true}, the other the same timerId, {created: false}.
 import { Router, Request } from 'express';
 import type { Pool } from 'pg';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
@@ -47,16 +47,28 @@ function queryString(req: Request, name: string): string | undefined {
   return v;
 }
 
+/** The two ceilings an operator sets (horizon, payload) are refusals by a limit: counted, by code. */
+const LIMIT_CODES = new Set(['timers_beyond_horizon', 'timers_payload_too_large']);
+
 export function timerRoutes({ config, pool, metrics }: TimerRouteDeps): Router {
   const router = Router();
   const body = rawBody(config);
+  const apply = async (values: unknown[]) => {
+    try {
+      return (await pool.query({ ...TIMERS_APPLY_ONE, values })).rows[0];
+    } catch (err) {
+      const verdict = coerceError(err);
+      if (verdict instanceof ApiError && LIMIT_CODES.has(verdict.code)) metrics.kvRefusals.inc({ code: verdict.code });
+      throw err;
+    }
+  };
 
   router.post('/api/v1/timers', body, async (req, res) => {
     const tenant = tenantOf(config, req);
     const text = objectBody(req);
-    const { rows } = await pool.query({ ...TIMERS_APPLY_ONE, values: [tenant, text, '{"op":"schedule"}'] });
-    if (rows[0].created) metrics.timersScheduled.inc();
-    sendJsonText(res, 200, rows[0].body);
+    const row = await apply([tenant, text, '{"op":"schedule"}']);
+    if (row.created) metrics.timersScheduled.inc();
+    sendJsonText(res, 200, row.body);
   });
 
   router.get('/api/v1/timers', async (req, res) => {
@@ -83,12 +95,9 @@ export function timerRoutes({ config, pool, metrics }: TimerRouteDeps): Router {
   router.delete('/api/v1/timers/:id', async (req, res) => {
     const tenant = tenantOf(config, req);
     const id = timerIdOf(req);
-    const { rows } = await pool.query({
-      ...TIMERS_APPLY_ONE,
-      values: [tenant, '{}', JSON.stringify({ op: 'cancel', timerId: id })],
-    });
-    if (rows[0].cancelled) metrics.timersCancelled.inc();
-    sendJsonText(res, 200, rows[0].body);
+    const row = await apply([tenant, '{}', JSON.stringify({ op: 'cancel', timerId: id })]);
+    if (row.cancelled) metrics.timersCancelled.inc();
+    sendJsonText(res, 200, row.body);
   });
 
   router.post('/api/v1/timers/:id/reschedule', body, async (req, res) => {
@@ -103,12 +112,9 @@ export function timerRoutes({ config, pool, metrics }: TimerRouteDeps): Router {
         `A reschedule takes only deliverAt or delaySeconds; remove ${stray.join(', ')} from the body.`,
       );
     }
-    const { rows } = await pool.query({
-      ...TIMERS_APPLY_ONE,
-      values: [tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })],
-    });
-    if (rows[0].rescheduled) metrics.timersScheduled.inc();
-    sendJsonText(res, 200, rows[0].body);
+    const row = await apply([tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]);
+    if (row.rescheduled) metrics.timersScheduled.inc();
+    sendJsonText(res, 200, row.body);
   });
 
   return router;
