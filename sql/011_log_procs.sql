@@ -40,8 +40,8 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 
--- Validates one push and returns it normalized: {queue, partition, transactionId (null when the
--- caller gave none), payload}. `p_index` is the position the 400 names.
+-- Validates one push. `p_index` is the position the 400 names (the item's, or in the transaction
+-- wire the operation's).
 CREATE OR REPLACE FUNCTION queen.log_check_push_v1(
   p_queue TEXT, p_partition TEXT, p_transaction_id TEXT, p_index INT
 ) RETURNS VOID LANGUAGE plpgsql AS $$
@@ -556,9 +556,8 @@ BEGIN
     IF v_op->>'type' = 'ack' THEN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
     ELSE
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', (
-        SELECT jsonb_agg(queen.log_push_v1(it->>'queue', it->>'partition', it->'payload', it->>'transactionId') ORDER BY k)
-          FROM jsonb_array_elements(v_op->'items') WITH ORDINALITY AS e(it, k)));
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);

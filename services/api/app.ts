@@ -29,7 +29,7 @@ export function createApp(deps: AppDeps): Express {
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log });
   app.use(logSurface.router);
-  app.use(transactionRoutes({ config, messagePool: pools.message }));
+  app.use(transactionRoutes({ config, messagePool: pools.message, metrics }));
   // Called by the server's close before it waits for requests in flight: long polls answer now.
   app.locals.close = () => logSurface.close();
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {

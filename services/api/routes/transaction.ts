@@ -16,6 +16,7 @@ import { Router } from 'express';
 import type { Pool, PoolClient } from 'pg';
 import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
+import type { Metrics } from '../../../shared/metrics';
 import { inLockOrder, LockSteps } from '../../../shared/lockOrder';
 import { TX_KV, TX_OPERATIONS } from '../../../shared/sql/log';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
@@ -23,6 +24,17 @@ import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } f
 export interface TransactionRouteDeps {
   config: Config;
   messagePool: Pool;
+  metrics: Metrics;
+}
+
+const KV_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
+
+/** The wire's KV operations count in queen_kv_ops_total like the KV routes' do. */
+function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
+  for (const op of kv) {
+    const name = isPlainObject(op) && typeof op.op === 'string' && KV_OPS.has(op.op) ? op.op : 'unknown';
+    metrics.kvOps.inc({ op: name, outcome });
+  }
 }
 
 function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
@@ -38,7 +50,7 @@ function concatArrays(texts: string[]): string {
   return `[${inner.join(',')}]`;
 }
 
-export function transactionRoutes({ config, messagePool }: TransactionRouteDeps): Router {
+export function transactionRoutes({ config, messagePool, metrics }: TransactionRouteDeps): Router {
   const router = Router();
 
   router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
@@ -69,12 +81,21 @@ export function transactionRoutes({ config, messagePool }: TransactionRouteDeps)
 
     try {
       const done = await inLockOrder(messagePool, steps);
+      countKv(metrics, kv, 'ok');
       sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]'])}}`);
     } catch (err) {
       const verdict = coerceError(err);
       // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
-      if (verdict instanceof PreconditionFailed) return sendJsonText(res, 200, verdict.bodyText(operations.length));
-      if (verdict instanceof AckFailed) return sendJsonText(res, 200, verdict.bodyText());
+      if (verdict instanceof PreconditionFailed) {
+        countKv(metrics, kv, 'precondition');
+        return sendJsonText(res, 200, verdict.bodyText(operations.length));
+      }
+      // Rolled back by the ack beside them: the KV operations did not happen.
+      if (verdict instanceof AckFailed) {
+        countKv(metrics, kv, 'rolled_back');
+        return sendJsonText(res, 200, verdict.bodyText());
+      }
+      countKv(metrics, kv, verdict instanceof ApiError && verdict.status < 500 ? 'refused' : 'error');
       throw err;
     }
   });
