@@ -338,14 +338,17 @@ END $$;
 
 -- Locks, in ascending (partition, group) order, the partition_consumers rows these normalized acks
 -- touch, so the acks of one call never wait on another call's in a circle.
+-- (plpgsql, not sql: a sql function's body is analysed at CREATE, which would take a lock on the
+-- table at every boot.)
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks JSONB[]) RETURNS VOID
-LANGUAGE sql AS $$
-  SELECT 1 FROM queen.partition_consumers c
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM queen.partition_consumers c
    WHERE (c.partition_id, c.consumer_group) IN (
      SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
    ORDER BY c.partition_id, c.consumer_group
-   FOR NO KEY UPDATE OF c
-$$;
+   FOR NO KEY UPDATE OF c;
+END $$;
 
 -- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
 --   not_found      no message with this transactionId in this partition;
