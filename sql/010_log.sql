@@ -71,9 +71,16 @@ CREATE TABLE IF NOT EXISTS queen.partition_consumers (
   PRIMARY KEY (partition_id, consumer_group)
 );
 
--- POST /api/v1/lease/:leaseId/extend finds the lease by its id.
-CREATE UNIQUE INDEX IF NOT EXISTS idx_partition_consumers_lease
-  ON queen.partition_consumers (lease_id) WHERE lease_id IS NOT NULL;
+-- POST /api/v1/lease/:leaseId/extend finds the lease by its id. Created only when missing:
+-- CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table even when it skips (measured on
+-- PostgreSQL 17, 2026-11-29), and the schema apply holds it to commit, which would queue every
+-- pop and ack of a running cell behind a booting one.
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_partition_consumers_lease') IS NULL THEN
+    CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers (lease_id) WHERE lease_id IS NOT NULL;
+  END IF;
+END $$;
 
 -- Per message and group: how many `failed` acks it took, and the dead-letter marker. A row exists
 -- only for messages that failed at least once.
@@ -89,5 +96,10 @@ CREATE TABLE IF NOT EXISTS queen.message_failures (
   FOREIGN KEY (partition_id, seq) REFERENCES queen.messages (partition_id, seq) ON DELETE CASCADE
 );
 
-CREATE INDEX IF NOT EXISTS idx_message_failures_dead_letters
-  ON queen.message_failures (partition_id, consumer_group, seq) WHERE dead_lettered_at IS NOT NULL;
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_message_failures_dead_letters') IS NULL THEN
+    CREATE INDEX idx_message_failures_dead_letters
+      ON queen.message_failures (partition_id, consumer_group, seq) WHERE dead_lettered_at IS NOT NULL;
+  END IF;
+END $$;

@@ -40,8 +40,8 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
   SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 
--- Validates one push and returns it normalized: {queue, partition, transactionId (null when the
--- caller gave none), payload}. `p_index` is the position the 400 names.
+-- Validates one push. `p_index` is the position the 400 names (the item's, or in the transaction
+-- wire the operation's).
 CREATE OR REPLACE FUNCTION queen.log_check_push_v1(
   p_queue TEXT, p_partition TEXT, p_transaction_id TEXT, p_index INT
 ) RETURNS VOID LANGUAGE plpgsql AS $$
@@ -338,14 +338,17 @@ END $$;
 
 -- Locks, in ascending (partition, group) order, the partition_consumers rows these normalized acks
 -- touch, so the acks of one call never wait on another call's in a circle.
+-- (plpgsql, not sql: a sql function's body is analysed at CREATE, which would take a lock on the
+-- table at every boot.)
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks JSONB[]) RETURNS VOID
-LANGUAGE sql AS $$
-  SELECT 1 FROM queen.partition_consumers c
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM queen.partition_consumers c
    WHERE (c.partition_id, c.consumer_group) IN (
      SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
    ORDER BY c.partition_id, c.consumer_group
-   FOR NO KEY UPDATE OF c
-$$;
+   FOR NO KEY UPDATE OF c;
+END $$;
 
 -- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
 --   not_found      no message with this transactionId in this partition;
@@ -556,9 +559,8 @@ BEGIN
     IF v_op->>'type' = 'ack' THEN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
     ELSE
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', (
-        SELECT jsonb_agg(queen.log_push_v1(it->>'queue', it->>'partition', it->'payload', it->>'transactionId') ORDER BY k)
-          FROM jsonb_array_elements(v_op->'items') WITH ORDINALITY AS e(it, k)));
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);

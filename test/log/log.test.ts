@@ -1,7 +1,9 @@
 // The message log over HTTP (SPEC section 6): push dedup, pop and its leases, consumer groups,
 // acks and their failure cases, failed-ack redelivery up to retryLimit then dead letter, long poll,
 // lease extend, and the shape refusals.
+import fs from 'node:fs';
 import { Client } from 'pg';
+import { schemaFiles } from '../../shared/db';
 import { startTestApi, TestApi, call } from '../support/api';
 import { ack, ackOf, configure, pop, popRaw, push, sleep } from './helpers';
 
@@ -234,6 +236,30 @@ describe('ack', () => {
     const [m] = await pop(api.url, 'retry0');
     expect((await ack(api.url, m, 'failed')).body.deadLetter).toBe(true);
     expect((await popRaw(api.url, 'retry0')).status).toBe(204);
+  });
+});
+
+describe('boot beside a running cell', () => {
+  test('a schema apply left open does not stall push, pop or ack', async () => {
+    await push(api.url, [{ queue: 'reboot', payload: 1 }]);
+    const booting = new Client({ connectionString: api.databaseUrl });
+    await booting.connect();
+    try {
+      await booting.query('BEGIN');
+      for (const file of schemaFiles()) await booting.query(fs.readFileSync(file, 'utf8'));
+      // The apply's transaction is open and holds whatever it took; the log must not wait on it.
+      const traffic = (async () => {
+        await push(api.url, [{ queue: 'reboot', payload: 2 }]);
+        const ms = await pop(api.url, 'reboot', { batch: 10 });
+        for (const m of ms) expect((await ack(api.url, m)).body.ok).toBe(true);
+        return ms.length;
+      })();
+      const stalled = new Promise<string>((resolve) => setTimeout(() => resolve('stalled'), 5000).unref());
+      expect(await Promise.race([traffic, stalled])).toBe(2);
+    } finally {
+      await booting.query('ROLLBACK');
+      await booting.end();
+    }
   });
 });
 

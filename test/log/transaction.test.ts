@@ -170,6 +170,22 @@ describe('bundles', () => {
   });
 });
 
+describe('metrics', () => {
+  test('the wire counts its KV operations in queen_kv_ops_total, by outcome', async () => {
+    const before = await call(api.url, 'GET', '/metrics');
+    const read = (text: string, outcome: string) => {
+      const line = text.split('\n').find((l) => l.startsWith(`queen_kv_ops_total{op="incr",outcome="${outcome}"}`));
+      return line ? Number(line.split(' ').pop()) : 0;
+    };
+    const m = await one('metered');
+    await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m), transactionId: 'absent' }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
+    await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m) }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
+    const after = await call(api.url, 'GET', '/metrics');
+    expect(read(after.text, 'rolled_back') - read(before.text, 'rolled_back')).toBe(1);
+    expect(read(after.text, 'ok') - read(before.text, 'ok')).toBe(1);
+  });
+});
+
 describe('refusals', () => {
   test('getPrefix inside is 400 kv_get_prefix_not_allowed_in_transaction, and nothing commits', async () => {
     const m = await one('prefix-refused');

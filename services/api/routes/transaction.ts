@@ -25,8 +25,18 @@ import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } f
 export interface TransactionRouteDeps {
   config: Config;
   messagePool: Pool;
-  /** Timer schedules and cancels riding the wire are billed like the routes' (queen_timers_*_total). */
-  metrics?: Metrics;
+  /** Wire KV ops count in queen_kv_ops_total; timer schedules and cancels are billed like the routes'. */
+  metrics: Metrics;
+}
+
+const KV_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
+
+/** The wire's KV operations count in queen_kv_ops_total like the KV routes' do. */
+function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
+  for (const op of kv) {
+    const name = isPlainObject(op) && typeof op.op === 'string' && KV_OPS.has(op.op) ? op.op : 'unknown';
+    metrics.kvOps.inc({ op: name, outcome });
+  }
 }
 
 function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
@@ -76,14 +86,23 @@ export function transactionRoutes({ config, messagePool, metrics }: TransactionR
 
     try {
       const done = await inLockOrder(messagePool, steps);
-      if (timerCounts.promised > 0) metrics?.timersScheduled.inc(timerCounts.promised);
-      if (timerCounts.cancelled > 0) metrics?.timersCancelled.inc(timerCounts.cancelled);
+      countKv(metrics, kv, 'ok');
+      if (timerCounts.promised > 0) metrics.timersScheduled.inc(timerCounts.promised);
+      if (timerCounts.cancelled > 0) metrics.timersCancelled.inc(timerCounts.cancelled);
       sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
     } catch (err) {
       const verdict = coerceError(err);
       // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
-      if (verdict instanceof PreconditionFailed) return sendJsonText(res, 200, verdict.bodyText(operations.length));
-      if (verdict instanceof AckFailed) return sendJsonText(res, 200, verdict.bodyText());
+      if (verdict instanceof PreconditionFailed) {
+        countKv(metrics, kv, 'precondition');
+        return sendJsonText(res, 200, verdict.bodyText(operations.length));
+      }
+      // Rolled back by the ack beside them: the KV operations did not happen.
+      if (verdict instanceof AckFailed) {
+        countKv(metrics, kv, 'rolled_back');
+        return sendJsonText(res, 200, verdict.bodyText());
+      }
+      countKv(metrics, kv, verdict instanceof ApiError && verdict.status < 500 ? 'refused' : 'error');
       throw err;
     }
   });
