@@ -955,9 +955,8 @@ BEGIN
     IF v_op->>'type' = 'ack' THEN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
     ELSE
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', (
-        SELECT jsonb_agg(queen.log_push_v1(it->>'queue', it->>'partition', it->'payload', it->>'transactionId') ORDER BY k)
-          FROM jsonb_array_elements(v_op->'items') WITH ORDINALITY AS e(it, k)));
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
@@ -1112,14 +1111,15 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks jsonb[])
  RETURNS void
- LANGUAGE sql
+ LANGUAGE plpgsql
 AS $function$
-  SELECT 1 FROM queen.partition_consumers c
+BEGIN
+  PERFORM 1 FROM queen.partition_consumers c
    WHERE (c.partition_id, c.consumer_group) IN (
      SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
    ORDER BY c.partition_id, c.consumer_group
-   FOR NO KEY UPDATE OF c
-$function$
+   FOR NO KEY UPDATE OF c;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_items jsonb)
  RETURNS void
  LANGUAGE plpgsql
