@@ -13,12 +13,12 @@
 //    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
-import { inLockOrder, LockSteps } from '../../../shared/lockOrder';
-import { TX_KV, TX_OPERATIONS } from '../../../shared/sql/log';
+import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
+import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
@@ -50,6 +50,18 @@ function concatArrays(texts: string[]): string {
   return `[${inner.join(',')}]`;
 }
 
+/** One named statement per combination of spaces a bundle touches, composed once. */
+const statements = new Map<string, NamedStatement>();
+function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatement {
+  const key = Object.keys(spaces).sort().join(',');
+  let statement = statements.get(key);
+  if (!statement) {
+    statement = lockOrderedStatement('tx_wire_v1', TX_ARGS, spaces);
+    statements.set(key, statement);
+  }
+  return statement;
+}
+
 export function transactionRoutes({ config, messagePool, metrics }: TransactionRouteDeps): Router {
   const router = Router();
 
@@ -70,17 +82,18 @@ export function transactionRoutes({ config, messagePool, metrics }: TransactionR
       throw new ApiError('tx_invalid_timers', 'This cell does not carry timers in the transaction wire yet.');
     }
 
-    const steps: LockSteps<string> = {};
-    if (kv.length > 0) {
-      steps.kv = async (c: PoolClient) =>
-        (await c.query({ ...TX_KV, values: [tenant, text, operations.length] })).rows[0].results;
-    }
-    if (operations.length > 0) {
-      steps.partitions = async (c: PoolClient) => (await c.query({ ...TX_OPERATIONS, values: [text] })).rows[0].results;
-    }
+    const spaces: Partial<Record<LockSpace, string>> = {};
+    if (kv.length > 0) spaces.kv = TX_EXPR.kv;
+    if (operations.length > 0) spaces.partitions = TX_EXPR.partitions;
+    const statement = statementFor(spaces);
 
     try {
-      const done = await inLockOrder(messagePool, steps);
+      // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
+      const { rows } = await messagePool.query({
+        ...statement,
+        values: [tenant, text, operations.length, operations.length + kv.length],
+      });
+      const done = rows[0] as Partial<Record<LockSpace, string>>;
       countKv(metrics, kv, 'ok');
       sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]'])}}`);
     } catch (err) {
