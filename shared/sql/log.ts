@@ -40,18 +40,19 @@ export const LOG_EXTEND_LEASE = {
 };
 
 /**
- * The transaction wire's `kv` array, inside the bundle (in_transaction = true: getPrefix refused).
- * Each answer's `index` is rewritten to its place in the flat results array ($3 = the number of
- * `operations` before it), the same count failedIndex uses.
+ * The transaction wire's arguments, named once for every lock space's expression: the tenant, the
+ * body (parsed to jsonb once), and where each array's answers start in the flat results array.
  */
-export const TX_KV = {
-  name: 'tx_kv_v1',
-  text: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + $3::int)) ORDER BY k), '[]'::jsonb)::text AS results
-           FROM jsonb_array_elements(queen.kv_apply_v1($1::uuid, $2::jsonb -> 'kv', true)) WITH ORDINALITY AS t(e, k)`,
-};
+export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset`;
 
-/** The transaction wire's `operations` (push, ack), the partitions/messages lock space. */
-export const TX_OPERATIONS = {
-  name: 'tx_operations_v1',
-  text: `SELECT queen.log_apply_v1($1::jsonb -> 'operations')::text AS results`,
-};
+/** The wire's per-space expressions, composed in lock order by shared/lockOrder.ts. */
+export const TX_EXPR = {
+  /**
+   * The `kv` array, inside the bundle (in_transaction = true: getPrefix refused). Each answer's
+   * `index` is rewritten to its place in the flat results array, the same count failedIndex uses.
+   */
+  kv: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.kv_offset)) ORDER BY k), '[]'::jsonb)
+         FROM jsonb_array_elements(queen.kv_apply_v1(a.tenant, a.body -> 'kv', true)) WITH ORDINALITY AS t(e, k)`,
+  /** The `operations` (push, ack): the partitions/messages space. */
+  partitions: `queen.log_apply_v1(a.body -> 'operations')`,
+} as const;

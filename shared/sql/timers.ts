@@ -32,13 +32,9 @@ export const TIMERS_LIST = {
 };
 
 /**
- * The transaction wire's `timers` array ($2 is the whole body's text), answers re-indexed into the
- * wire's flat results array ($3 = how many answers precede them), with the counts the route bills.
+ * The transaction wire's `timers` array, as its lock space's expression for shared/lockOrder.ts
+ * (between kv and partitions), over the wire's named arguments (shared/sql/log.ts TX_ARGS): each
+ * answer's `index` is rewritten to its place in the flat results array.
  */
-export const TX_TIMERS = {
-  name: 'tx_timers_v1',
-  text: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + $3::int)) ORDER BY k), '[]'::jsonb)::text AS results,
-                count(*) FILTER (WHERE (e ->> 'created')::boolean OR (e ->> 'rescheduled')::boolean)::int AS promised,
-                count(*) FILTER (WHERE (e ->> 'cancelled')::boolean)::int AS cancelled
-           FROM jsonb_array_elements(queen.timers_apply_v1($1::uuid, $2::jsonb -> 'timers')) WITH ORDINALITY AS t(e, k)`,
-};
+export const TX_TIMERS_EXPR = `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.timers_offset)) ORDER BY k), '[]'::jsonb)
+         FROM jsonb_array_elements(queen.timers_apply_v1(a.tenant, a.body -> 'timers')) WITH ORDINALITY AS t(e, k)`;

@@ -158,6 +158,15 @@ describe('bundles', () => {
     expect(await marker('guard', 'free')).toMatchObject({ found: false });
   });
 
+  test('KV is the outermost lock space: a lost precondition is decided before a failing ack', async () => {
+    await kv(api.url, [once('order', 'first')]);
+    const res = await transaction(api.url, {
+      operations: [{ type: 'ack', transactionId: 'nothing', partitionId: '00000000-0000-0000-0000-000000000000', status: 'completed' }],
+      kv: [once('order', 'first')],
+    });
+    expect(res.body).toMatchObject({ ok: false, reason: 'kv_precondition', failedIndex: 1 });
+  });
+
   test('a failed ack in a bundle counts toward retryLimit like a plain one', async () => {
     const m = await one('bundle-failed');
     const res = await transaction(api.url, {

@@ -16,9 +16,16 @@ afterAll(async () => {
 
 const tx = (body: unknown) => call(api.url, 'POST', '/api/v1/transaction', body);
 
+async function metric(name: string): Promise<number> {
+  const line = (await call(api.url, 'GET', '/metrics')).text.split('\n').find((l) => l.startsWith(`${name} `))!;
+  return Number(line.split(' ')[1]);
+}
+
 test('push, kv and timers commit together; timer answers come last in the flat array', async () => {
   const existing = await call(api.url, 'POST', '/api/v1/timers', { queue: 'wire', payload: 0, delaySeconds: 600 });
   const moving = await call(api.url, 'POST', '/api/v1/timers', { queue: 'wire', payload: 0, delaySeconds: 600 });
+  const scheduledBefore = await metric('queen_timers_scheduled_total');
+  const cancelledBefore = await metric('queen_timers_cancelled_total');
   const res = await tx({
     operations: [{ type: 'push', items: [{ queue: 'wire', payload: { order: 1 } }] }],
     kv: [{ op: 'put', ns: 'wire', key: 'order-1', value: { state: 'reminded' }, forever: true }],
@@ -37,6 +44,9 @@ test('push, kv and timers commit together; timer answers come last in the flat a
   const peek = await call(api.url, 'GET', `/api/v1/timers/${res.body.results[2].timerId}`);
   expect(peek.body.timer.payload).toEqual({ remind: 1 });
   expect((await call(api.url, 'GET', `/api/v1/timers/${existing.body.timerId}`)).body).toEqual({ found: false });
+  // Billed like the routes: the schedule and the reschedule are promises; the cancel is counted apart.
+  expect(await metric('queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
+  expect(await metric('queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
 
   // The same key again in another bundle: the existing timer, created:false.
   const again = await tx({ timers: [{ op: 'schedule', queue: 'wire', payload: 2, delaySeconds: 10, timerKey: 'order-1-reminder' }] });

@@ -13,19 +13,18 @@
 //    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
-import type { Pool, PoolClient } from 'pg';
+import type { Pool } from 'pg';
 import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
-import { inLockOrder, LockSteps } from '../../../shared/lockOrder';
-import { TX_KV, TX_OPERATIONS } from '../../../shared/sql/log';
-import { TX_TIMERS } from '../../../shared/sql/timers';
+import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
+import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
+import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
   config: Config;
   messagePool: Pool;
-  /** Wire KV ops count in queen_kv_ops_total; timer schedules and cancels are billed like the routes'. */
   metrics: Metrics;
 }
 
@@ -39,6 +38,16 @@ function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
   }
 }
 
+/** Timer promises (schedules that created, reschedules that moved) are billed; cancels counted apart. */
+function countTimers(metrics: Metrics, answersText: string): void {
+  // Timer answers carry ids, instants and flags, never a caller's number: parsing them narrows nothing.
+  const answers = JSON.parse(answersText) as Array<{ created?: boolean; rescheduled?: boolean; cancelled?: boolean }>;
+  const promised = answers.filter((a) => a.created === true || a.rescheduled === true).length;
+  const cancelled = answers.filter((a) => a.cancelled === true).length;
+  if (promised > 0) metrics.timersScheduled.inc(promised);
+  if (cancelled > 0) metrics.timersCancelled.inc(cancelled);
+}
+
 function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
   const v = body[name];
   if (v === undefined || v === null) return [];
@@ -50,6 +59,18 @@ function arrayField(body: Record<string, unknown>, name: string, code: string, w
 function concatArrays(texts: string[]): string {
   const inner = texts.map((t) => t.trim().slice(1, -1).trim()).filter((t) => t.length > 0);
   return `[${inner.join(',')}]`;
+}
+
+/** One named statement per combination of spaces a bundle touches, composed once. */
+const statements = new Map<string, NamedStatement>();
+function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatement {
+  const key = Object.keys(spaces).sort().join(',');
+  let statement = statements.get(key);
+  if (!statement) {
+    statement = lockOrderedStatement('tx_wire_v1', TX_ARGS, spaces);
+    statements.set(key, statement);
+  }
+  return statement;
 }
 
 export function transactionRoutes({ config, messagePool, metrics }: TransactionRouteDeps): Router {
@@ -66,29 +87,22 @@ export function transactionRoutes({ config, messagePool, metrics }: TransactionR
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
-    const steps: LockSteps<string> = {};
-    if (kv.length > 0) {
-      steps.kv = async (c: PoolClient) =>
-        (await c.query({ ...TX_KV, values: [tenant, text, operations.length] })).rows[0].results;
-    }
-    let timerCounts = { promised: 0, cancelled: 0 };
-    if (timers.length > 0) {
-      // queen.timers_apply_v1 holds the timer rules; its answers follow the kv ones in the flat array.
-      steps.timers = async (c: PoolClient) => {
-        const { rows } = await c.query({ ...TX_TIMERS, values: [tenant, text, operations.length + kv.length] });
-        timerCounts = { promised: rows[0].promised, cancelled: rows[0].cancelled };
-        return rows[0].results;
-      };
-    }
-    if (operations.length > 0) {
-      steps.partitions = async (c: PoolClient) => (await c.query({ ...TX_OPERATIONS, values: [text] })).rows[0].results;
-    }
+    const spaces: Partial<Record<LockSpace, string>> = {};
+    if (kv.length > 0) spaces.kv = TX_EXPR.kv;
+    // queen.timers_apply_v1 holds the timer rules; its answers follow the kv ones in the flat array.
+    if (timers.length > 0) spaces.timers = TX_TIMERS_EXPR;
+    if (operations.length > 0) spaces.partitions = TX_EXPR.partitions;
+    const statement = statementFor(spaces);
 
     try {
-      const done = await inLockOrder(messagePool, steps);
+      // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
+      const { rows } = await messagePool.query({
+        ...statement,
+        values: [tenant, text, operations.length, operations.length + kv.length],
+      });
+      const done = rows[0] as Partial<Record<LockSpace, string>>;
       countKv(metrics, kv, 'ok');
-      if (timerCounts.promised > 0) metrics.timersScheduled.inc(timerCounts.promised);
-      if (timerCounts.cancelled > 0) metrics.timersCancelled.inc(timerCounts.cancelled);
+      if (done.timers) countTimers(metrics, done.timers);
       sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
     } catch (err) {
       const verdict = coerceError(err);
