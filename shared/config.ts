@@ -167,5 +167,7 @@ export function kvSessionSettings(config: Config): Record<string, string> {
     'queen.kv_prefix_limit': String(config.kvPrefixLimit),
     'queen.kv_max_read_bytes': String(config.kvMaxReadBytes),
     'queen.kv_max_batch': String(config.kvMaxBatch),
+    'queen.timers_max_horizon_seconds': String(config.timersMaxHorizonSeconds),
+    'queen.timers_max_payload_bytes': String(config.timersMaxPayloadBytes),
   };
 }

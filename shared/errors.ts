@@ -5,6 +5,7 @@
 export const SQLSTATE = {
   QUEEN_BAD_REQUEST: 'QK400',
   QUEEN_PRECONDITION: 'QK409',
+  QUEEN_ACK_FAILED: 'QK412',
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   STATEMENT_TOO_COMPLEX: '54001',
@@ -42,7 +43,52 @@ const STATUS: Record<string, number> = {
   kv_get_prefix_not_allowed_in_transaction: 400,
   kv_query_string_not_allowed: 400,
   kv_body_conflicts_with_path: 400,
+  timers_operations_required: 400,
+  timers_batch_too_large: 400,
+  timers_unknown_op: 400,
+  timers_queue_required: 400,
+  timers_invalid_queue: 400,
+  timers_invalid_partition: 400,
+  timers_payload_required: 400,
+  timers_payload_too_large: 400,
+  timers_invalid_timer_key: 400,
+  timers_invalid_timer_id: 400,
+  timers_when_required: 400,
+  timers_when_conflict: 400,
+  timers_invalid_deliver_at: 400,
+  timers_invalid_delay: 400,
+  timers_beyond_horizon: 400,
+  timers_invalid_limit: 400,
+  timers_invalid_cursor: 400,
+  timers_body_conflicts_with_path: 400,
   tenant_required: 400,
+  // The message log (sql/011_log_procs.sql) and the transaction wire.
+  log_queue_required: 400,
+  log_invalid_queue: 400,
+  log_invalid_partition: 400,
+  log_invalid_transaction_id: 400,
+  log_items_required: 400,
+  log_invalid_item: 400,
+  log_invalid_options: 400,
+  log_invalid_lease_time: 400,
+  log_invalid_retry_limit: 400,
+  log_invalid_consumer_group: 400,
+  log_invalid_batch: 400,
+  log_invalid_wait: 400,
+  log_invalid_timeout: 400,
+  log_invalid_ack: 400,
+  log_acks_required: 400,
+  log_transaction_id_required: 400,
+  log_invalid_partition_id: 400,
+  log_invalid_status: 400,
+  log_invalid_lease_id: 400,
+  log_batch_too_large: 400,
+  tx_empty: 400,
+  tx_invalid_operations: 400,
+  tx_invalid_kv: 400,
+  tx_invalid_timers: 400,
+  tx_unknown_operation: 400,
+  tx_batch_too_large: 400,
   bad_request: 400,
   feature_gated: 403,
   // Rung 1 is 503 on a route and 403 inside the transaction wire (ApiError's `status` overrides).
@@ -108,6 +154,31 @@ export class PreconditionFailed extends Error {
   }
 }
 
+/**
+ * An ack inside the transaction wire that could not be applied (expired lease, unknown message...):
+ * the whole bundle rolled back. A 200 with ok:false, like a lost precondition: it is a verdict on
+ * the work, not a fault of the call.
+ */
+export class AckFailed extends Error {
+  constructor(
+    readonly failedIndex: number,
+    readonly ackReason: string,
+  ) {
+    super('ack_failed');
+    this.name = 'AckFailed';
+  }
+
+  bodyText(offset = 0): string {
+    return JSON.stringify({
+      ok: false,
+      success: false,
+      reason: 'ack_failed',
+      failedIndex: this.failedIndex + offset,
+      ackReason: this.ackReason,
+    });
+  }
+}
+
 interface PgError {
   code?: string;
   message?: string;
@@ -124,7 +195,7 @@ function isPgError(err: unknown): err is PgError {
  * table above, a PreconditionFailed, or the original error (a bug, answered as 500 and logged).
  */
 export function coerceError(err: unknown): unknown {
-  if (err instanceof ApiError || err instanceof PreconditionFailed) return err;
+  if (err instanceof ApiError || err instanceof PreconditionFailed || err instanceof AckFailed) return err;
   if (!isPgError(err)) {
     if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
       // pg's pool acquire timeout (or a new connection slower than it): only the dedicated KV pool
@@ -151,6 +222,11 @@ export function coerceError(err: unknown): unknown {
         versionText(err.detail) ?? Number(detail.version ?? 0),
         err.hint && err.hint.length > 0 ? err.hint : 'null',
       );
+    }
+    case SQLSTATE.QUEEN_ACK_FAILED: {
+      // DETAIL carries the failing operation's index and the reason (see queen.log_ack_one_v1).
+      const detail = parseDetail(err.detail);
+      return new AckFailed(Number(detail.failedIndex), String(detail.ackReason));
     }
     case SQLSTATE.INVALID_TEXT_REPRESENTATION:
     case SQLSTATE.UNTRANSLATABLE_CHARACTER:

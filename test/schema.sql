@@ -2,6 +2,13 @@
 TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
 TABLE kv_usage
+TABLE log_timers vacuum_truncate=off
+TABLE message_failures
+TABLE messages
+TABLE partition_consumers
+TABLE partitions
+TABLE queues
+TABLE sweeper_shards
 TABLE system_state
 
 -- columns
@@ -27,6 +34,55 @@ COLUMN kv_usage.bytes bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.timers bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.timer_bytes bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.computed_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN log_timers.timer_id uuid NOT NULL DEFAULT gen_random_uuid()
+COLUMN log_timers.tenant_id uuid NOT NULL
+COLUMN log_timers.timer_key text COLLATE "C"
+COLUMN log_timers.queue text NOT NULL
+COLUMN log_timers.partition text NOT NULL DEFAULT 'Default'::text
+COLUMN log_timers.payload jsonb NOT NULL
+COLUMN log_timers.deliver_at timestamp with time zone NOT NULL
+COLUMN log_timers.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN log_timers.shard smallint NOT NULL GENERATED  DEFAULT ((uuid_hash_extended(timer_id, (0)::bigint) & (63)::bigint))::smallint
+COLUMN message_failures.partition_id uuid NOT NULL
+COLUMN message_failures.consumer_group text COLLATE "C" NOT NULL
+COLUMN message_failures.seq bigint NOT NULL
+COLUMN message_failures.failures integer NOT NULL DEFAULT 0
+COLUMN message_failures.last_failed_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN message_failures.dead_lettered_at timestamp with time zone
+COLUMN messages.partition_id uuid NOT NULL
+COLUMN messages.seq bigint NOT NULL
+COLUMN messages.transaction_id text COLLATE "C" NOT NULL
+COLUMN messages.payload jsonb
+COLUMN messages.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN partition_consumers.partition_id uuid NOT NULL
+COLUMN partition_consumers.consumer_group text COLLATE "C" NOT NULL
+COLUMN partition_consumers.cursor_seq bigint NOT NULL DEFAULT 0
+COLUMN partition_consumers.done_seqs bigint[] NOT NULL DEFAULT '{}'::bigint[]
+COLUMN partition_consumers.lease_id uuid
+COLUMN partition_consumers.lease_expires_at timestamp with time zone
+COLUMN partition_consumers.lease_seqs bigint[] NOT NULL DEFAULT '{}'::bigint[]
+COLUMN partition_consumers.lease_failed bigint[] NOT NULL DEFAULT '{}'::bigint[]
+COLUMN partition_consumers.last_leased_at timestamp with time zone
+COLUMN partition_consumers.deliveries bigint NOT NULL DEFAULT 0
+COLUMN partition_consumers.completed bigint NOT NULL DEFAULT 0
+COLUMN partition_consumers.failures bigint NOT NULL DEFAULT 0
+COLUMN partition_consumers.dead_letters bigint NOT NULL DEFAULT 0
+COLUMN partition_consumers.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN partition_consumers.updated_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN partitions.id uuid NOT NULL DEFAULT gen_random_uuid()
+COLUMN partitions.queue_id uuid NOT NULL
+COLUMN partitions.name text COLLATE "C" NOT NULL
+COLUMN partitions.last_seq bigint NOT NULL DEFAULT 0
+COLUMN partitions.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN queues.id uuid NOT NULL DEFAULT gen_random_uuid()
+COLUMN queues.name text COLLATE "C" NOT NULL
+COLUMN queues.lease_time integer NOT NULL DEFAULT 300
+COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
+COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN sweeper_shards.shard smallint NOT NULL
+COLUMN sweeper_shards.last_swept_at timestamp with time zone
+COLUMN sweeper_shards.swept_by text
 COLUMN system_state.key text NOT NULL
 COLUMN system_state.value jsonb NOT NULL
 COLUMN system_state.updated_at timestamp with time zone NOT NULL DEFAULT now()
@@ -35,13 +91,45 @@ COLUMN system_state.updated_at timestamp with time zone NOT NULL DEFAULT now()
 CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
 CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT kv_usage.kv_usage_pkey PRIMARY KEY (tenant_id)
+CONSTRAINT log_timers.log_timers_pkey PRIMARY KEY (timer_id)
+CONSTRAINT message_failures.message_failures_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
+CONSTRAINT message_failures.message_failures_pkey PRIMARY KEY (partition_id, consumer_group, seq)
+CONSTRAINT messages.messages_partition_id_fkey FOREIGN KEY (partition_id) REFERENCES queen.partitions(id) ON DELETE CASCADE
+CONSTRAINT messages.messages_partition_id_transaction_id_key UNIQUE (partition_id, transaction_id)
+CONSTRAINT messages.messages_pkey PRIMARY KEY (partition_id, seq)
+CONSTRAINT partition_consumers.partition_consumers_partition_id_fkey FOREIGN KEY (partition_id) REFERENCES queen.partitions(id) ON DELETE CASCADE
+CONSTRAINT partition_consumers.partition_consumers_pkey PRIMARY KEY (partition_id, consumer_group)
+CONSTRAINT partitions.partitions_pkey PRIMARY KEY (id)
+CONSTRAINT partitions.partitions_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
+CONSTRAINT partitions.partitions_queue_id_name_key UNIQUE (queue_id, name)
+CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
+CONSTRAINT queues.queues_name_key UNIQUE (name)
+CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
+CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
+CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
+CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
 
 -- indexes
 CREATE INDEX idx_kv_shard_expires ON queen.kv USING btree (shard, expires_at) WHERE (expires_at IS NOT NULL)
+CREATE INDEX idx_log_timers_shard_due ON queen.log_timers USING btree (shard, deliver_at, timer_id)
+CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_id, deliver_at, timer_id)
+CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
+CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
+CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_usage_pkey ON queen.kv_usage USING btree (tenant_id)
+CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
+CREATE UNIQUE INDEX message_failures_pkey ON queen.message_failures USING btree (partition_id, consumer_group, seq)
+CREATE UNIQUE INDEX messages_partition_id_transaction_id_key ON queen.messages USING btree (partition_id, transaction_id)
+CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, seq)
+CREATE UNIQUE INDEX partition_consumers_pkey ON queen.partition_consumers USING btree (partition_id, consumer_group)
+CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
+CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
+CREATE UNIQUE INDEX queues_name_key ON queen.queues USING btree (name)
+CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
+CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 
 -- sequences
@@ -539,6 +627,22 @@ BEGIN
   END LOOP;
   RETURN NULL;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_prune_v1(p_shard smallint, p_limit integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+AS $function$
+DECLARE
+  v_n INT;
+BEGIN
+  DELETE FROM queen.kv WHERE ctid IN (
+    SELECT ctid FROM queen.kv
+    WHERE shard = p_shard AND expires_at IS NOT NULL AND expires_at < now()
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_put_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -609,6 +713,35 @@ CREATE OR REPLACE FUNCTION queen.kv_ts_v1(timestamp with time zone)
 AS $function$
   SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $function$
+CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v1()
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT;
+BEGIN
+  WITH measured AS (
+    SELECT tenant_id, sum(r)::bigint AS rows, sum(b)::bigint AS bytes, sum(t)::bigint AS timers, sum(tb)::bigint AS timer_bytes
+    FROM (
+      SELECT k.tenant_id, count(*) AS r,
+             sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS b, 0 AS t, 0 AS tb
+      FROM queen.kv k WHERE queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id
+      UNION ALL
+      SELECT t.tenant_id, 0, 0, count(*), sum(pg_column_size(t.payload))
+      FROM queen.log_timers t GROUP BY t.tenant_id
+      UNION ALL
+      SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
+    ) x GROUP BY tenant_id
+  )
+  INSERT INTO queen.kv_usage AS u (tenant_id, rows, bytes, timers, timer_bytes, computed_at)
+  SELECT tenant_id, rows, bytes, timers, timer_bytes, now() FROM measured
+  ON CONFLICT (tenant_id) DO UPDATE
+    SET rows = EXCLUDED.rows, bytes = EXCLUDED.bytes, timers = EXCLUDED.timers,
+        timer_bytes = EXCLUDED.timer_bytes, computed_at = EXCLUDED.computed_at
+    WHERE u.computed_at <= EXCLUDED.computed_at;
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_ver_v1(bigint, timestamp with time zone, timestamp with time zone)
  RETURNS bigint
  LANGUAGE sql
@@ -635,4 +768,995 @@ BEGIN
     v_answer := v_answer || jsonb_build_object('reason', p_reason);
   END IF;
   RETURN v_answer;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  IF p_acks IS NULL OR jsonb_typeof(p_acks) <> 'array' OR jsonb_array_length(p_acks) = 0 THEN
+    PERFORM queen.log_fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_acks);
+  IF v_n > 1000 THEN
+    PERFORM queen.log_fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  PERFORM queen.log_lock_consumers_v1(v_norm);
+  FOR i IN 1 .. v_n LOOP
+    v_out := v_out || queen.log_ack_one_v1(v_norm[i], i - 1, p_raise);
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(a jsonb, p_index integer, p_raise boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_pid UUID := (a->>'partitionId')::uuid;
+  v_group TEXT := a->>'consumerGroup';
+  v_lease UUID := (a->>'leaseId')::uuid;
+  v_seq BIGINT;
+  v_pc queen.partition_consumers;
+  v_retry_limit INT;
+  v_failures INT;
+  v_reason TEXT;
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_dead BOOLEAN := false;
+  v_finished BOOLEAN := false;
+BEGIN
+  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId';
+  IF v_seq IS NULL THEN
+    v_reason := 'not_found';
+  ELSE
+    SELECT * INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF v_pc.partition_id IS NULL THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
+      v_reason := 'already_acked';
+    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
+      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id THEN
+      v_reason := 'lease_expired';
+    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
+      v_reason := 'already_acked';
+    END IF;
+  END IF;
+
+  IF v_reason IS NOT NULL THEN
+    IF p_raise THEN
+      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
+        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
+    END IF;
+    RETURN jsonb_build_object('ok', false, 'reason', 'ack_failed', 'ackReason', v_reason,
+      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+  END IF;
+
+  IF a->>'status' = 'completed' THEN
+    v_finished := true;
+    v_pc.completed := v_pc.completed + 1;
+  ELSE
+    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
+    VALUES (v_pid, v_group, v_seq, 1, v_now)
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
+    RETURNING failures INTO v_failures;
+    v_pc.failures := v_pc.failures + 1;
+    IF v_failures > v_retry_limit THEN
+      UPDATE queen.message_failures SET dead_lettered_at = v_now
+       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
+      v_dead := true;
+      v_finished := true;
+      v_pc.dead_letters := v_pc.dead_letters + 1;
+    ELSE
+      v_pc.lease_failed := v_pc.lease_failed || v_seq;
+    END IF;
+  END IF;
+
+  IF v_finished THEN
+    IF v_seq = v_pc.cursor_seq + 1 THEN
+      v_pc.cursor_seq := v_seq;
+      -- Fold in what was finished ahead of the gap that just closed.
+      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+        v_pc.cursor_seq := v_pc.cursor_seq + 1;
+        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+      END LOOP;
+    ELSE
+      v_pc.done_seqs := v_pc.done_seqs || v_seq;
+    END IF;
+  END IF;
+
+  -- Every leased message settled: the partition goes back to the group now, not at expiry.
+  IF NOT EXISTS (
+    SELECT 1 FROM unnest(v_pc.lease_seqs) s
+     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+   WHERE partition_id = v_pid AND consumer_group = v_group;
+
+  RETURN jsonb_build_object('ok', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT;
+  v_op JSONB;
+  v_type TEXT;
+  v_items JSONB := '[]'::jsonb;
+  v_acks JSONB[] := '{}';
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_item JSONB;
+  j INT;
+  i INT;
+BEGIN
+  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
+  IF jsonb_typeof(p_ops) <> 'array' THEN
+    PERFORM queen.log_fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > 1000 THEN
+    PERFORM queen.log_fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
+    IF v_type = 'ack' THEN
+      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+    ELSIF v_type = 'push' THEN
+      v_norm := v_norm || '{}'::jsonb;
+      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
+        PERFORM queen.log_fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+      END IF;
+      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
+        v_item := v_op->'items'->j;
+        IF jsonb_typeof(v_item) <> 'object'
+           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
+           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
+          PERFORM queen.log_fail_v1('log_invalid_item', format(
+            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
+        END IF;
+        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        v_items := v_items || jsonb_build_array(v_item);
+      END LOOP;
+    ELSE
+      PERFORM queen.log_fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+    END IF;
+  END LOOP;
+
+  IF jsonb_array_length(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(v_items); END IF;
+  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(v_acks); END IF;
+
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    IF v_op->>'type' = 'ack' THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
+    ELSE
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
+    END IF;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_txid TEXT := queen.log_str_v1(p_ack->'transactionId');
+  v_pid TEXT := queen.log_str_v1(p_ack->'partitionId');
+  v_status TEXT := queen.log_str_v1(p_ack->'status');
+  v_group TEXT := coalesce(queen.log_str_v1(p_ack->'consumerGroup'), '__QUEUE_MODE__');
+  v_lease TEXT := queen.log_str_v1(p_ack->'leaseId');
+  v_at TEXT := CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END;
+BEGIN
+  IF jsonb_typeof(p_ack) IS DISTINCT FROM 'object' THEN
+    PERFORM queen.log_fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
+  END IF;
+  IF v_txid IS NULL OR length(v_txid) = 0 THEN
+    PERFORM queen.log_fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
+  END IF;
+  IF NOT queen.log_uuid_ok_v1(v_pid) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
+  END IF;
+  IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
+    PERFORM queen.log_fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
+  END IF;
+  IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
+    PERFORM queen.log_fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
+  END IF;
+  IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_push_v1(p_queue text, p_partition text, p_transaction_id text, p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_queue IS NULL THEN
+    PERFORM queen.log_fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
+  END IF;
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', format(
+      'Item %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition', format(
+      'Item %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > 256) THEN
+    PERFORM queen.log_fail_v1('log_invalid_transaction_id', format(
+      'Item %s: transactionId is a non-empty string of at most 256 bytes.', p_index), p_index);
+  END IF;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_options JSONB := coalesce(p_body->'options', '{}'::jsonb);
+  v_lease INT;
+  v_retry INT;
+  v_row queen.queues;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.log_fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.log_fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF jsonb_typeof(v_options) <> 'object' THEN
+    PERFORM queen.log_fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
+  END IF;
+  IF v_options ? 'leaseTime' THEN
+    IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
+       OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
+      PERFORM queen.log_fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
+    END IF;
+    v_lease := (v_options->>'leaseTime')::int;
+  END IF;
+  IF v_options ? 'retryLimit' THEN
+    IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
+       OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
+      PERFORM queen.log_fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
+    END IF;
+    v_retry := (v_options->>'retryLimit')::int;
+  END IF;
+  INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
+  VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  RETURN jsonb_build_object('ok', true, 'queue', v_row.name,
+    'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_queue text, p_partition text, OUT q_id uuid, OUT p_id uuid)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  IF q_id IS NULL THEN
+    INSERT INTO queen.queues AS q (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
+    SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  END IF;
+  SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+  IF p_id IS NULL THEN
+    INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+  END IF;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease text, p_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_expires TIMESTAMPTZ;
+BEGIN
+  IF NOT queen.log_uuid_ok_v1(p_lease) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
+  END IF;
+  IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
+  END IF;
+  UPDATE queen.partition_consumers c
+     SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+           SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+         updated_at = v_now
+   WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+  RETURNING c.lease_expires_at INTO v_expires;
+  IF v_expires IS NULL THEN
+    RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
+  END IF;
+  RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_fail_v1(p_code text, p_message text, p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
+    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks jsonb[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM 1 FROM queen.partition_consumers c
+   WHERE (c.partition_id, c.consumer_group) IN (
+     SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
+   ORDER BY c.partition_id, c.consumer_group
+   FOR NO KEY UPDATE OF c;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_items jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  r RECORD;
+  v_ids RECORD;
+BEGIN
+  FOR r IN
+    SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
+      FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
+  LOOP
+    v_ids := queen.log_ensure_partition_v1(r.queue, r.partition);
+    PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  END LOOP;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT p_name IS NOT NULL AND p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+$function$
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_queue queen.queues;
+  v_partition_id UUID;
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_lease UUID;
+  v_now TIMESTAMPTZ;
+  v_expires TIMESTAMPTZ;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.log_fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
+    PERFORM queen.log_fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+  END IF;
+
+  SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
+  IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  IF p_partition IS NOT NULL THEN
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
+    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  END IF;
+
+  -- The group's row per partition, created on first sight.
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+  SELECT p.id, v_group FROM queen.partitions p
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+  ON CONFLICT DO NOTHING;
+
+  v_now := clock_timestamp();
+  SELECT c.* INTO v_pc
+    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND c.consumer_group = v_group
+     AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+     AND p.last_seq > c.cursor_seq
+   ORDER BY c.last_leased_at NULLS FIRST, p.name
+   LIMIT 1
+   FOR UPDATE OF c SKIP LOCKED;
+  IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  -- Past the cursor, minus what was finished ahead of it. An expired lease's failed set is dropped:
+  -- those messages are due again anyway.
+  SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+    SELECT m.seq FROM queen.messages m
+     WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+     ORDER BY m.seq LIMIT p_batch
+  ) s;
+  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  v_lease := gen_random_uuid();
+  v_expires := v_now + make_interval(secs => v_queue.lease_time);
+  UPDATE queen.partition_consumers
+     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+
+  RETURN (
+    SELECT jsonb_agg(jsonb_build_object(
+             'transactionId', m.transaction_id, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'payload', m.payload, 'leaseId', v_lease, 'leaseExpiresAt', queen.log_ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.log_ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items jsonb, p_index integer DEFAULT NULL::integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT;
+  v_item JSONB;
+  v_out JSONB[] := '{}';
+  i INT;
+BEGIN
+  IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
+    PERFORM queen.log_fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
+  END IF;
+  v_n := jsonb_array_length(p_items);
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_items->i;
+    IF jsonb_typeof(v_item) <> 'object' THEN
+      PERFORM queen.log_fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
+    END IF;
+    IF v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null') THEN
+      PERFORM queen.log_fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
+    END IF;
+    IF v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null') THEN
+      PERFORM queen.log_fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
+    END IF;
+    PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+      coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
+  END LOOP;
+  PERFORM queen.log_lock_partitions_v1(p_items);
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_items->i;
+    v_out := v_out || queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId');
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_partition TEXT := coalesce(p_partition, 'Default');
+  v_txid TEXT := coalesce(p_transaction_id, gen_random_uuid()::text);
+  v_ids RECORD;
+  v_last BIGINT;
+  v_status TEXT := 'queued';
+BEGIN
+  PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
+  v_ids := queen.log_ensure_partition_v1(p_queue, v_partition);
+  -- The partition row's lock serializes pushes to this partition until commit: seq order is
+  -- commit order, and the duplicate check below cannot race another push of the same id.
+  SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid) THEN
+    v_status := 'duplicate';
+  ELSE
+    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_ids.p_id;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+    VALUES (v_ids.p_id, v_last + 1, v_txid, p_payload);
+    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
+    PERFORM pg_notify('queen_log', p_queue);
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_ids.p_id, 'queue', p_queue,
+                            'partition', v_partition, 'status', v_status);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_ts_v1(timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$function$
+CREATE OR REPLACE FUNCTION queen.log_uuid_ok_v1(p_text text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT p_text IS NOT NULL AND p_text ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+$function$
+CREATE OR REPLACE FUNCTION queen.sweeper_gauges_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'timersDue', (SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE deliver_at <= now() LIMIT 1000000) d),
+    'timersOldestLateSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(o.deliver_at) FROM generate_series(0, 63) AS g(s),
+          LATERAL (SELECT t.deliver_at FROM queen.log_timers t WHERE t.shard = g.s::smallint
+                   ORDER BY t.deliver_at LIMIT 1) o
+        WHERE o.deliver_at <= now()))::double precision, 0),
+    'kvExpiredNotPruned', (SELECT count(*) FROM (SELECT 1 FROM queen.kv WHERE expires_at IS NOT NULL AND expires_at < now() LIMIT 1000000) e),
+    'kvExpiryLagSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(o.expires_at) FROM generate_series(0, 63) AS g(s),
+          LATERAL (SELECT k.expires_at FROM queen.kv k WHERE k.shard = g.s::smallint AND k.expires_at IS NOT NULL
+                   ORDER BY k.expires_at LIMIT 1) o
+        WHERE o.expires_at < now()))::double precision, 0))
+$function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_since TIMESTAMPTZ := coalesce(p_since, now());
+  v_shards SMALLINT[];
+  v_claimed_at TIMESTAMPTZ;
+  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
+  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
+  v_pruned INT := 0;
+  v_prune_full BOOLEAN := false;
+  v_fired_at TIMESTAMPTZ;
+  v_next TIMESTAMPTZ;
+  v_n INT;
+  v_s SMALLINT;
+BEGIN
+  SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
+    SELECT s.shard FROM queen.sweeper_shards s
+    WHERE (s.last_swept_at IS NULL OR s.last_swept_at < v_since)
+      -- A fire-only pass (the caller woke early for a timer falling due, pruning keeps its own
+      -- cadence) claims only shards that have something due: fewer transactions between a
+      -- deliverAt and its fire.
+      AND (p_prune OR EXISTS (SELECT 1 FROM queen.log_timers t WHERE t.shard = s.shard AND t.deliver_at <= now()))
+    ORDER BY s.last_swept_at NULLS FIRST, s.shard
+    LIMIT p_shard_count
+    FOR UPDATE SKIP LOCKED) c;
+  IF v_shards IS NULL THEN
+    -- Nothing left to claim: the cycle ends here. Answer when the next future timer of the cell
+    -- falls due, so the caller sleeps no longer than that and a timer due before the next interval
+    -- fires on time rather than an interval late. One index probe per shard.
+    SELECT min(o.deliver_at) INTO v_next FROM generate_series(0, 63) AS g(s),
+      LATERAL (SELECT t.deliver_at FROM queen.log_timers t WHERE t.shard = g.s::smallint AND t.deliver_at > now()
+               ORDER BY t.deliver_at LIMIT 1) o;
+    RETURN jsonb_build_object('since', v_since, 'shards', '[]'::jsonb, 'fireEnabled', v_fire_on,
+      'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+  END IF;
+  v_claimed_at := clock_timestamp();
+  IF v_fire_on THEN
+    v_fire := queen.timers_fire_v1(v_shards, p_fire_limit);
+  END IF;
+  v_fired_at := clock_timestamp();
+  IF p_prune THEN
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
+      v_pruned := v_pruned + v_n;
+      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
+    END LOOP;
+  END IF;
+  UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
+  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
+  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
+  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
+  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
+  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  IF coalesce((v_fire ->> 'fired')::int, 0) = 0 AND v_pruned = 0 THEN
+    SET LOCAL synchronous_commit = off;
+  END IF;
+  RETURN jsonb_build_object(
+    'since', v_since, 'shards', to_jsonb(v_shards), 'fireEnabled', v_fire_on,
+    'fired', (v_fire ->> 'fired')::int, 'duplicates', (v_fire ->> 'duplicates')::int,
+    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
+    'fireFull', (v_fire ->> 'fired')::int >= p_fire_limit,
+    'pruned', v_pruned, 'pruneFull', v_prune_full,
+    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
+    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_apply_v1(p_tenant uuid, p_ops jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_now TIMESTAMPTZ := now();
+  v_n INT;
+  v_when TIMESTAMPTZ[];
+  v_results JSONB[];
+  v_op JSONB;
+  v_i INT;
+  v_id UUID;
+  v_row queen.log_timers;
+  v_key TEXT;
+  v_ords INT[];
+  v_ids UUID[];
+  v_k INT;
+  v_existing INT := 0;
+  v_keyed INT := 0;
+BEGIN
+  IF jsonb_typeof(p_ops) IS DISTINCT FROM 'array' OR jsonb_array_length(p_ops) = 0 THEN
+    PERFORM queen.kv_fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) THEN
+    PERFORM queen.kv_fail_v1('timers_batch_too_large',
+      format('At most %s timer operations in one request.', current_setting('queen.kv_max_batch', true)), NULL);
+  END IF;
+  v_when := array_fill(NULL::timestamptz, ARRAY[v_n]);
+  v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
+  FOR v_i IN 0 .. v_n - 1 LOOP
+    v_when[v_i + 1] := queen.timers_check_op_v1(p_ops -> v_i, v_i, v_now);
+    IF p_ops -> v_i ->> 'op' <> 'schedule' THEN
+      v_existing := v_existing + 1;
+    ELSIF jsonb_typeof(p_ops -> v_i -> 'timerKey') = 'string' THEN
+      v_keyed := v_keyed + 1;
+    END IF;
+  END LOOP;
+
+  -- Existing timers, in lock order.
+  IF v_existing > 0 THEN
+    FOR v_op, v_i, v_id IN
+      SELECT o.op, (o.ord - 1)::int, (o.op ->> 'timerId')::uuid
+      FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+      WHERE o.op ->> 'op' IN ('cancel', 'reschedule')
+      ORDER BY (o.op ->> 'timerId')::uuid, o.ord
+    LOOP
+      IF v_op ->> 'op' = 'cancel' THEN
+        DELETE FROM queen.log_timers WHERE timer_id = v_id AND tenant_id = p_tenant;
+        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'cancel', 'timerId', v_id)
+          || CASE WHEN FOUND THEN '{"cancelled": true}'::jsonb ELSE '{"cancelled": false, "reason": "absent"}'::jsonb END;
+      ELSE
+        UPDATE queen.log_timers SET deliver_at = v_when[v_i + 1]
+        WHERE timer_id = v_id AND tenant_id = p_tenant;
+        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'reschedule', 'timerId', v_id)
+          || CASE WHEN FOUND THEN jsonb_build_object('rescheduled', true, 'deliverAt', queen.kv_ts_v1(v_when[v_i + 1]))
+                  ELSE '{"rescheduled": false, "reason": "absent"}'::jsonb END;
+      END IF;
+    END LOOP;
+  END IF;
+
+  -- New timers without a key: one set-based insert (ids drawn first, so each answer finds its row).
+  -- Measured (bench:timers, 2026-11-29): a row-at-a-time insert loop held batches of 100 to half
+  -- of pg-boss's insert rate.
+  IF v_existing + v_keyed < v_n THEN
+    SELECT array_agg(o.ord::int ORDER BY o.ord), array_agg(gen_random_uuid() ORDER BY o.ord)
+      INTO v_ords, v_ids
+    FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+    WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') IS DISTINCT FROM 'string';
+  END IF;
+  IF v_ords IS NOT NULL THEN
+    INSERT INTO queen.log_timers (timer_id, tenant_id, queue, partition, payload, deliver_at, created_at)
+    SELECT v_ids[k], p_tenant, op ->> 'queue',
+           coalesce(CASE WHEN jsonb_typeof(op -> 'partition') = 'string' THEN op ->> 'partition' END, 'Default'),
+           op -> 'payload', v_when[v_ords[k]], v_now
+    FROM generate_subscripts(v_ords, 1) AS k, LATERAL (SELECT p_ops -> (v_ords[k] - 1) AS op) x;
+    FOR v_k IN 1 .. cardinality(v_ords) LOOP
+      v_results[v_ords[v_k]] := jsonb_build_object('index', v_ords[v_k] - 1, 'op', 'schedule', 'timerId', v_ids[v_k],
+        'deliverAt', queen.kv_ts_v1(v_when[v_ords[v_k]]), 'created', true);
+    END LOOP;
+  END IF;
+
+  -- Keyed schedules, in key order so two bundles sharing keys take them in one order.
+  IF v_keyed > 0 THEN
+    FOR v_op, v_i IN
+      SELECT o.op, (o.ord - 1)::int
+      FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS o(op, ord)
+      WHERE o.op ->> 'op' = 'schedule' AND jsonb_typeof(o.op -> 'timerKey') = 'string'
+      ORDER BY (o.op ->> 'timerKey') COLLATE "C", o.ord
+    LOOP
+      v_key := v_op ->> 'timerKey';
+      INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
+      VALUES (p_tenant, v_key, v_op ->> 'queue',
+              coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
+              v_op -> 'payload', v_when[v_i + 1], v_now)
+      ON CONFLICT (tenant_id, timer_key) WHERE timer_key IS NOT NULL DO NOTHING
+      RETURNING * INTO v_row;
+      IF FOUND THEN
+        v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
+          'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
+      ELSE
+        -- The key is taken: a new statement sees the winner, committed (READ COMMITTED).
+        SELECT * INTO v_row FROM queen.log_timers WHERE tenant_id = p_tenant AND timer_key = v_key;
+        IF NOT FOUND THEN
+          -- Fired or cancelled between the conflict and this read: the key is free again, take it.
+          INSERT INTO queen.log_timers (tenant_id, timer_key, queue, partition, payload, deliver_at, created_at)
+          VALUES (p_tenant, v_key, v_op ->> 'queue',
+                  coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
+                  v_op -> 'payload', v_when[v_i + 1], v_now)
+          RETURNING * INTO v_row;
+          v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
+            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
+        ELSE
+          v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
+            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', false);
+        END IF;
+      END IF;
+    END LOOP;
+  END IF;
+
+  IF array_position(v_results, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION 'timers_apply_v1 left operation % unanswered', array_position(v_results, NULL) - 1;
+  END IF;
+  RETURN to_jsonb(v_results);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  v_max_payload BIGINT := coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536);
+  v_kind TEXT;
+BEGIN
+  IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
+    PERFORM queen.kv_fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
+  END IF;
+  v_kind := CASE WHEN jsonb_typeof(p_op -> 'op') = 'string' THEN p_op ->> 'op' END;
+  IF v_kind IS NULL OR v_kind NOT IN ('schedule', 'cancel', 'reschedule') THEN
+    PERFORM queen.kv_fail_v1('timers_unknown_op',
+      format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
+  END IF;
+  IF v_kind = 'cancel' THEN
+    PERFORM queen.timers_uuid_v1(p_op -> 'timerId', p_index);
+    RETURN NULL;
+  END IF;
+  IF v_kind = 'reschedule' THEN
+    PERFORM queen.timers_uuid_v1(p_op -> 'timerId', p_index);
+    RETURN queen.timers_when_v1(p_op, p_index, p_now);
+  END IF;
+  -- The log's own name rule (queen.log_name_ok_v1), checked now: a name the log would refuse at
+  -- fire time would be a promise that can never be kept.
+  IF jsonb_typeof(p_op -> 'queue') IS DISTINCT FROM 'string' THEN
+    PERFORM queen.kv_fail_v1('timers_queue_required',
+      format('Operation %s: queue is required (the queue the message is delivered to).', p_index), p_index);
+  END IF;
+  IF NOT queen.log_name_ok_v1(p_op ->> 'queue') THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_queue', format(
+      'Operation %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF p_op ? 'partition' AND p_op -> 'partition' <> 'null'::jsonb
+     AND (jsonb_typeof(p_op -> 'partition') IS DISTINCT FROM 'string' OR NOT queen.log_name_ok_v1(p_op ->> 'partition')) THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_partition', format(
+      'Operation %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF NOT p_op ? 'payload' THEN
+    PERFORM queen.kv_fail_v1('timers_payload_required',
+      format('Operation %s: payload is required (it becomes the message).', p_index), p_index);
+  END IF;
+  IF octet_length((p_op -> 'payload')::text) > v_max_payload THEN
+    PERFORM queen.kv_fail_v1('timers_payload_too_large',
+      format('Operation %s: the payload is larger than %s bytes (QUEEN_TIMERS_MAX_PAYLOAD_BYTES).', p_index, v_max_payload), p_index);
+  END IF;
+  IF p_op ? 'timerKey' AND p_op -> 'timerKey' <> 'null'::jsonb
+     AND (jsonb_typeof(p_op -> 'timerKey') IS DISTINCT FROM 'string' OR length(p_op ->> 'timerKey') NOT BETWEEN 1 AND 512) THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_timer_key',
+      format('Operation %s: timerKey must be a string of 1 to 512 characters.', p_index), p_index);
+  END IF;
+  RETURN queen.timers_when_v1(p_op, p_index, p_now);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT NOT EXISTS (
+    SELECT 1 FROM queen.system_state
+    WHERE key = 'timers_fire_enabled'
+      AND (value = 'false'::jsonb OR value = '"false"'::jsonb OR value -> 'enabled' = 'false'::jsonb))
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_shards smallint[], p_limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+AS $function$
+DECLARE
+  v_claimed queen.log_timers[];
+  r queen.log_timers;
+  v_answer JSONB;
+  v_fired INT := 0;
+  v_duplicates INT := 0;
+  v_late DOUBLE PRECISION := 0;
+BEGIN
+  -- Two steps. First the candidates: per shard an ordered scan of idx_log_timers_shard_due (a
+  -- plain index scan marks the entries of fired, deleted timers dead as it passes them; a bitmap
+  -- scan over all claimed shards does not, and re-read every dead entry of the backlog on every
+  -- pass: measured 2026-11-29, the second 500-timer pass of a drain took twice the first), merged
+  -- oldest first. Then the lock, by primary key, re-checking the floor on the row's latest version.
+  SELECT array_agg(t ORDER BY t.deliver_at, t.timer_id) INTO v_claimed
+  FROM (
+    SELECT t.* FROM queen.log_timers t
+    WHERE t.timer_id = ANY (ARRAY(
+            SELECT c.timer_id
+            FROM unnest(p_shards) AS g(s),
+                 LATERAL (SELECT x.timer_id, x.deliver_at FROM queen.log_timers x
+                          WHERE x.shard = g.s AND x.deliver_at <= now()
+                          ORDER BY x.deliver_at, x.timer_id LIMIT p_limit) c
+            ORDER BY c.deliver_at, c.timer_id
+            LIMIT p_limit))
+      AND t.deliver_at <= now()
+    FOR UPDATE SKIP LOCKED) t;
+  IF v_claimed IS NULL THEN
+    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  END IF;
+  -- The lock order: timers (held above), then partitions in ascending (queue, partition) order,
+  -- taken up front as queen.log_push_items_v1 does, so a pass and a transaction-wire bundle pushing
+  -- to the same partitions can never wait on each other in a circle.
+  PERFORM queen.log_lock_partitions_v1((
+    SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
+    FROM unnest(v_claimed) AS c));
+  FOREACH r IN ARRAY v_claimed LOOP
+    v_answer := queen.log_push_v1(r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
+    IF v_answer ->> 'status' = 'duplicate' THEN
+      v_duplicates := v_duplicates + 1;
+    END IF;
+    v_fired := v_fired + 1;
+  END LOOP;
+  v_late := extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision;
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
+  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_duplicates, 'maxLateSeconds', v_late);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_after text, p_limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  v_at TIMESTAMPTZ := '-infinity';
+  v_id UUID := '00000000-0000-0000-0000-000000000000';
+  v_limit INT := coalesce(p_limit, 100);
+  v_rows JSONB;
+  v_last queen.log_timers;
+  v_count INT;
+BEGIN
+  IF v_limit NOT BETWEEN 1 AND 1000 THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
+  END IF;
+  IF p_after IS NOT NULL THEN
+    IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END IF;
+    BEGIN
+      v_at := split_part(p_after, ',', 1)::timestamptz;
+      v_id := split_part(p_after, ',', 2)::uuid;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END;
+  END IF;
+  WITH page AS (
+    SELECT t FROM queen.log_timers t
+    WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue = p_queue)
+      AND (t.deliver_at, t.timer_id) > (v_at, v_id)
+    ORDER BY t.deliver_at, t.timer_id
+    LIMIT v_limit
+  )
+  SELECT coalesce(jsonb_agg(queen.timers_row_json_v1(t) ORDER BY (t).deliver_at, (t).timer_id), '[]'::jsonb), count(*)
+    INTO v_rows, v_count FROM page;
+  IF v_count = v_limit THEN
+    RETURN jsonb_build_object('timers', v_rows,
+      'next', (v_rows -> -1 ->> 'deliverAt') || ',' || (v_rows -> -1 ->> 'timerId'));
+  END IF;
+  RETURN jsonb_build_object('timers', v_rows, 'next', NULL);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_peek_v1(p_tenant uuid, p_timer_id uuid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT coalesce(
+    (SELECT jsonb_build_object('found', true, 'timer', queen.timers_row_json_v1(t))
+       FROM queen.log_timers t WHERE t.timer_id = p_timer_id AND t.tenant_id = p_tenant),
+    '{"found": false}'::jsonb)
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_row_json_v1(r queen.log_timers)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'timerId', r.timer_id, 'queue', r.queue, 'partition', r.partition,
+    'deliverAt', queen.kv_ts_v1(r.deliver_at), 'payload', r.payload,
+    'createdAt', queen.kv_ts_v1(r.created_at))
+    || CASE WHEN r.timer_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('timerKey', r.timer_key) END
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value jsonb, p_index integer)
+ RETURNS uuid
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+  IF jsonb_typeof(p_value) IS DISTINCT FROM 'string'
+     OR (p_value #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+    PERFORM queen.kv_fail_v1('timers_invalid_timer_id',
+      format('Operation %s: timerId must be a timer id (a UUID).', p_index), p_index);
+  END IF;
+  RETURN (p_value #>> '{}')::uuid;
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_when_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  v_horizon BIGINT := coalesce(nullif(current_setting('queen.timers_max_horizon_seconds', true), '')::bigint, 31536000);
+  v_at TIMESTAMPTZ;
+  v_text TEXT;
+  v_delay NUMERIC;
+BEGIN
+  IF p_op ? 'deliverAt' AND p_op ? 'delaySeconds' THEN
+    PERFORM queen.kv_fail_v1('timers_when_conflict',
+      format('Operation %s: give either deliverAt or delaySeconds, not both.', p_index), p_index);
+  ELSIF p_op ? 'deliverAt' THEN
+    v_text := p_op ->> 'deliverAt';
+    IF jsonb_typeof(p_op -> 'deliverAt') IS DISTINCT FROM 'string'
+       OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
+      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+        format('Operation %s: deliverAt must be an ISO 8601 timestamp with a zone, such as 2030-01-01T00:00:00Z.', p_index), p_index);
+    END IF;
+    BEGIN
+      v_at := v_text::timestamptz;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+        format('Operation %s: deliverAt %s is not a date that exists.', p_index, v_text), p_index);
+    END;
+  ELSIF p_op ? 'delaySeconds' THEN
+    IF jsonb_typeof(p_op -> 'delaySeconds') IS DISTINCT FROM 'number' OR (p_op ->> 'delaySeconds')::numeric < 0 THEN
+      PERFORM queen.kv_fail_v1('timers_invalid_delay',
+        format('Operation %s: delaySeconds must be a number of seconds, 0 or more.', p_index), p_index);
+    END IF;
+    v_delay := (p_op ->> 'delaySeconds')::numeric;
+    IF v_delay > v_horizon THEN
+      PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+        format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
+    END IF;
+    v_at := p_now + make_interval(secs => v_delay::double precision);
+  ELSE
+    PERFORM queen.kv_fail_v1('timers_when_required',
+      format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
+  END IF;
+  IF v_at > p_now + make_interval(secs => v_horizon) THEN
+    PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+      format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
+  END IF;
+  RETURN date_trunc('milliseconds', v_at);
 END $function$

@@ -11,6 +11,9 @@ import { systemRoutes } from './routes/system';
 import type { OpsHandles } from './server';
 import { requestLog } from './requestLog';
 import { ApiError } from '../../shared/errors';
+import { logRoutes } from './routes/log';
+import { transactionRoutes } from './routes/transaction';
+import { timerRoutes } from './routes/timers';
 
 export interface AppDeps {
   config: Config;
@@ -35,6 +38,12 @@ export function createApp(deps: AppDeps): Express {
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics, guards: ops.guards }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
+  app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
+  const logSurface = logRoutes({ config, messagePool: pools.message, log });
+  app.use(logSurface.router);
+  app.use(transactionRoutes({ config, messagePool: pools.message, metrics, guards: ops.guards }));
+  // Called by the server's close before it waits for requests in flight: long polls answer now.
+  app.locals.close = () => logSurface.close();
   const metricsText = deps.metricsText ?? (() => metrics.register.metrics());
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
     let text: string;

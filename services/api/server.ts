@@ -76,6 +76,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
         ready = false;
         draining = true;
         const started = Date.now();
+        await (app.locals.close as (() => Promise<void>) | undefined)?.();
         await new Promise<void>((resolve) => {
           // Keep-alive connections whose in-flight request finishes after close() become idle
           // later; closing the idle ones every 100 ms ends them without cutting any response.

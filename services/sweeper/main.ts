@@ -1,8 +1,14 @@
 // The sweeper process: a leaderless daemon, scaled on its own (Procfile `sweeper`, `kubectl scale
-// deploy/sweeper`). Until the sweeper issue lands it boots, logs its configuration and waits for
-// SIGTERM; the phases (fire timers, prune expired keys, usage rollup) arrive with it.
-import { applySchemaLogged, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
+// deploy/sweeper`). Its metrics endpoint is up before anything else, so the queen_kv_*,
+// queen_timers_* and queen_sweeper_* families answer from its first second. SIGTERM: stop
+// claiming, let the pass in flight commit, exit 0.
+import { Pool } from 'pg';
+import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
 import { createLogger } from '../../shared/log';
+import { createMetrics, primeMetrics } from '../../shared/metrics';
+import { startMetricsServer } from './metricsServer';
+import { DEFAULT_SLOW_PASS_MS } from './pressure';
+import { DEFAULT_SHARDS_PER_PASS, Sweeper } from './sweeper';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit('sweeper');
@@ -11,25 +17,62 @@ async function main(): Promise<void> {
     log.fatal('DATABASE_URL is not set: a sweeper joins a cell that already has a database');
     process.exit(1);
   }
-  await ensureDatabase(config, log);
+  const metrics = createMetrics();
+  primeMetrics(metrics);
+  const metricsServer = await startMetricsServer(metrics.register, config.sweeperMetricsPort);
+  log.info({ port: metricsServer.port }, 'sweeper metrics listening');
+
+  let sweeper: Sweeper | undefined;
+  let pool: Pool | undefined;
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'stopping: finishing the pass in flight');
+    const deadline = setTimeout(() => {
+      log.error({ timeoutMs: config.shutdownTimeoutMs }, 'the pass in flight did not finish in time; exiting (it rolls back)');
+      process.exit(1);
+    }, config.shutdownTimeoutMs);
+    await sweeper?.stop();
+    await pool?.end().catch(() => undefined);
+    await metricsServer.close();
+    clearTimeout(deadline);
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+
   await applySchemaLogged(config, log);
+  // One connection for the passes, one for the rollup and gauges between them, one spare.
+  pool = new Pool({ connectionString: config.databaseUrl, max: 3, application_name: 'queen-sweeper' });
+  pool.on('error', (err) => log.warn({ err: { message: err.message } }, 'idle sweeper connection lost'));
+  sweeper = new Sweeper({
+    pool,
+    databaseUrl: config.databaseUrl,
+    log,
+    metrics,
+    intervalMs: config.sweeperIntervalMs,
+    batch: config.sweeperBatch,
+    usageIntervalMs: config.sweeperUsageIntervalMs,
+  });
   log.info(
     {
+      sweeperId: sweeper.id,
       intervalMs: config.sweeperIntervalMs,
       batch: config.sweeperBatch,
       usageIntervalMs: config.sweeperUsageIntervalMs,
       shards: 64,
-      metricsPort: config.sweeperMetricsPort,
-      phases: [],
+      shardsPerPass: DEFAULT_SHARDS_PER_PASS,
+      slowPassMs: DEFAULT_SLOW_PASS_MS,
+      metricsPort: metricsServer.port,
+      phases: ['fire', 'prune', 'usage'],
+      shedOrder: ['prune', 'usage'],
     },
     'config: sweeper',
   );
-  const keepAlive = setInterval(() => undefined, 1 << 30);
-  process.on('SIGTERM', () => {
-    clearInterval(keepAlive);
-    log.info('SIGTERM: stopping');
-    process.exit(0);
-  });
+  if (stopping) return;
+  sweeper.start();
 }
 
 main().catch((err) => {

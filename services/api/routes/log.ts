@@ -1,0 +1,145 @@
+// The message log's routes (SPEC section 6): configure, push, pop (with long poll), ack, ack batch,
+// lease extend. Shapes at the boundary; the rules are in sql/011_log_procs.sql. The log uses the
+// message pool, never the dedicated KV pool.
+import { Router, Request, Response } from 'express';
+import type { Pool } from 'pg';
+import { ApiError } from '../../../shared/errors';
+import type { Config } from '../../../shared/config';
+import type { Logger } from '../../../shared/log';
+import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP, LOG_PUSH } from '../../../shared/sql/log';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { PushSignal } from '../pushSignal';
+
+export interface LogRouteDeps {
+  config: Config;
+  messagePool: Pool;
+  log: Logger;
+}
+
+export const POP_DEFAULTS = {
+  batch: 1,
+  maxBatch: 1000,
+  /** A long poll's default bound, in milliseconds (Queen's default). */
+  timeoutMs: 30_000,
+  maxTimeoutMs: 120_000,
+  /**
+   * How often a waiting pop looks again without a notification: an expired lease or a `failed`
+   * ack sends none. By analogy with the sweeper's cadence, not measured.
+   */
+  recheckMs: 500,
+} as const;
+
+export interface LogRoutes {
+  router: Router;
+  /** Ends the long polls in flight (they answer 204 at once) and the LISTEN connection. */
+  close(): Promise<void>;
+}
+
+function queryString(req: Request, name: string): string | undefined {
+  const v = (req.query as Record<string, unknown>)[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') {
+    throw new ApiError(`log_invalid_${name === 'consumerGroup' ? 'consumer_group' : name}`, `Give ${name} at most once, as a plain value.`);
+  }
+  return v;
+}
+
+function wholeNumber(text: string | undefined, fallback: number, min: number, max: number, code: string, what: string): number {
+  if (text === undefined || text === '') return fallback;
+  if (!/^\d{1,9}$/.test(text) || Number(text) < min || Number(text) > max) {
+    throw new ApiError(code, `${what} is a whole number from ${min} to ${max}.`);
+  }
+  return Number(text);
+}
+
+function objectBody(req: Request): string {
+  const text = bodyText(req);
+  if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  return text;
+}
+
+export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes {
+  const router = Router();
+  const body = rawBody(config);
+  const signal = new PushSignal(config.databaseUrl, log);
+
+  router.post('/api/v1/configure', body, async (req, res) => {
+    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [objectBody(req)] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  router.post('/api/v1/push', body, async (req, res) => {
+    const { rows } = await messagePool.query({ ...LOG_PUSH, values: [objectBody(req)] });
+    sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
+  });
+
+  const pop = async (req: Request, res: Response) => {
+    const params = req.params as Record<string, string>;
+    const batch = wholeNumber(queryString(req, 'batch'), POP_DEFAULTS.batch, 1, POP_DEFAULTS.maxBatch, 'log_invalid_batch', 'batch');
+    const waitText = queryString(req, 'wait');
+    if (waitText !== undefined && !['true', 'false', '1', '0', ''].includes(waitText)) {
+      throw new ApiError('log_invalid_wait', 'wait is true or false.');
+    }
+    const wait = waitText === 'true' || waitText === '1';
+    const timeoutMs = wholeNumber(
+      queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
+    );
+    const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
+    const values = [params.queue, params.partition ?? null, group, batch];
+
+    let gone = false;
+    res.on('close', () => {
+      gone = !res.writableFinished;
+    });
+    const deadline = Date.now() + (wait ? timeoutMs : 0);
+    for (;;) {
+      // Armed before looking, so a push that commits between the look and the wait still wakes us.
+      const armed = wait ? await signal.arm(params.queue) : undefined;
+      try {
+        const { rows } = await messagePool.query({ ...LOG_POP, values });
+        const messages: string = rows[0].messages;
+        if (messages !== '[]') return sendJsonText(res, 200, `{"messages":${messages}}`);
+        const remaining = deadline - Date.now();
+        if (!armed || remaining <= 0 || signal.isClosed || gone) {
+          res.status(204).end();
+          return;
+        }
+        await armed.wait(Math.min(remaining, POP_DEFAULTS.recheckMs));
+      } finally {
+        armed?.cancel();
+      }
+    }
+  };
+  router.get('/api/v1/pop/queue/:queue', pop);
+  router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
+
+  router.post('/api/v1/ack', body, async (req, res) => {
+    const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [objectBody(req)] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  router.post('/api/v1/ack/batch', body, async (req, res) => {
+    const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [objectBody(req)] });
+    // ok is true only when every ack applied; each element says how its own ack went.
+    sendJsonText(res, 200, `{"ok":${rows[0].ok === true},"results":${rows[0].results}}`);
+  });
+
+  router.post('/api/v1/lease/:leaseId/extend', body, async (req, res) => {
+    const text = bodyText(req);
+    let seconds: number | null = null;
+    if (text.trim() !== '') {
+      const parsed = parseJson(text);
+      if (!isPlainObject(parsed)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+      if (parsed.seconds !== undefined && parsed.seconds !== null) {
+        if (typeof parsed.seconds !== 'number' || !Number.isInteger(parsed.seconds) || parsed.seconds < 1 || parsed.seconds > 86400) {
+          throw new ApiError('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.');
+        }
+        seconds = parsed.seconds;
+      }
+    }
+    const { rows } = await messagePool.query({ ...LOG_EXTEND_LEASE, values: [(req.params as Record<string, string>).leaseId, seconds] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  return { router, close: () => signal.close() };
+}

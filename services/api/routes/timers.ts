@@ -1,0 +1,128 @@
+// The timer routes: schedule, peek, list (keyset), cancel, reschedule. Shapes at the boundary only;
+// the rules (when, horizon, payload ceiling, timerKey idempotency, lock order) are in
+// queen.timers_apply_v1 and its neighbours (sql/031_timers_procs.sql).
+//
+// Race outcomes a caller can see (each is a test in test/timers/):
+//  * DELETE against a sweeper's fire: {cancelled: true} means it never fires; a cancel that arrives
+//    while the fire holds the timer waits for the fire's commit and answers {cancelled: false,
+//    reason: "absent"}, and the message is in the log exactly once.
+//  * reschedule against a fire: {rescheduled: true} (the new deliverAt holds) or
+//    {rescheduled: false, reason: "absent"} (it already fired).
+//  * two schedules with one timerKey: one {created: true}, the other the same timerId, {created: false}.
+import { Router, Request } from 'express';
+import type { Pool } from 'pg';
+import { ApiError, coerceError } from '../../../shared/errors';
+import type { Config } from '../../../shared/config';
+import type { Metrics } from '../../../shared/metrics';
+import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
+import type { Guards } from '../guards';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+
+export interface TimerRouteDeps {
+  config: Config;
+  pool: Pool;
+  metrics: Metrics;
+  /** Schedule and reschedule pass the switch, grant, quota and rate (guards.ts); cancel, peek and list never do. */
+  guards: Guards;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+function timerIdOf(req: Request): string {
+  const id = String((req.params as Record<string, string>).id);
+  if (!UUID.test(id)) throw new ApiError('timers_invalid_timer_id', 'The path must name a timer id (a UUID).');
+  return id.toLowerCase();
+}
+
+/** The body as text, checked to be a JSON object; its text is what travels on to PostgreSQL. */
+function objectBody(req: Request): string {
+  const text = bodyText(req);
+  if (text.trim() === '') throw new ApiError('invalid_json', 'This route needs a JSON object body.');
+  if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  if (text.includes('\\u0000')) throw new ApiError('invalid_json', 'PostgreSQL cannot store U+0000 in a payload.');
+  return text;
+}
+
+function queryString(req: Request, name: string): string | undefined {
+  const v = (req.query as Record<string, unknown>)[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw new ApiError('bad_request', `The query parameter ${name} may be given once.`);
+  return v;
+}
+
+/** The two ceilings an operator sets (horizon, payload) are refusals by a limit: counted, by code. */
+const LIMIT_CODES = new Set(['timers_beyond_horizon', 'timers_payload_too_large']);
+
+export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): Router {
+  const router = Router();
+  const body = rawBody(config);
+  const apply = async (values: unknown[]) => {
+    try {
+      return (await pool.query({ ...TIMERS_APPLY_ONE, values })).rows[0];
+    } catch (err) {
+      const verdict = coerceError(err);
+      if (verdict instanceof ApiError && LIMIT_CODES.has(verdict.code)) metrics.kvRefusals.inc({ code: verdict.code });
+      throw err;
+    }
+  };
+
+  router.post('/api/v1/timers', body, async (req, res) => {
+    await guards.timers(req, { where: 'route', schedules: 1 }, async (tenant) => {
+      const text = objectBody(req);
+      const row = await apply([tenant, text, '{"op":"schedule"}']);
+      if (row.created) metrics.timersScheduled.inc();
+      sendJsonText(res, 200, row.body);
+    });
+  });
+
+  router.get('/api/v1/timers', async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const limitText = queryString(req, 'limit');
+    if (limitText !== undefined && !/^\d{1,6}$/.test(limitText)) {
+      throw new ApiError('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.');
+    }
+    const queue = queryString(req, 'queue');
+    const after = queryString(req, 'after');
+    const { rows } = await pool.query({
+      ...TIMERS_LIST,
+      values: [tenant, queue || null, after || null, limitText === undefined ? null : Number(limitText)],
+    });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  router.get('/api/v1/timers/:id', async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const { rows } = await pool.query({ ...TIMERS_PEEK, values: [tenant, timerIdOf(req)] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  router.delete('/api/v1/timers/:id', async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const id = timerIdOf(req);
+    const row = await apply([tenant, '{}', JSON.stringify({ op: 'cancel', timerId: id })]);
+    if (row.cancelled) metrics.timersCancelled.inc();
+    sendJsonText(res, 200, row.body);
+  });
+
+  router.post('/api/v1/timers/:id/reschedule', body, async (req, res) => {
+    await guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => reschedule(req, res, tenant));
+  });
+
+  const reschedule = async (req: Request, res: import('express').Response, tenant: string) => {
+    const id = timerIdOf(req);
+    const text = objectBody(req);
+    const parsed = parseJson(text) as Record<string, unknown>;
+    const stray = Object.keys(parsed).filter((k) => k !== 'deliverAt' && k !== 'delaySeconds');
+    if (stray.length > 0) {
+      throw new ApiError(
+        'timers_body_conflicts_with_path',
+        `A reschedule takes only deliverAt or delaySeconds; remove ${stray.join(', ')} from the body.`,
+      );
+    }
+    const row = await apply([tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]);
+    if (row.rescheduled) metrics.timersScheduled.inc();
+    sendJsonText(res, 200, row.body);
+  };
+
+  return router;
+}

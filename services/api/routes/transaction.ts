@@ -1,0 +1,134 @@
+// POST /api/v1/transaction: the reason the KV exists. `operations` (push, ack), `kv` and `timers`
+// in ONE PostgreSQL transaction on the message pool, taken in the cell's lock order
+// (shared/lockOrder.ts): KV first, then timers, then partitions and messages. The answer is one
+// flat `results` array: the operations' answers, then the kv answers, then the timers' answers,
+// and every index (`failedIndex` too) counts in that flat array.
+//
+// Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
+//  - everything applied: {"ok": true, "results": [...]};
+//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of SPEC section 3
+//    with the winner's value and version;
+//  - an ack that cannot apply (lease expired or taken over, unknown message, already acked, not
+//    leased): nothing commits, not even an unconditional KV write beside it:
+//    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
+//  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
+import { Router } from 'express';
+import type { Pool } from 'pg';
+import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
+import type { Config } from '../../../shared/config';
+import type { Metrics } from '../../../shared/metrics';
+import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
+import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
+import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
+import type { Guards } from '../guards';
+import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+
+export interface TransactionRouteDeps {
+  config: Config;
+  messagePool: Pool;
+  metrics: Metrics;
+  /**
+   * The kv and timers arrays pass the switch, grant, quota and rate before the bundle starts
+   * (guards.ts); a paused switch is 403 here, never 503: a client retrying a bundle would spin with
+   * messages in its hands. A bundle of only pushes, acks and timer cancels passes untouched.
+   */
+  guards: Guards;
+}
+
+const KV_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
+
+/** The wire's KV operations count in queen_kv_ops_total like the KV routes' do. */
+function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
+  for (const op of kv) {
+    const name = isPlainObject(op) && typeof op.op === 'string' && KV_OPS.has(op.op) ? op.op : 'unknown';
+    metrics.kvOps.inc({ op: name, outcome });
+  }
+}
+
+/** Timer promises (schedules that created, reschedules that moved) are billed; cancels counted apart. */
+function countTimers(metrics: Metrics, answersText: string): void {
+  // Timer answers carry ids, instants and flags, never a caller's number: parsing them narrows nothing.
+  const answers = JSON.parse(answersText) as Array<{ created?: boolean; rescheduled?: boolean; cancelled?: boolean }>;
+  const promised = answers.filter((a) => a.created === true || a.rescheduled === true).length;
+  const cancelled = answers.filter((a) => a.cancelled === true).length;
+  if (promised > 0) metrics.timersScheduled.inc(promised);
+  if (cancelled > 0) metrics.timersCancelled.inc(cancelled);
+}
+
+function arrayField(body: Record<string, unknown>, name: string, code: string, what: string): unknown[] {
+  const v = body[name];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw new ApiError(code, `${name} must be an array of ${what}.`);
+  return v;
+}
+
+/** `[a, b]` + `[c]` -> `[a, b, c]` on jsonb text, so no number is ever re-serialized by JavaScript. */
+function concatArrays(texts: string[]): string {
+  const inner = texts.map((t) => t.trim().slice(1, -1).trim()).filter((t) => t.length > 0);
+  return `[${inner.join(',')}]`;
+}
+
+/** One named statement per combination of spaces a bundle touches, composed once. */
+const statements = new Map<string, NamedStatement>();
+function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatement {
+  const key = Object.keys(spaces).sort().join(',');
+  let statement = statements.get(key);
+  if (!statement) {
+    statement = lockOrderedStatement('tx_wire_v1', TX_ARGS, spaces);
+    statements.set(key, statement);
+  }
+  return statement;
+}
+
+export function transactionRoutes({ config, messagePool, metrics, guards }: TransactionRouteDeps): Router {
+  const router = Router();
+
+  router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const text = bodyText(req);
+    const body = parseJson(text);
+    if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+    const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
+    const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
+    const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
+    if (operations.length + kv.length + timers.length === 0) {
+      throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
+    }
+    const spaces: Partial<Record<LockSpace, string>> = {};
+    if (kv.length > 0) spaces.kv = TX_EXPR.kv;
+    // queen.timers_apply_v1 holds the timer rules; its answers follow the kv ones in the flat array.
+    if (timers.length > 0) spaces.timers = TX_TIMERS_EXPR;
+    if (operations.length > 0) spaces.partitions = TX_EXPR.partitions;
+    const statement = statementFor(spaces);
+
+    await guards.wire(req, { kv, timers }, async () => {
+      try {
+        // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
+        const { rows } = await messagePool.query({
+          ...statement,
+          values: [tenant, text, operations.length, operations.length + kv.length],
+        });
+        const done = rows[0] as Partial<Record<LockSpace, string>>;
+        countKv(metrics, kv, 'ok');
+        if (done.timers) countTimers(metrics, done.timers);
+        sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
+      } catch (err) {
+        const verdict = coerceError(err);
+        // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
+        if (verdict instanceof PreconditionFailed) {
+          countKv(metrics, kv, 'precondition');
+          return sendJsonText(res, 200, verdict.bodyText(operations.length));
+        }
+        // Rolled back by the ack beside them: the KV operations did not happen.
+        if (verdict instanceof AckFailed) {
+          countKv(metrics, kv, 'rolled_back');
+          return sendJsonText(res, 200, verdict.bodyText());
+        }
+        countKv(metrics, kv, verdict instanceof ApiError && verdict.status < 500 ? 'refused' : 'error');
+        throw err;
+      }
+    });
+  });
+
+  return router;
+}

@@ -1,0 +1,264 @@
+// The sweeper loop. Leaderless: any number run at once and meet only in PostgreSQL. A cycle is a
+// series of passes, each one transaction that claims up to `shardsPerPass` shards not yet swept in
+// this cycle (least recently swept first, FOR UPDATE SKIP LOCKED), fires their due timers, prunes
+// their expired keys and marks them swept. The cycle ends when no shard is left to claim, either
+// because this sweeper swept it or because another did (or holds it now). Then, on its slower
+// cadence, the usage rollup; then the gauges; then sleep, unless a pass hit its batch ceiling (a
+// backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
+//
+// Test signals: `cycleDone()` resolves after the next complete cycle, and the 'pass' and 'cycle'
+// events carry what was done, so in-process tests await work instead of sleeping.
+import { EventEmitter } from 'node:events';
+import os from 'node:os';
+import crypto from 'node:crypto';
+import { Client, Pool } from 'pg';
+import type { Logger } from '../../shared/log';
+import type { Metrics } from '../../shared/metrics';
+import { SYSTEM_STATE_CHANNEL } from '../../shared/sql/sweeper';
+import { PassResult, readGauges, rollupUsage, runPass } from './phases';
+import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
+
+/** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
+export const DEFAULT_SHARDS_PER_PASS = 8;
+/** The gauges' queries scan indexes across all shards; once a second is fresh enough for an alert. */
+const GAUGE_INTERVAL_MS = 1000;
+/**
+ * The shortest sleep when a timer is about to fall due: a timer due sooner than the interval fires
+ * on time (within this) instead of an interval late, without spinning on the database.
+ */
+export const MIN_SLEEP_MS = 25;
+/** After a failed pass (database down, restarting), wait before trying again. */
+const FAULT_BACKOFF_MS = 1000;
+
+export interface SweeperOptions {
+  pool: Pool;
+  /** Connection string for the LISTEN client; omit to rely on the fresh read per cycle alone. */
+  databaseUrl?: string;
+  log: Logger;
+  metrics: Metrics;
+  intervalMs: number;
+  batch: number;
+  usageIntervalMs: number;
+  shardsPerPass?: number;
+  slowPassMs?: number;
+  id?: string;
+}
+
+export interface CycleReport {
+  cycle: number;
+  passes: PassResult[];
+  fired: number;
+  pruned: number;
+  fireEnabled: boolean | undefined;
+  usageTenants: number | undefined;
+  /** Milliseconds until the cell's next future timer, from the pass that ended the cycle; null when none. */
+  nextDueInMs: number | null;
+  batch: number;
+  sleepMs: number;
+  suspended: { prune: boolean; usage: boolean };
+  durationMs: number;
+}
+
+export class Sweeper extends EventEmitter {
+  readonly id: string;
+  readonly pressure: Pressure;
+  private readonly shardsPerPass: number;
+  private stopping = false;
+  private loop: Promise<void> | undefined;
+  private wakeSleep: (() => void) | undefined;
+  private listener: Client | undefined;
+  private cycles = 0;
+  private inCycle = false;
+  private lastUsageAt = 0;
+  private lastGaugesAt = 0;
+  private lastPruneAt = -Infinity;
+  private pruneBacklog = false;
+
+  constructor(private readonly o: SweeperOptions) {
+    super();
+    this.id = o.id ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString('hex')}`;
+    this.shardsPerPass = o.shardsPerPass ?? DEFAULT_SHARDS_PER_PASS;
+    this.pressure = new Pressure(o.batch, o.intervalMs, o.slowPassMs ?? DEFAULT_SLOW_PASS_MS);
+    this.publishPressure();
+  }
+
+  start(): this {
+    this.loop ??= this.run();
+    return this;
+  }
+
+  /** Stops claiming; the pass in flight finishes and commits; resolves when the loop has ended. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wakeSleep?.();
+    await this.loop;
+    const listener = this.listener;
+    this.listener = undefined;
+    await listener?.end().catch(() => undefined);
+  }
+
+  /** Ends the sleep now (a switch flip, a test that has just scheduled work). */
+  wake(): void {
+    this.wakeSleep?.();
+  }
+
+  /** True while a cycle runs; false while asleep. A test that wrote something awaits a cycle that starts later. */
+  get busy(): boolean {
+    return this.inCycle;
+  }
+
+  /** Resolves with the report of the next cycle that completes. */
+  cycleDone(): Promise<CycleReport> {
+    return new Promise((resolve) => this.once('cycle', resolve));
+  }
+
+  private async run(): Promise<void> {
+    await this.listen();
+    while (!this.stopping) {
+      let sleepMs = this.pressure.sleepMs;
+      this.inCycle = true;
+      try {
+        const report = await this.cycle();
+        const backlog = report.passes.some((p) => p.fireFull || p.pruneFull);
+        const nextDue = report.nextDueInMs;
+        sleepMs = backlog
+          ? 0
+          : nextDue === null
+            ? this.pressure.sleepMs
+            : Math.min(this.pressure.sleepMs, Math.max(MIN_SLEEP_MS, Math.ceil(nextDue)));
+        report.sleepMs = sleepMs;
+        this.emit('cycle', report);
+      } catch (err) {
+        // A background fault is reported, never allowed to end the process: the next cycle retries.
+        this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper cycle failed');
+        this.emit('fault', err);
+        sleepMs = Math.max(sleepMs, FAULT_BACKOFF_MS);
+      }
+      this.inCycle = false;
+      if (!this.stopping) await this.sleep(sleepMs);
+    }
+  }
+
+  private async cycle(): Promise<CycleReport> {
+    const { metrics } = this.o;
+    const started = performance.now();
+    const passes: PassResult[] = [];
+    let since: string | null = null;
+    let fireEnabled: boolean | undefined;
+    let nextDueInMs: number | null = null;
+    let slowest = 0;
+    // Pruning keeps the interval's cadence: a cycle woken early for a timer falling due fires only,
+    // unless the last prune left a backlog (its batch ceiling was hit).
+    const pruneNow =
+      !this.pressure.suspended('prune') && (this.pruneBacklog || started - this.lastPruneAt >= this.o.intervalMs);
+    if (pruneNow) {
+      this.lastPruneAt = started;
+      this.pruneBacklog = false;
+    }
+    // Each pass is one statement, so one transaction: stopping between passes is the "finish the
+    // batch, commit" of SIGTERM.
+    while (!this.stopping) {
+      const t0 = performance.now();
+      const pass = await runPass(this.o.pool, {
+        since,
+        worker: this.id,
+        shardsPerPass: this.shardsPerPass,
+        fireBatch: this.pressure.batch,
+        pruneBatch: this.pressure.batch,
+        prune: pruneNow,
+      });
+      const ms = performance.now() - t0;
+      since = pass.since;
+      fireEnabled = pass.fireEnabled;
+      if (pass.shards.length === 0) {
+        nextDueInMs = pass.nextDueInMs;
+        break;
+      }
+      slowest = Math.max(slowest, ms);
+      passes.push(pass);
+      if (pass.pruneFull) this.pruneBacklog = true;
+      if (pass.fired > 0) metrics.timersFired.inc(pass.fired);
+      if (pass.pruned > 0) metrics.kvPruned.inc(pass.pruned);
+      metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
+      metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);
+      this.emit('pass', pass);
+    }
+    if (fireEnabled !== undefined) metrics.switchState.set({ switch: 'timersFire' }, fireEnabled ? 1 : 0);
+
+    let usageTenants: number | undefined;
+    const now = Date.now();
+    if (!this.stopping && !this.pressure.suspended('usage') && now - this.lastUsageAt >= this.o.usageIntervalMs) {
+      const t0 = performance.now();
+      usageTenants = await rollupUsage(this.o.pool);
+      this.lastUsageAt = now;
+      metrics.sweeperCycleSeconds.observe({ phase: 'usage' }, (performance.now() - t0) / 1000);
+    }
+    if (!this.stopping && now - this.lastGaugesAt >= Math.min(GAUGE_INTERVAL_MS, this.o.intervalMs)) {
+      const g = await readGauges(this.o.pool);
+      this.lastGaugesAt = now;
+      metrics.timersDue.set(Number(g.timersDue));
+      metrics.timersOldestLate.set(Math.max(0, Number(g.timersOldestLateSeconds)));
+      metrics.kvExpiredNotPruned.set(Number(g.kvExpiredNotPruned));
+      metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
+    }
+
+    this.pressure.observe(slowest);
+    this.publishPressure();
+    const durationMs = performance.now() - started;
+    metrics.sweeperCycles.inc();
+    metrics.sweeperCycleSeconds.observe({ phase: 'cycle' }, durationMs / 1000);
+    return {
+      cycle: ++this.cycles,
+      passes,
+      fired: passes.reduce((n, p) => n + p.fired, 0),
+      pruned: passes.reduce((n, p) => n + p.pruned, 0),
+      fireEnabled,
+      usageTenants,
+      nextDueInMs,
+      batch: this.pressure.batch,
+      sleepMs: this.pressure.sleepMs,
+      suspended: { prune: this.pressure.suspended('prune'), usage: this.pressure.suspended('usage') },
+      durationMs,
+    };
+  }
+
+  private publishPressure(): void {
+    const { metrics } = this.o;
+    metrics.sweeperBatchSize.set(this.pressure.batch);
+    metrics.sweeperPhaseSuspended.set({ phase: 'prune' }, this.pressure.suspended('prune') ? 1 : 0);
+    metrics.sweeperPhaseSuspended.set({ phase: 'usage' }, this.pressure.suspended('usage') ? 1 : 0);
+    metrics.sweeperPhaseSuspended.set({ phase: 'fire' }, 0);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.wakeSleep = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.wakeSleep = done;
+    });
+  }
+
+  /** LISTEN for switch flips, so turning timersFire back on drains at once rather than after a sleep. */
+  private async listen(): Promise<void> {
+    if (!this.o.databaseUrl || this.stopping) return;
+    const client = new Client({ connectionString: this.o.databaseUrl, application_name: 'queen-sweeper-listen' });
+    client.on('error', (err) => {
+      // The fresh read per cycle still sees every flip; the LISTEN only makes it sooner.
+      this.o.log.warn({ err: { message: err.message } }, 'sweeper LISTEN connection lost; switch flips are seen at the next cycle');
+      if (this.listener === client) this.listener = undefined;
+    });
+    client.on('notification', () => this.wake());
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${SYSTEM_STATE_CHANNEL}`);
+      this.listener = client;
+    } catch (err) {
+      this.o.log.warn({ err: { message: (err as Error).message } }, 'sweeper could not LISTEN; switch flips are seen at the next cycle');
+      await client.end().catch(() => undefined);
+    }
+  }
+}

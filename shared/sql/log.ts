@@ -1,0 +1,58 @@
+// The statements the API sends for the message log and the transaction wire. Named, so each is
+// parsed and planned once per connection; never built per request. Every rule is in
+// sql/011_log_procs.sql: request text goes in as is, jsonb text comes back and is written out as is.
+
+/** POST /api/v1/configure: the body as is. */
+export const LOG_CONFIGURE = {
+  name: 'log_configure_v1',
+  text: `SELECT queen.log_configure_v1($1::jsonb)::text AS body`,
+};
+
+/** POST /api/v1/push: the body's items, pushed in request order. */
+export const LOG_PUSH = {
+  name: 'log_push_items_v1',
+  text: `SELECT queen.log_push_items_v1($1::jsonb -> 'items')::text AS results`,
+};
+
+/** GET /api/v1/pop: $1 queue, $2 partition (NULL: any), $3 consumer group, $4 batch. */
+export const LOG_POP = {
+  name: 'log_pop_v1',
+  text: `SELECT queen.log_pop_v1($1::text, $2::text, $3::text, $4::int)::text AS messages`,
+};
+
+/** POST /api/v1/ack: the body is one ack. */
+export const LOG_ACK_ONE = {
+  name: 'log_ack_one_v1',
+  text: `SELECT (queen.log_ack_batch_v1(jsonb_build_array($1::jsonb), false) -> 0)::text AS body`,
+};
+
+/** POST /api/v1/ack/batch: each ack succeeds or fails on its own. */
+export const LOG_ACK_BATCH = {
+  name: 'log_ack_batch_v1',
+  text: `SELECT r::text AS results, NOT (r @> '[{"ok": false}]') AS ok
+           FROM (SELECT queen.log_ack_batch_v1($1::jsonb -> 'acknowledgments', false) AS r) s`,
+};
+
+/** POST /api/v1/lease/:leaseId/extend: $2 seconds (NULL: the queue's lease time). */
+export const LOG_EXTEND_LEASE = {
+  name: 'log_extend_lease_v1',
+  text: `SELECT queen.log_extend_lease_v1($1::text, $2::int)::text AS body`,
+};
+
+/**
+ * The transaction wire's arguments, named once for every lock space's expression: the tenant, the
+ * body (parsed to jsonb once), and where each array's answers start in the flat results array.
+ */
+export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset`;
+
+/** The wire's per-space expressions, composed in lock order by shared/lockOrder.ts. */
+export const TX_EXPR = {
+  /**
+   * The `kv` array, inside the bundle (in_transaction = true: getPrefix refused). Each answer's
+   * `index` is rewritten to its place in the flat results array, the same count failedIndex uses.
+   */
+  kv: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.kv_offset)) ORDER BY k), '[]'::jsonb)
+         FROM jsonb_array_elements(queen.kv_apply_v1(a.tenant, a.body -> 'kv', true)) WITH ORDINALITY AS t(e, k)`,
+  /** The `operations` (push, ack): the partitions/messages space. */
+  partitions: `queen.log_apply_v1(a.body -> 'operations')`,
+} as const;

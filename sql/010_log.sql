@@ -1,0 +1,105 @@
+-- 010: the message log, minimal and real (SPEC section 6). Queues, their partitions, the messages,
+-- and per (partition, consumer group) the cursor and the lease. The rules are in 011_log_procs.sql.
+--
+-- Decisions, briefly:
+--  * A message's place in its partition is `seq`, drawn from the partition row's own counter while
+--    that row is locked (queen.log_push_v1). Pushes to one partition therefore commit in seq order,
+--    so a consumer can never advance its cursor past a message that commits later with a smaller
+--    seq (the hole a global sequence would leave between two concurrent pushes).
+--  * transaction_id is unique per partition: the push dedup key and, for timers, the fence that
+--    makes a fire impossible to duplicate.
+--  * One row per (partition, consumer group) holds everything a group knows about a partition: the
+--    cursor, the acks that arrived ahead of it, the lease. Its row lock is the partition-for-this-group
+--    lock: pop takes it with SKIP LOCKED, ack takes it and waits.
+--  * COLLATE "C" on every name: lock order and sorting identical on every host.
+--  * Nothing here takes ACCESS EXCLUSIVE on an existing table at boot (CREATE ... IF NOT EXISTS only).
+
+CREATE TABLE IF NOT EXISTS queen.queues (
+  id          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+  name        TEXT COLLATE "C" NOT NULL UNIQUE,
+  -- Seconds a pop's lease lasts before the messages become available to the group again.
+  lease_time  INTEGER NOT NULL DEFAULT 300 CHECK (lease_time > 0),
+  -- `failed` acks a message may take and still be redelivered; one more sets it aside (dead letter).
+  retry_limit INTEGER NOT NULL DEFAULT 3 CHECK (retry_limit >= 0),
+  created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS queen.partitions (
+  id         UUID PRIMARY KEY DEFAULT gen_random_uuid(),
+  queue_id   UUID NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
+  name       TEXT COLLATE "C" NOT NULL,
+  -- The seq of the newest message; bumped only under this row's lock, only when a message is stored.
+  last_seq   BIGINT NOT NULL DEFAULT 0,
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  UNIQUE (queue_id, name)
+);
+
+CREATE TABLE IF NOT EXISTS queen.messages (
+  partition_id   UUID NOT NULL REFERENCES queen.partitions (id) ON DELETE CASCADE,
+  seq            BIGINT NOT NULL,
+  transaction_id TEXT COLLATE "C" NOT NULL,
+  payload        JSONB,
+  created_at     TIMESTAMPTZ NOT NULL DEFAULT now(),
+  PRIMARY KEY (partition_id, seq),
+  UNIQUE (partition_id, transaction_id)
+);
+
+CREATE TABLE IF NOT EXISTS queen.partition_consumers (
+  partition_id     UUID NOT NULL REFERENCES queen.partitions (id) ON DELETE CASCADE,
+  consumer_group   TEXT COLLATE "C" NOT NULL,
+  -- Every message with seq <= cursor_seq is finished for this group (completed or dead-lettered).
+  cursor_seq       BIGINT NOT NULL DEFAULT 0,
+  -- Finished messages ahead of the cursor (an ack that overtook an earlier failed one); folded into
+  -- the cursor as soon as the gap closes. Bounded by the pop batch size.
+  done_seqs        BIGINT[] NOT NULL DEFAULT '{}',
+  -- The lease: one consumer of the group holds the partition until it expires or every leased
+  -- message is settled. The lease id is the fencing token an ack may carry.
+  lease_id         UUID,
+  lease_expires_at TIMESTAMPTZ,
+  lease_seqs       BIGINT[] NOT NULL DEFAULT '{}',
+  -- Leased messages acked `failed` under this lease: settled for the lease, redelivered after it.
+  lease_failed     BIGINT[] NOT NULL DEFAULT '{}',
+  last_leased_at   TIMESTAMPTZ,
+  -- Counters for operators: messages handed out, acks by outcome, messages set aside.
+  deliveries       BIGINT NOT NULL DEFAULT 0,
+  completed        BIGINT NOT NULL DEFAULT 0,
+  failures         BIGINT NOT NULL DEFAULT 0,
+  dead_letters     BIGINT NOT NULL DEFAULT 0,
+  created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+  PRIMARY KEY (partition_id, consumer_group)
+);
+
+-- POST /api/v1/lease/:leaseId/extend finds the lease by its id. Created only when missing:
+-- CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table even when it skips (measured on
+-- PostgreSQL 17, 2026-11-29), and the schema apply holds it to commit, which would queue every
+-- pop and ack of a running cell behind a booting one.
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_partition_consumers_lease') IS NULL THEN
+    CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers (lease_id) WHERE lease_id IS NOT NULL;
+  END IF;
+END $$;
+
+-- Per message and group: how many `failed` acks it took, and the dead-letter marker. A row exists
+-- only for messages that failed at least once.
+CREATE TABLE IF NOT EXISTS queen.message_failures (
+  partition_id     UUID NOT NULL,
+  consumer_group   TEXT COLLATE "C" NOT NULL,
+  seq              BIGINT NOT NULL,
+  failures         INTEGER NOT NULL DEFAULT 0,
+  last_failed_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+  -- Set when the failures passed the queue's retry_limit: the message is set aside for this group.
+  dead_lettered_at TIMESTAMPTZ,
+  PRIMARY KEY (partition_id, consumer_group, seq),
+  FOREIGN KEY (partition_id, seq) REFERENCES queen.messages (partition_id, seq) ON DELETE CASCADE
+);
+
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_message_failures_dead_letters') IS NULL THEN
+    CREATE INDEX idx_message_failures_dead_letters
+      ON queen.message_failures (partition_id, consumer_group, seq) WHERE dead_lettered_at IS NOT NULL;
+  END IF;
+END $$;

@@ -1,0 +1,594 @@
+-- 011: the log's rules. Every route of SPEC section 6 and the transaction wire's `operations` call
+-- these; the timers sweeper fires a timer through queen.log_push_v1. TypeScript only carries JSON.
+--
+-- Errors: SQLSTATE QK400 with DETAIL {"code", "index"} (a bad request, the API's 400), and QK412
+-- with DETAIL {"failedIndex", "ackReason"} (an ack that failed inside the transaction wire: raising
+-- aborts the whole bundle, which is the point).
+--
+-- Locks, inside the partitions/messages space (the last of shared/lockOrder.ts): partition rows
+-- (push) before partition_consumers rows (ack), each in ascending order, taken up front by
+-- queen.log_apply_v1 and queen.log_ack_batch_v1 so two bundles can never wait on each other in a
+-- circle. Pop takes one partition_consumers row with SKIP LOCKED and waits on nothing.
+
+CREATE OR REPLACE FUNCTION queen.log_fail_v1(p_code TEXT, p_message TEXT, p_index INT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
+    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
+END $$;
+
+-- Queue, partition and consumer-group names: the KV namespace alphabet, so a name is safe in a URL
+-- path segment, a log line and a NOTIFY payload.
+CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name TEXT) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT p_name IS NOT NULL AND p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+$$;
+
+CREATE OR REPLACE FUNCTION queen.log_uuid_ok_v1(p_text TEXT) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT p_text IS NOT NULL AND p_text ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+$$;
+
+-- A jsonb field as text only when it is a JSON string (a number or object is not a name).
+CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value JSONB) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END
+$$;
+
+CREATE OR REPLACE FUNCTION queen.log_ts_v1(TIMESTAMPTZ) RETURNS TEXT
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- Validates one push. `p_index` is the position the 400 names (the item's, or in the transaction
+-- wire the operation's).
+CREATE OR REPLACE FUNCTION queen.log_check_push_v1(
+  p_queue TEXT, p_partition TEXT, p_transaction_id TEXT, p_index INT
+) RETURNS VOID LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_queue IS NULL THEN
+    PERFORM queen.log_fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
+  END IF;
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', format(
+      'Item %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition', format(
+      'Item %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
+  END IF;
+  IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > 256) THEN
+    PERFORM queen.log_fail_v1('log_invalid_transaction_id', format(
+      'Item %s: transactionId is a non-empty string of at most 256 bytes.', p_index), p_index);
+  END IF;
+END $$;
+
+-- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
+-- existing row, so the common case is two index probes and no lock.
+CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_queue TEXT, p_partition TEXT, OUT q_id UUID, OUT p_id UUID)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  IF q_id IS NULL THEN
+    INSERT INTO queen.queues AS q (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
+    SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  END IF;
+  SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+  IF p_id IS NULL THEN
+    INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+  END IF;
+END $$;
+
+-- THE push. Public interface (the timers sweeper fires a timer through it, with a transactionId
+-- derived from the timer id): creates queue and partition on first use; a transactionId already in
+-- the partition stores nothing and answers "duplicate". A NULL partition is "Default"; a NULL
+-- transactionId gets a fresh UUID.
+-- Answer: {"transactionId", "partitionId", "queue", "partition", "status": "queued" | "duplicate"}.
+CREATE OR REPLACE FUNCTION queen.log_push_v1(
+  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
+) RETURNS JSONB LANGUAGE plpgsql AS $$
+DECLARE
+  v_partition TEXT := coalesce(p_partition, 'Default');
+  v_txid TEXT := coalesce(p_transaction_id, gen_random_uuid()::text);
+  v_ids RECORD;
+  v_last BIGINT;
+  v_status TEXT := 'queued';
+BEGIN
+  PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
+  v_ids := queen.log_ensure_partition_v1(p_queue, v_partition);
+  -- The partition row's lock serializes pushes to this partition until commit: seq order is
+  -- commit order, and the duplicate check below cannot race another push of the same id.
+  SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid) THEN
+    v_status := 'duplicate';
+  ELSE
+    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_ids.p_id;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+    VALUES (v_ids.p_id, v_last + 1, v_txid, p_payload);
+    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
+    PERFORM pg_notify('queen_log', p_queue);
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_ids.p_id, 'queue', p_queue,
+                            'partition', v_partition, 'status', v_status);
+END $$;
+
+-- POST /api/v1/push's items (and a transaction-wire push operation's items): validated first, all
+-- of them; the partitions locked in ascending (queue, partition) order; then pushed in request
+-- order. Answers one element per item, in request order. `p_index` (the wire's operation index)
+-- names the 400 when given; otherwise the item's index does.
+CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items JSONB, p_index INT DEFAULT NULL) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n INT;
+  v_item JSONB;
+  v_out JSONB[] := '{}';
+  i INT;
+BEGIN
+  IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
+    PERFORM queen.log_fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
+  END IF;
+  v_n := jsonb_array_length(p_items);
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_items->i;
+    IF jsonb_typeof(v_item) <> 'object' THEN
+      PERFORM queen.log_fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
+    END IF;
+    IF v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null') THEN
+      PERFORM queen.log_fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
+    END IF;
+    IF v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null') THEN
+      PERFORM queen.log_fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
+    END IF;
+    PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+      coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
+  END LOOP;
+  PERFORM queen.log_lock_partitions_v1(p_items);
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_items->i;
+    v_out := v_out || queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId');
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- Creates and locks, in ascending (queue, partition) order, every partition these (validated)
+-- items push to.
+CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_items JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+  r RECORD;
+  v_ids RECORD;
+BEGIN
+  FOR r IN
+    SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
+      FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
+  LOOP
+    v_ids := queen.log_ensure_partition_v1(r.queue, r.partition);
+    PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  END LOOP;
+END $$;
+
+-- POST /api/v1/configure: {queue, options: {leaseTime?, retryLimit?}}. Creates the queue when new;
+-- an omitted option keeps its current value (its default on a new queue).
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_options JSONB := coalesce(p_body->'options', '{}'::jsonb);
+  v_lease INT;
+  v_retry INT;
+  v_row queen.queues;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.log_fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.log_fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF jsonb_typeof(v_options) <> 'object' THEN
+    PERFORM queen.log_fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
+  END IF;
+  IF v_options ? 'leaseTime' THEN
+    IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
+       OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
+      PERFORM queen.log_fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
+    END IF;
+    v_lease := (v_options->>'leaseTime')::int;
+  END IF;
+  IF v_options ? 'retryLimit' THEN
+    IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
+       OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
+      PERFORM queen.log_fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
+    END IF;
+    v_retry := (v_options->>'retryLimit')::int;
+  END IF;
+  INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
+  VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  RETURN jsonb_build_object('ok', true, 'queue', v_row.name,
+    'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+END $$;
+
+-- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
+-- group. Which partition: one with messages past the group's cursor and no live lease, the least
+-- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
+-- partition another consumer is popping or acking right now is simply not a candidate).
+-- Answers a JSON array of messages; empty when nothing is available.
+--
+-- A lease covers the messages it handed out. It ends when it expires (the messages come back to
+-- the group) or when every leased message is settled by an ack. A group seen for the first time
+-- starts at the beginning of the partition: consumer groups each see every message.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_queue queen.queues;
+  v_partition_id UUID;
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_lease UUID;
+  v_now TIMESTAMPTZ;
+  v_expires TIMESTAMPTZ;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.log_fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
+    PERFORM queen.log_fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+  END IF;
+
+  SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
+  IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  IF p_partition IS NOT NULL THEN
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
+    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  END IF;
+
+  -- The group's row per partition, created on first sight.
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+  SELECT p.id, v_group FROM queen.partitions p
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+  ON CONFLICT DO NOTHING;
+
+  v_now := clock_timestamp();
+  SELECT c.* INTO v_pc
+    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND c.consumer_group = v_group
+     AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+     AND p.last_seq > c.cursor_seq
+   ORDER BY c.last_leased_at NULLS FIRST, p.name
+   LIMIT 1
+   FOR UPDATE OF c SKIP LOCKED;
+  IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  -- Past the cursor, minus what was finished ahead of it. An expired lease's failed set is dropped:
+  -- those messages are due again anyway.
+  SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+    SELECT m.seq FROM queen.messages m
+     WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+     ORDER BY m.seq LIMIT p_batch
+  ) s;
+  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  v_lease := gen_random_uuid();
+  v_expires := v_now + make_interval(secs => v_queue.lease_time);
+  UPDATE queen.partition_consumers
+     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+
+  RETURN (
+    SELECT jsonb_agg(jsonb_build_object(
+             'transactionId', m.transaction_id, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'payload', m.payload, 'leaseId', v_lease, 'leaseExpiresAt', queen.log_ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.log_ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
+END $$;
+
+-- Validates one ack (an element of /ack/batch, the body of /ack, or a wire operation) and returns
+-- it normalized: {transactionId, partitionId, status, consumerGroup, leaseId}.
+CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack JSONB, p_index INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_txid TEXT := queen.log_str_v1(p_ack->'transactionId');
+  v_pid TEXT := queen.log_str_v1(p_ack->'partitionId');
+  v_status TEXT := queen.log_str_v1(p_ack->'status');
+  v_group TEXT := coalesce(queen.log_str_v1(p_ack->'consumerGroup'), '__QUEUE_MODE__');
+  v_lease TEXT := queen.log_str_v1(p_ack->'leaseId');
+  v_at TEXT := CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END;
+BEGIN
+  IF jsonb_typeof(p_ack) IS DISTINCT FROM 'object' THEN
+    PERFORM queen.log_fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
+  END IF;
+  IF v_txid IS NULL OR length(v_txid) = 0 THEN
+    PERFORM queen.log_fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
+  END IF;
+  IF NOT queen.log_uuid_ok_v1(v_pid) THEN
+    PERFORM queen.log_fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
+  END IF;
+  IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
+    PERFORM queen.log_fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
+  END IF;
+  IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
+    PERFORM queen.log_fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
+  END IF;
+  IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease));
+END $$;
+
+-- Locks, in ascending (partition, group) order, the partition_consumers rows these normalized acks
+-- touch, so the acks of one call never wait on another call's in a circle.
+-- (plpgsql, not sql: a sql function's body is analysed at CREATE, which would take a lock on the
+-- table at every boot.)
+CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks JSONB[]) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM queen.partition_consumers c
+   WHERE (c.partition_id, c.consumer_group) IN (
+     SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
+   ORDER BY c.partition_id, c.consumer_group
+   FOR NO KEY UPDATE OF c;
+END $$;
+
+-- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
+--   not_found      no message with this transactionId in this partition;
+--   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
+--                  under the current lease and awaits redelivery;
+--   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
+--                  superseded by another consumer's lease when the ack names its leaseId (a
+--                  zombie); an ack that names a leaseId is fenced by it;
+--   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
+--                  or popped into a lease that has since been released by its other acks).
+-- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
+-- pass the leaseId to be fenced against your own expired lease.
+--
+-- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
+-- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
+-- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
+-- The lease is released as soon as every message it holds is settled.
+--
+-- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
+-- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_pid UUID := (a->>'partitionId')::uuid;
+  v_group TEXT := a->>'consumerGroup';
+  v_lease UUID := (a->>'leaseId')::uuid;
+  v_seq BIGINT;
+  v_pc queen.partition_consumers;
+  v_retry_limit INT;
+  v_failures INT;
+  v_reason TEXT;
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_dead BOOLEAN := false;
+  v_finished BOOLEAN := false;
+BEGIN
+  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId';
+  IF v_seq IS NULL THEN
+    v_reason := 'not_found';
+  ELSE
+    SELECT * INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF v_pc.partition_id IS NULL THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
+      v_reason := 'already_acked';
+    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
+      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id THEN
+      v_reason := 'lease_expired';
+    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
+      v_reason := 'already_acked';
+    END IF;
+  END IF;
+
+  IF v_reason IS NOT NULL THEN
+    IF p_raise THEN
+      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
+        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
+    END IF;
+    RETURN jsonb_build_object('ok', false, 'reason', 'ack_failed', 'ackReason', v_reason,
+      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+  END IF;
+
+  IF a->>'status' = 'completed' THEN
+    v_finished := true;
+    v_pc.completed := v_pc.completed + 1;
+  ELSE
+    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
+    VALUES (v_pid, v_group, v_seq, 1, v_now)
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
+    RETURNING failures INTO v_failures;
+    v_pc.failures := v_pc.failures + 1;
+    IF v_failures > v_retry_limit THEN
+      UPDATE queen.message_failures SET dead_lettered_at = v_now
+       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
+      v_dead := true;
+      v_finished := true;
+      v_pc.dead_letters := v_pc.dead_letters + 1;
+    ELSE
+      v_pc.lease_failed := v_pc.lease_failed || v_seq;
+    END IF;
+  END IF;
+
+  IF v_finished THEN
+    IF v_seq = v_pc.cursor_seq + 1 THEN
+      v_pc.cursor_seq := v_seq;
+      -- Fold in what was finished ahead of the gap that just closed.
+      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+        v_pc.cursor_seq := v_pc.cursor_seq + 1;
+        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+      END LOOP;
+    ELSE
+      v_pc.done_seqs := v_pc.done_seqs || v_seq;
+    END IF;
+  END IF;
+
+  -- Every leased message settled: the partition goes back to the group now, not at expiry.
+  IF NOT EXISTS (
+    SELECT 1 FROM unnest(v_pc.lease_seqs) s
+     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+   WHERE partition_id = v_pid AND consumer_group = v_group;
+
+  RETURN jsonb_build_object('ok', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $$;
+
+-- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
+-- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
+-- is one element per ack.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  IF p_acks IS NULL OR jsonb_typeof(p_acks) <> 'array' OR jsonb_array_length(p_acks) = 0 THEN
+    PERFORM queen.log_fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_acks);
+  IF v_n > 1000 THEN
+    PERFORM queen.log_fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  PERFORM queen.log_lock_consumers_v1(v_norm);
+  FOR i IN 1 .. v_n LOOP
+    v_out := v_out || queen.log_ack_one_v1(v_norm[i], i - 1, p_raise);
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- The transaction wire's `operations`, the partitions/messages lock space (shared/lockOrder.ts
+-- runs it after KV and timers). Validates every operation, locks partitions (pushes) then
+-- partition_consumers rows (acks) in ascending order, then applies them in request order.
+-- A failing ack raises QK412 (everything in the bundle rolls back). Answers one element per
+-- operation: {index, type: "push", items: [...]} or {index, type: "ack", ...}.
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n INT;
+  v_op JSONB;
+  v_type TEXT;
+  v_items JSONB := '[]'::jsonb;
+  v_acks JSONB[] := '{}';
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_item JSONB;
+  j INT;
+  i INT;
+BEGIN
+  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
+  IF jsonb_typeof(p_ops) <> 'array' THEN
+    PERFORM queen.log_fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > 1000 THEN
+    PERFORM queen.log_fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
+    IF v_type = 'ack' THEN
+      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+    ELSIF v_type = 'push' THEN
+      v_norm := v_norm || '{}'::jsonb;
+      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
+        PERFORM queen.log_fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+      END IF;
+      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
+        v_item := v_op->'items'->j;
+        IF jsonb_typeof(v_item) <> 'object'
+           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
+           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
+          PERFORM queen.log_fail_v1('log_invalid_item', format(
+            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
+        END IF;
+        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        v_items := v_items || jsonb_build_array(v_item);
+      END LOOP;
+    ELSE
+      PERFORM queen.log_fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+    END IF;
+  END LOOP;
+
+  IF jsonb_array_length(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(v_items); END IF;
+  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(v_acks); END IF;
+
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    IF v_op->>'type' = 'ack' THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
+    ELSE
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
+    END IF;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- POST /api/v1/lease/:leaseId/extend: pushes a live lease's expiry to now + p_seconds (the queue's
+-- lease time when NULL). An expired or unknown lease is not revived: a consumer whose lease lapsed
+-- may already have been overtaken.
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease TEXT, p_seconds INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_expires TIMESTAMPTZ;
+BEGIN
+  IF NOT queen.log_uuid_ok_v1(p_lease) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
+  END IF;
+  IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
+    PERFORM queen.log_fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
+  END IF;
+  UPDATE queen.partition_consumers c
+     SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+           SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+         updated_at = v_now
+   WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+  RETURNING c.lease_expires_at INTO v_expires;
+  IF v_expires IS NULL THEN
+    RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
+  END IF;
+  RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
+END $$;

@@ -1,0 +1,76 @@
+// What the log suites share: thin wrappers over the HTTP surface of SPEC section 6.
+import { call, JsonResponse } from '../support/api';
+
+export interface Message {
+  transactionId: string;
+  partitionId: string;
+  queue: string;
+  partition: string;
+  payload: any;
+  leaseId: string;
+  consumerGroup: string;
+  createdAt: string;
+  retryCount: number;
+}
+
+export function configure(base: string, queue: string, options: Record<string, unknown>) {
+  return call(base, 'POST', '/api/v1/configure', { queue, options });
+}
+
+export function push(base: string, items: Array<Record<string, unknown>>) {
+  return call(base, 'POST', '/api/v1/push', { items });
+}
+
+export interface PopOptions {
+  partition?: string;
+  batch?: number;
+  consumerGroup?: string;
+  wait?: boolean;
+  timeout?: number;
+}
+
+export function popRaw(base: string, queue: string, o: PopOptions = {}): Promise<JsonResponse<{ messages: Message[] }>> {
+  const q = new URLSearchParams();
+  if (o.batch !== undefined) q.set('batch', String(o.batch));
+  if (o.consumerGroup !== undefined) q.set('consumerGroup', o.consumerGroup);
+  if (o.wait !== undefined) q.set('wait', String(o.wait));
+  if (o.timeout !== undefined) q.set('timeout', String(o.timeout));
+  const path = `/api/v1/pop/queue/${encodeURIComponent(queue)}${o.partition ? `/partition/${encodeURIComponent(o.partition)}` : ''}`;
+  const qs = q.toString();
+  return call(base, 'GET', qs ? `${path}?${qs}` : path);
+}
+
+/** The messages a pop leased; [] on 204. Any other status fails the test. */
+export async function pop(base: string, queue: string, o: PopOptions = {}): Promise<Message[]> {
+  const res = await popRaw(base, queue, o);
+  if (res.status === 204) return [];
+  if (res.status !== 200) throw new Error(`pop answered ${res.status}: ${res.text}`);
+  return res.body.messages;
+}
+
+export function ackOf(m: Message, status: 'completed' | 'failed' = 'completed', withLease = true) {
+  return {
+    transactionId: m.transactionId,
+    partitionId: m.partitionId,
+    status,
+    consumerGroup: m.consumerGroup,
+    ...(withLease ? { leaseId: m.leaseId } : {}),
+  };
+}
+
+export function ack(base: string, m: Message, status: 'completed' | 'failed' = 'completed', withLease = true) {
+  return call(base, 'POST', '/api/v1/ack', ackOf(m, status, withLease));
+}
+
+export function transaction(base: string, body: Record<string, unknown>) {
+  return call(base, 'POST', '/api/v1/transaction', body);
+}
+
+/** The seeds' `once`: putIfAbsent under the name of the question it answers, required. */
+export function once(ns: string, key: string, value: unknown = true) {
+  return { op: 'putIfAbsent', ns, key, value, ttlSeconds: 86400, required: true };
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,178 @@
+// The sweeper's phases in-process: pruning (only expired rows, bounded batches, reads already
+// correct before it ran), the usage rollup against a direct count, exclusive shard claims between
+// two sweepers, and the shedding order under pressure.
+import { Pool } from 'pg';
+import { DEFAULT_TENANT } from '../../shared/config';
+import { startTestApi, TestApi, call, kv } from '../support/api';
+import { closeLeakedSweepers, scheduleDirect, startTestSweeper, until } from '../support/sweeper';
+
+const OTHER_TENANT = '00000000-0000-0000-0000-0000000000b2';
+
+let api: TestApi;
+let pool: Pool;
+beforeAll(async () => {
+  api = await startTestApi();
+  pool = new Pool({ connectionString: api.databaseUrl, max: 4 });
+});
+afterEach(async () => {
+  expect(await closeLeakedSweepers()).toBe(0);
+});
+afterAll(async () => {
+  await pool.end();
+  await api.close();
+});
+
+/** Writes keys through the product's own procedure at an instant an hour ago, so they are expired now. */
+async function putAt(tenant: string, ns: string, count: number, ttlSeconds: number | null, hoursAgo: number): Promise<void> {
+  for (let start = 0; start < count; start += 500) {
+    const ops = [];
+    for (let i = start; i < Math.min(count, start + 500); i++) {
+      ops.push({ op: 'put', ns, key: `k${i}`, value: { i, pad: 'x'.repeat(i % 50) }, ...(ttlSeconds === null ? { forever: true } : { ttlSeconds }) });
+    }
+    await pool.query(`SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, false, now() - make_interval(hours => $3))`, [
+      tenant,
+      JSON.stringify(ops),
+      hoursAgo,
+    ]);
+  }
+}
+
+async function count(sql: string, values: unknown[] = []): Promise<number> {
+  return (await pool.query(sql, values)).rows[0].n;
+}
+
+test('pruning deletes only expired rows, in bounded batches, and reads were already correct before it ran', async () => {
+  await putAt(DEFAULT_TENANT, 'gone', 600, 60, 1); // expired 59 minutes ago
+  await putAt(DEFAULT_TENANT, 'live', 200, 7200, 1); // expires in an hour
+  await putAt(DEFAULT_TENANT, 'forever', 100, null, 1);
+
+  // Before any sweeper: the expired rows are physically there and invisible.
+  expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)).toBe(600);
+  const read = await call(api.url, 'GET', '/api/v1/kv/gone/k5');
+  expect(read.body).toMatchObject({ found: false });
+  const many = await kv(api.url, [{ op: 'getPrefix', ns: 'gone', prefix: 'k' }, { op: 'getPrefix', ns: 'live', prefix: 'k' }]);
+  expect(many.body.results[0].rows).toEqual([]);
+  expect(many.body.results[1].rows.length).toBeGreaterThan(0);
+
+  const batch = 3;
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, batch, shardsPerPass: 8 });
+  const passes: Array<{ shards: number[]; pruned: number }> = [];
+  s.sweeper.on('pass', (p) => passes.push(p));
+  const [first] = await s.cycles(1);
+  // Bounded: at most `batch` rows per shard per pass, so one cycle cannot take all 600 (64 x 3 = 192).
+  expect(first.pruned).toBeGreaterThan(0);
+  expect(first.pruned).toBeLessThanOrEqual(64 * batch);
+  expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)).toBeGreaterThan(0);
+  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)) === 0, 30_000);
+  await s.cycles(1);
+  expect(passes.every((p) => p.pruned <= p.shards.length * batch)).toBe(true);
+  expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'live'`)).toBe(200);
+  expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'forever'`)).toBe(100);
+  expect((await s.metrics.kvPruned.get()).values[0].value).toBe(600);
+  expect((await s.metrics.kvExpiredNotPruned.get()).values[0].value).toBe(0);
+  await s.close();
+});
+
+test('the usage rollup equals a direct count, per tenant, and overwrites', async () => {
+  await putAt(OTHER_TENANT, 'usage', 50, 7200, 0);
+  await putAt(OTHER_TENANT, 'usage-dead', 20, 60, 2); // expired: not the tenant's any more
+  await scheduleDirect(pool, OTHER_TENANT, 30, (i) => ({ queue: 'usage', payload: { i }, delaySeconds: 3000 }));
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 100 });
+  const direct = async () =>
+    (
+      await pool.query(
+        `SELECT
+           (SELECT count(*) FROM queen.kv WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now()))::int AS rows,
+           (SELECT coalesce(sum(octet_length(namespace) + octet_length(key) + pg_column_size(value)), 0)
+              FROM queen.kv WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now()))::int AS bytes,
+           (SELECT count(*) FROM queen.log_timers WHERE tenant_id = $1)::int AS timers,
+           (SELECT coalesce(sum(pg_column_size(payload)), 0) FROM queen.log_timers WHERE tenant_id = $1)::int AS timer_bytes`,
+        [OTHER_TENANT],
+      )
+    ).rows[0];
+  const usage = async () =>
+    (await pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
+
+  await until(async () => (await usage()) !== undefined, 10_000);
+  const first = await usage();
+  expect({ ...first, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
+  expect(first.rows).toBe(50);
+  expect(first.timers).toBe(30);
+
+  // Change the truth; the next rollup overwrites rather than adds.
+  await pool.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, false)`, [OTHER_TENANT, JSON.stringify([{ op: 'delete', ns: 'usage', key: 'k1' }])]);
+  await pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1 AND payload->>'i' IN ('1','2','3')`, [OTHER_TENANT]);
+  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  // Another rollup may already be under way; wait for one that started after the change.
+  await s.cycles(1);
+  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  const second = await usage();
+  expect({ ...second, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
+  expect([second.rows, second.timers]).toEqual([49, 27]);
+  await s.close();
+  await pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1`, [OTHER_TENANT]);
+});
+
+test('two sweepers never work the same shard at once, and both get work', async () => {
+  await scheduleDirect(pool, DEFAULT_TENANT, 3000, (i) => ({ queue: 'shards', partition: `p${i % 8}`, payload: { i }, delaySeconds: 0 }));
+  const a = startTestSweeper(api.databaseUrl, { intervalMs: 5, batch: 20, shardsPerPass: 4, id: 'sweeper-a' });
+  const b = startTestSweeper(api.databaseUrl, { intervalMs: 5, batch: 20, shardsPerPass: 4, id: 'sweeper-b' });
+  type Span = { who: string; shard: number; from: number; to: number };
+  const spans: Span[] = [];
+  for (const [who, s] of [['a', a], ['b', b]] as const) {
+    s.sweeper.on('pass', (p) => {
+      for (const shard of p.shards) spans.push({ who, shard, from: p.claimedAtUs, to: p.finishedAtUs });
+    });
+  }
+  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'shards'`)) === 0, 60_000);
+  await Promise.all([a.close(), b.close()]);
+  // The server's clock, read inside each claim: no two passes over one shard overlap in time.
+  const byShard = new Map<number, Span[]>();
+  for (const sp of spans) byShard.set(sp.shard, [...(byShard.get(sp.shard) ?? []), sp]);
+  let overlaps = 0;
+  for (const list of byShard.values()) {
+    list.sort((x, y) => x.from - y.from);
+    for (let i = 1; i < list.length; i++) if (list[i].from < list[i - 1].to) overlaps++;
+  }
+  expect(overlaps).toBe(0);
+  expect(byShard.size).toBe(64);
+  expect(spans.some((s) => s.who === 'a')).toBe(true);
+  expect(spans.some((s) => s.who === 'b')).toBe(true);
+  const swept = await pool.query(`SELECT DISTINCT swept_by FROM queen.sweeper_shards`);
+  expect(swept.rows.map((r) => r.swept_by).sort()).toEqual(expect.arrayContaining(['sweeper-a', 'sweeper-b']));
+});
+
+test('under pressure the batch shrinks and the sleep lengthens; pruning is shed first, the rollup second, firing never', async () => {
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, batch: 400, usageIntervalMs: 100 });
+  await s.cycles(1);
+  s.sweeper.pressure.slowPassMs = -1; // every pass now counts as slow
+  const [one] = await s.cycles(1);
+  expect(one.suspended).toEqual({ prune: true, usage: false });
+  expect(one.batch).toBe(200);
+  const [two] = await s.cycles(1);
+  expect(two.suspended).toEqual({ prune: true, usage: true });
+  expect(two.batch).toBe(100);
+  expect(s.sweeper.pressure.sleepMs).toBeGreaterThan(20);
+  const gauge = async (phase: string) => (await s.metrics.sweeperPhaseSuspended.get()).values.find((v) => v.labels.phase === phase)?.value;
+  expect([await gauge('prune'), await gauge('usage'), await gauge('fire')]).toEqual([1, 1, 0]);
+  expect((await s.metrics.sweeperBatchSize.get()).values[0].value).toBe(100);
+
+  // Still firing: a due timer is delivered by the very next cycle, and nothing was pruned meanwhile.
+  await putAt(DEFAULT_TENANT, 'pressed', 10, 60, 1);
+  const [id] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'pressed', payload: 1, delaySeconds: 0 }));
+  const [three] = await s.cycles(1);
+  expect(three.fired).toBe(1);
+  expect(three.pruned).toBe(0);
+  expect(three.usageTenants).toBeUndefined();
+  expect(await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])).toBe(1);
+  expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)).toBe(10);
+
+  // Relief: fast cycles step back down, the rollup first and pruning last.
+  s.sweeper.pressure.slowPassMs = 60_000;
+  let report = three;
+  for (let i = 0; i < 15 && (report.suspended.prune || report.batch < 400); i++) [report] = await s.cycles(1);
+  expect(report.suspended).toEqual({ prune: false, usage: false });
+  expect(report.batch).toBe(400);
+  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, 10_000);
+  await s.close();
+});

@@ -1,0 +1,54 @@
+// The README's timer flow, run as written (its curl lines, with the placeholders filled in), so the
+// documentation cannot drift from the API: schedule with a timerKey, the same key again, peek,
+// list, reschedule, cancel.
+import fs from 'node:fs';
+import path from 'node:path';
+import { startTestApi, TestApi, call } from '../support/api';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(() => api.close());
+
+interface Curl {
+  method: string;
+  path: string;
+  body?: string;
+}
+
+/** The curl lines of the README's "Timers and the sweeper" section, parsed. */
+function readmeCurls(): Curl[] {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Timers and the sweeper'));
+  const block = section.slice(section.indexOf('```bash') + 7, section.indexOf('```', section.indexOf('```bash') + 7));
+  return block
+    .split('\n')
+    .filter((l) => l.startsWith('curl '))
+    .map((l) => {
+      const url = /'?(http:\/\/localhost:6632[^'\s]*)'?/.exec(l)![1];
+      const method = /-X (\w+)/.exec(l)?.[1] ?? 'GET';
+      const body = /-d '([^']*)'/.exec(l)?.[1];
+      return { method, path: url.replace('http://localhost:6632', ''), body };
+    });
+}
+
+test('the README timer flow answers as the README says', async () => {
+  const curls = readmeCurls();
+  expect(curls.map((c) => c.method)).toEqual(['POST', 'GET', 'GET', 'POST', 'DELETE']);
+  const [schedule, peek, list, reschedule, cancel] = curls;
+
+  const first = await call(api.url, schedule.method, schedule.path, schedule.body);
+  expect(first.body).toEqual({ timerId: expect.any(String), deliverAt: expect.any(String), created: true });
+  const again = await call(api.url, schedule.method, schedule.path, schedule.body);
+  expect(again.body).toEqual({ ...first.body, created: false });
+
+  const id = first.body.timerId as string;
+  const fill = (p: string) => p.replace('<timerId>', id);
+  expect((await call(api.url, peek.method, fill(peek.path))).body).toMatchObject({ found: true, timer: { timerId: id, queue: 'orders' } });
+  const listed = await call(api.url, list.method, fill(list.path));
+  expect(listed.body).toEqual({ timers: [expect.objectContaining({ timerId: id })], next: null });
+  expect((await call(api.url, reschedule.method, fill(reschedule.path), reschedule.body)).body).toMatchObject({ rescheduled: true });
+  expect((await call(api.url, cancel.method, fill(cancel.path))).body).toMatchObject({ cancelled: true });
+  expect((await call(api.url, cancel.method, fill(cancel.path))).body).toMatchObject({ cancelled: false, reason: 'absent' });
+});

@@ -1,0 +1,179 @@
+// The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
+// timerKey idempotency, the horizon and payload ceilings, and the billing counters.
+import { startTestApi, TestApi, call } from '../support/api';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
+});
+afterAll(() => api.close());
+
+const schedule = (body: unknown) => call(api.url, 'POST', '/api/v1/timers', body);
+
+async function metric(name: string): Promise<number> {
+  const text = (await call(api.url, 'GET', '/metrics')).text;
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `))!;
+  return Number(line.split(' ')[1]);
+}
+
+test('schedule answers the id and the instant; peek shows the timer, numbers exactly as sent', async () => {
+  const res = await schedule(`{"queue":"orders","payload":{"n":12345678901234567890.5,"s":"x"},"deliverAt":"2099-01-01T00:00:00Z"}`);
+  // 2099 is beyond the one-hour horizon of this suite: refused.
+  expect(res.status).toBe(400);
+  expect(res.body.error).toBe('timers_beyond_horizon');
+
+  const ok = await schedule(`{"queue":"orders","partition":"p1","payload":{"n":12345678901234567890.5,"s":"x"},"delaySeconds":600}`);
+  expect(ok.status).toBe(200);
+  expect(ok.body).toEqual({ timerId: expect.stringMatching(/^[0-9a-f-]{36}$/), deliverAt: expect.any(String), created: true });
+  const deliverAt = Date.parse(ok.body.deliverAt);
+  expect(deliverAt).toBeGreaterThan(Date.now() + 590_000);
+  expect(deliverAt).toBeLessThan(Date.now() + 610_000);
+
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${ok.body.timerId}`);
+  expect(peek.status).toBe(200);
+  expect(peek.body).toEqual({
+    found: true,
+    timer: {
+      timerId: ok.body.timerId,
+      queue: 'orders',
+      partition: 'p1',
+      deliverAt: ok.body.deliverAt,
+      payload: { n: expect.any(Number), s: 'x' },
+      createdAt: expect.any(String),
+    },
+  });
+  expect(peek.text).toContain('12345678901234567890.5');
+
+  const absent = await call(api.url, 'GET', '/api/v1/timers/00000000-0000-4000-8000-000000000000');
+  expect(absent.body).toEqual({ found: false });
+});
+
+test('a deliverAt in the past is accepted as is (it fires at the next sweep); partition defaults to Default', async () => {
+  const res = await schedule({ queue: 'orders', payload: 1, deliverAt: '2020-05-01T10:00:00.123+02:00' });
+  expect(res.status).toBe(200);
+  expect(res.body.deliverAt).toBe('2020-05-01T08:00:00.123Z');
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${res.body.timerId}`);
+  expect(peek.body.timer.partition).toBe('Default');
+});
+
+test('the same timerKey answers the existing timer with created:false', async () => {
+  const first = await schedule({ queue: 'orders', payload: { a: 1 }, delaySeconds: 60, timerKey: 'remind-42' });
+  const second = await schedule({ queue: 'orders', payload: { a: 2 }, delaySeconds: 120, timerKey: 'remind-42' });
+  expect(first.body.created).toBe(true);
+  expect(second.body).toEqual({ timerId: first.body.timerId, deliverAt: first.body.deliverAt, created: false });
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${first.body.timerId}`);
+  expect(peek.body.timer.payload).toEqual({ a: 1 });
+  // Concurrent schedules with one key: exactly one timer.
+  const racing = await Promise.all(
+    Array.from({ length: 10 }, (_, i) => schedule({ queue: 'orders', payload: i, delaySeconds: 60, timerKey: 'race-1' })),
+  );
+  expect(new Set(racing.map((r) => r.body.timerId)).size).toBe(1);
+  expect(racing.filter((r) => r.body.created).length).toBe(1);
+  // Once cancelled, the key is free again.
+  await call(api.url, 'DELETE', `/api/v1/timers/${first.body.timerId}`);
+  const again = await schedule({ queue: 'orders', payload: { a: 3 }, delaySeconds: 60, timerKey: 'remind-42' });
+  expect(again.body.created).toBe(true);
+  expect(again.body.timerId).not.toBe(first.body.timerId);
+});
+
+test('cancel answers cancelled:true once, then absent; reschedule moves the instant or answers absent', async () => {
+  const scheduledBefore = await metric('queen_timers_scheduled_total');
+  const cancelledBefore = await metric('queen_timers_cancelled_total');
+  const t = await schedule({ queue: 'orders', payload: {}, delaySeconds: 300 });
+  const moved = await call(api.url, 'POST', `/api/v1/timers/${t.body.timerId}/reschedule`, { delaySeconds: 900 });
+  expect(moved.status).toBe(200);
+  expect(moved.body).toEqual({ timerId: t.body.timerId, rescheduled: true, deliverAt: expect.any(String) });
+  expect(Date.parse(moved.body.deliverAt)).toBeGreaterThan(Date.parse(t.body.deliverAt) + 590_000);
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${t.body.timerId}`);
+  expect(peek.body.timer.deliverAt).toBe(moved.body.deliverAt);
+
+  const cancel = await call(api.url, 'DELETE', `/api/v1/timers/${t.body.timerId}`);
+  expect(cancel.status).toBe(200);
+  expect(cancel.body).toEqual({ timerId: t.body.timerId, cancelled: true });
+  const again = await call(api.url, 'DELETE', `/api/v1/timers/${t.body.timerId}`);
+  expect(again.body).toEqual({ timerId: t.body.timerId, cancelled: false, reason: 'absent' });
+  const late = await call(api.url, 'POST', `/api/v1/timers/${t.body.timerId}/reschedule`, { deliverAt: '2020-01-01T00:00:00Z' });
+  expect(late.body).toEqual({ timerId: t.body.timerId, rescheduled: false, reason: 'absent' });
+  expect((await call(api.url, 'GET', `/api/v1/timers/${t.body.timerId}`)).body).toEqual({ found: false });
+
+  // Billing: the schedule and the reschedule are promises; the cancel is counted apart.
+  expect(await metric('queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
+  expect(await metric('queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
+});
+
+test('list pages by (deliverAt, timerId) without gaps or repeats, filtered by queue', async () => {
+  const ids: string[] = [];
+  for (let i = 0; i < 7; i++) {
+    // Two timers per instant, to exercise the timerId tie-break.
+    const at = new Date(Math.floor(Date.now() / 1000) * 1000 + 1_000_000 + Math.floor(i / 2) * 1000).toISOString();
+    const ok = await schedule({ queue: 'listing', payload: i, deliverAt: at });
+    ids.push(ok.body.timerId);
+  }
+  await schedule({ queue: 'elsewhere', payload: 0, delaySeconds: 1000 });
+  const seen: Array<{ timerId: string; deliverAt: string }> = [];
+  let after: string | null = null;
+  let pages = 0;
+  do {
+    const q: string = `/api/v1/timers?queue=listing&limit=3${after ? `&after=${encodeURIComponent(after)}` : ''}`;
+    const page = await call(api.url, 'GET', q);
+    expect(page.status).toBe(200);
+    seen.push(...page.body.timers);
+    after = page.body.next;
+    pages++;
+  } while (after && pages < 10);
+  expect(seen.map((t) => t.timerId).sort()).toEqual([...ids].sort());
+  const keys = seen.map((t) => `${t.deliverAt},${t.timerId}`);
+  expect([...keys].sort()).toEqual(keys);
+  expect(pages).toBe(3);
+  expect(seen.every((t: any) => t.queue === 'listing')).toBe(true);
+});
+
+test('refusals are 400s with their own codes', async () => {
+  const refusals = async (code: string) => {
+    const text = (await call(api.url, 'GET', '/metrics')).text;
+    const line = text.split('\n').find((l) => l.startsWith(`queen_kv_refusals_total{code="${code}"}`));
+    return line ? Number(line.split(' ')[1]) : 0;
+  };
+  const horizonBefore = await refusals('timers_beyond_horizon');
+  const payloadBefore = await refusals('timers_payload_too_large');
+  const cases: Array<[unknown, string]> = [
+    [{ queue: 'q', payload: 1 }, 'timers_when_required'],
+    [{ queue: 'q', payload: 1, delaySeconds: 1, deliverAt: '2020-01-01T00:00:00Z' }, 'timers_when_conflict'],
+    [{ queue: 'q', payload: 1, deliverAt: 'tomorrow' }, 'timers_invalid_deliver_at'],
+    [{ queue: 'q', payload: 1, deliverAt: '2020-01-01T00:00:00' }, 'timers_invalid_deliver_at'],
+    [{ queue: 'q', payload: 1, deliverAt: '2020-02-31T00:00:00Z' }, 'timers_invalid_deliver_at'],
+    [{ queue: 'q', payload: 1, delaySeconds: -1 }, 'timers_invalid_delay'],
+    [{ queue: 'q', payload: 1, delaySeconds: '5' }, 'timers_invalid_delay'],
+    [{ queue: 'q', payload: 1, delaySeconds: 3601 }, 'timers_beyond_horizon'],
+    [{ payload: 1, delaySeconds: 1 }, 'timers_queue_required'],
+    [{ queue: 'no spaces', payload: 1, delaySeconds: 1 }, 'timers_invalid_queue'],
+    [{ queue: 'q', partition: 7, payload: 1, delaySeconds: 1 }, 'timers_invalid_partition'],
+    [{ queue: 'q', delaySeconds: 1 }, 'timers_payload_required'],
+    [{ queue: 'q', payload: 'x'.repeat(300), delaySeconds: 1 }, 'timers_payload_too_large'],
+    [{ queue: 'q', payload: 1, delaySeconds: 1, timerKey: '' }, 'timers_invalid_timer_key'],
+    ['[1,2]', 'invalid_json'],
+    ['{"queue":', 'invalid_json'],
+  ];
+  for (const [body, code] of cases) {
+    const res = await schedule(body);
+    expect({ body, status: res.status, error: res.body?.error }).toEqual({ body, status: 400, error: code });
+    expect(typeof res.body.message).toBe('string');
+  }
+  const badId = await call(api.url, 'DELETE', '/api/v1/timers/not-a-uuid');
+  expect([badId.status, badId.body.error]).toEqual([400, 'timers_invalid_timer_id']);
+  const badPeek = await call(api.url, 'GET', '/api/v1/timers/123');
+  expect([badPeek.status, badPeek.body.error]).toEqual([400, 'timers_invalid_timer_id']);
+  const badLimit = await call(api.url, 'GET', '/api/v1/timers?limit=0');
+  expect([badLimit.status, badLimit.body.error]).toEqual([400, 'timers_invalid_limit']);
+  const badLimit2 = await call(api.url, 'GET', '/api/v1/timers?limit=ten');
+  expect([badLimit2.status, badLimit2.body.error]).toEqual([400, 'timers_invalid_limit']);
+  const badCursor = await call(api.url, 'GET', '/api/v1/timers?after=yesterday');
+  expect([badCursor.status, badCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
+  const stray = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', { queue: 'x', delaySeconds: 1 });
+  expect([stray.status, stray.body.error]).toEqual([400, 'timers_body_conflicts_with_path']);
+  const noWhen = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', {});
+  expect([noWhen.status, noWhen.body.error]).toEqual([400, 'timers_when_required']);
+  // The operator's ceilings are counted as refusals by a limit.
+  expect(await refusals('timers_beyond_horizon')).toBe(horizonBefore + 1);
+  expect(await refusals('timers_payload_too_large')).toBe(payloadBefore + 1);
+});
