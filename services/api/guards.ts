@@ -243,7 +243,8 @@ export class Guards {
     this.checkTimersQuota(tenant, schedules);
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
     this.checkRate(tenant, 0, schedules + reschedules);
-    return this.execute(run, tenant, false, () => book.record(tenant, { rows: 0, bytes: 0, timers: schedules }));
+    // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
+    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, { rows: 0, bytes: 0, timers: schedules }));
   }
 
   /**

@@ -1,6 +1,6 @@
 // Rung 5: the dedicated KV pool is the semaphore. With a pool of 4 held by slow statements (KV
 // writes waiting on rows a separate client keeps locked), KV answers 503 kv_unavailable with
-// Retry-After while the message pool still answers; standalone KV writes are shed at once when the
+// Retry-After while the message pool still answers (POST /api/v1/push commits); standalone KV writes are shed at once when the
 // pool's queue is as deep as the pool.
 import { Client } from 'pg';
 import { call, kv, startTestApi, TestApi } from '../support/api';
@@ -56,9 +56,13 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   const batch = await kv(api.url, [{ op: 'get', ns: 'pool', key: 'other' }]);
   expect([batch.status, batch.body.error]).toEqual([503, 'kv_unavailable']);
 
-  // The message pool is another pool: the cell still answers.
+  // The message pool is another pool: the cell still answers, and pushes still commit.
   const health = await call(api.url, 'GET', '/health');
   expect(health.status).toBe(200);
+  for (let i = 0; i < 5; i++) {
+    const pushed = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'pool-isolation', payload: { i } }] });
+    expect(pushed.status).toBe(200);
+  }
   expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"')).toBe(before + 2);
 
   // Shedding: with four reads queued (a queue as deep as the pool), a standalone write is refused
