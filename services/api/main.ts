@@ -50,7 +50,9 @@ async function primary(): Promise<void> {
   const embedded = await ensureDatabase(config, log);
   await applySchemaLogged(config, log);
   const sizes = poolSizesPerWorker(config);
-  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv) + 4, log);
+  // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
+  // the primary's schema connection and one sweeper of the all-in-one start.
+  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
   logKvTimersConfig(config, log);
 
   let sweeper: ChildProcess | undefined;
