@@ -59,8 +59,9 @@ async function primary(): Promise<void> {
   const embedded = await ensureDatabase(config, log);
   await applySchemaLogged(config, log);
   const sizes = poolSizesPerWorker(config);
-  // Per worker: its two pools and the one client that LISTENs for switch flips; +4 for the primary's boot work.
-  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 1) + 4, log);
+  // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
+  // the primary's schema connection and one sweeper of the all-in-one start.
+  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
   logKvTimersConfig(config, log);
 
   let sweeper: ChildProcess | undefined;
