@@ -62,7 +62,10 @@ export function errorHandler(log: Logger) {
     const coerced = coerceError(err);
     if (coerced instanceof PreconditionFailed) return sendJsonText(res, 200, coerced.bodyText());
     if (coerced instanceof ApiError) return sendError(res, coerced);
-    log.error({ err, method: req.method, route: req.route?.path }, 'unhandled error answered as 500');
+    // Only the error's identity: a pg error's DETAIL and HINT can carry stored values, which never
+    // belong in a log line.
+    const { name, message, code, stack } = (err ?? {}) as { name?: string; message?: string; code?: string; stack?: string };
+    log.error({ err: { name, message, code, stack }, method: req.method, route: req.route?.path }, 'unhandled error answered as 500');
     if (res.headersSent) return;
     sendError(res, new ApiError('internal', 'An internal error occurred; it has been logged.'));
   };

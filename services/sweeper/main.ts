@@ -5,6 +5,7 @@
 import { Pool } from 'pg';
 import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
 import { createLogger } from '../../shared/log';
+import client from 'prom-client';
 import { createMetrics, primeMetrics } from '../../shared/metrics';
 import { startMetricsServer } from './metricsServer';
 import { DEFAULT_SLOW_PASS_MS } from './pressure';
@@ -18,6 +19,7 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const metrics = createMetrics();
+  client.collectDefaultMetrics({ register: metrics.register });
   primeMetrics(metrics);
   const metricsServer = await startMetricsServer(metrics.register, config.sweeperMetricsPort);
   log.info({ port: metricsServer.port }, 'sweeper metrics listening');
