@@ -247,6 +247,7 @@ async function startCell(databaseUrl: string): Promise<Cell> {
 async function startNaive(databaseUrl: string): Promise<{ port: number; proc: ChildProcess }> {
   const proc = fork(path.resolve(__dirname, 'kvNaive.js'), [], {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: '0' },
+    execArgv: CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF, 'naive')}`] : [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const port = await new Promise<number>((resolve, reject) => {
