@@ -352,6 +352,35 @@ BEGIN
     CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
 END $$;
 
+-- A batch of unconditional puts and nothing else (the bulk-load shape), as one set-based upsert in
+-- the lock order instead of one statement per operation: the same upsert as kv_put_v1's first
+-- branch (keep the two identical) and the same answers, in request order. Measured 2026-11-29,
+-- 100 puts a call: backend CPU 6890 -> 4760 us a call (bench/kvProcedure.ts). Off with
+-- queen.kv_fast_path = off; test/kv/fastPath.test.ts holds it to kv_put_v1's answers and rows.
+CREATE OR REPLACE FUNCTION queen.kv_put_many_v1(p_tenant UUID, p_ops JSONB[], p_now TIMESTAMPTZ) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_answers JSONB;
+BEGIN
+  WITH o AS (
+    SELECT (x->>'i')::int AS i, x->>'op' AS op, x->>'ns' AS ns, x->>'key' AS key, x->'value' AS value,
+           (x->>'expiresAt')::timestamptz AS expires_at
+      FROM unnest(p_ops) x
+  ), w AS (
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    SELECT p_tenant, o.ns, o.key, o.value, nextval('queen.kv_version_seq'), o.expires_at, p_now, p_now
+      FROM o ORDER BY o.ns COLLATE "C", o.key COLLATE "C"
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
+      updated_at = EXCLUDED.updated_at,
+      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE EXCLUDED.created_at END
+    RETURNING k
+  )
+  SELECT jsonb_agg(queen.kv_write_answer_v1(o.i, o.op, o.key, true, NULL, w.k, p_now) ORDER BY o.i) INTO v_answers
+    FROM o JOIN w ON (w.k).namespace = o.ns AND (w.k).key = o.key;
+  RETURN v_answers;
+END $$;
+
 CREATE OR REPLACE FUNCTION queen.kv_delete_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -599,6 +628,12 @@ BEGIN
       PERFORM queen.kv_fail_v1('kv_duplicate_key', format(
         'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
     END IF;
+  END IF;
+
+  -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
+  IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+     AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect' OR (o->>'required')::boolean) THEN
+    RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
   END IF;
 
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);

@@ -130,6 +130,47 @@ describe('the fast check answers exactly as the general validation', () => {
     expect(await run(ops, true)).toEqual(slow);
   });
 
+  test('a batch of unconditional puts (one set-based upsert) answers as one statement per put does', async () => {
+    const ops = [
+      { op: 'put', ns: 'orders', key: 'zeta', value: { z: 1 }, ttlSeconds: 30 },
+      { op: 'put', ns: 'orders', key: 'live', value: [1], forever: true },
+      { op: 'put', ns: 'orders', key: 'expired', value: 'again', forever: true },
+      { op: 'put', ns: 'audit', key: 'é', value: null, ttlSeconds: 5 },
+      { op: 'put', ns: 'orders', key: 'ttl', value: 2, forever: true, required: false },
+      { op: 'put', ns: 'orders', key: 'B', value: 3, forever: true },
+    ];
+    const slow = await run(ops, false);
+    expect(slow).toHaveProperty('answer');
+    expect((slow as { answer: unknown[] }).answer).toHaveLength(6);
+    expect(await run(ops, true)).toEqual(slow);
+  });
+
+  test('the rows a batch of puts leaves behind are the ones one statement per put leaves', async () => {
+    const ops = [
+      { op: 'put', ns: 'orders', key: 'live', value: 9, ttlSeconds: 60 },
+      { op: 'put', ns: 'orders', key: 'expired', value: 8, forever: true },
+      { op: 'put', ns: 'orders', key: 'new', value: 7, forever: true },
+    ];
+    const rowsAfter = async (fast: boolean) => {
+      await client.query('BEGIN');
+      try {
+        await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
+        await client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3)', [TENANT, JSON.stringify(ops), NOW]);
+        const { rows } = await client.query(
+          `SELECT namespace, key, value, expires_at, created_at, updated_at FROM queen.kv WHERE tenant_id = $1 ORDER BY namespace, key`,
+          [TENANT],
+        );
+        return rows;
+      } finally {
+        await client.query('ROLLBACK');
+      }
+    };
+    const slow = await rowsAfter(false);
+    expect(slow.find((r) => r.key === 'expired')?.created_at.toISOString()).toBe('2026-06-01T12:00:00.123Z');
+    expect(slow.find((r) => r.key === 'live')?.created_at.toISOString()).toBe('2026-01-01T00:00:00.000Z');
+    expect(await rowsAfter(true)).toEqual(slow);
+  });
+
   test('a batch touching one key twice is refused the same on both paths', async () => {
     const ops = [
       { op: 'get', ns: 'orders', key: 'live' },
