@@ -561,10 +561,10 @@ DECLARE
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
-  IF v_name = 'get' AND (p_op - 'op' - 'ns' - 'key') = '{}'::jsonb THEN
+  IF v_name = 'get' AND (p_op - '{op,ns,key}'::text[]) = '{}'::jsonb THEN
     RETURN jsonb_build_object('i', p_index, 'op', 'get', 'kind', 'get', 'ns', p_op->'ns', 'key', p_op->'key');
   END IF;
-  IF v_name IN ('put', 'putIfAbsent') AND (p_op - 'op' - 'ns' - 'key' - 'value' - 'forever' - 'ttlSeconds') = '{}'::jsonb
+  IF v_name IN ('put', 'putIfAbsent') AND (p_op - '{op,ns,key,value,forever,ttlSeconds}'::text[]) = '{}'::jsonb
      AND p_op ? 'value' AND octet_length((p_op->'value')::text) <= 65536
      AND (CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
                ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
