@@ -11,7 +11,7 @@
 // what limited it. Options (flag or env): --duration=10 (BENCH_DURATION_S), --rounds=3
 // (BENCH_ROUNDS), --warmup=1 (BENCH_WARMUP_S), --clients=16,64 (BENCH_CLIENTS), --workloads=...
 // (BENCH_WORKLOADS), --lanes=cell,sql,naive, --client=raw|agent|autocannon (BENCH_CLIENT),
-// --workers=N (QUEEN_WORKERS), --quick (1 s points, 1 round), --out=bench/results/kv.md,
+// --workers=N (QUEEN_WORKERS, default half the cores), --quick (1 s points, 1 round), --out=bench/results/kv.md,
 // --client-check (which HTTP client costs the least CPU), --cpu-prof=DIR (profiles of the API).
 import { spawn, fork, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
@@ -42,7 +42,11 @@ const DURATION_S = num('duration', 'BENCH_DURATION_S', quick ? 1 : 10);
 const ROUNDS = num('rounds', 'BENCH_ROUNDS', quick ? 1 : 3);
 const WARMUP_S = num('warmup', 'BENCH_WARMUP_S', quick ? 0.3 : 1);
 const CLIENTS = opt('clients', 'BENCH_CLIENTS', '16,64').split(',').map(Number);
-const WORKERS = num('workers', 'QUEEN_WORKERS', os.availableParallelism());
+// Half the cores by default: PostgreSQL and the load client run on the same machine. Measured
+// 2026-11-29 on 2 cores, get on the path route at 16/64 clients: API CPU per operation 251/192 us
+// with one worker against 640/325 us with two (two workers and the backends preempt each other
+// and each event-loop turn serves fewer sockets). Override with --workers or QUEEN_WORKERS.
+const WORKERS = num('workers', 'QUEEN_WORKERS', Math.max(1, Math.floor(os.availableParallelism() / 2)));
 const CLIENT_KIND = opt('client', 'BENCH_CLIENT', 'raw') as 'raw' | 'agent' | 'autocannon';
 const LANES = opt('lanes', 'BENCH_LANES', 'cell,sql,naive').split(',') as Lane[];
 const OUT = opt('out', 'BENCH_OUT', path.join('bench', 'results', 'kv.md'));
@@ -282,6 +286,12 @@ interface LaneResult extends PointResult {
   cpuPgUs: number;
   cpuOtherUs: number;
   rssMaxMb: number[];
+  walBytesPerOp: number;
+}
+
+async function walLsn(ctx: Ctx): Promise<number> {
+  const { rows } = await ctx.admin!.query(`SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8 AS b`);
+  return rows[0].b as number;
 }
 
 function makeHttp(host: string, port: number): HttpClient {
@@ -329,6 +339,7 @@ interface Ctx {
   naive?: { port: number; proc: ChildProcess };
   pgPid?: number;
   databaseUrl: string;
+  admin?: Pool;
 }
 
 async function runLane(ctx: Ctx, lane: Lane, w: Workload, clients: number, seconds: number, measure: boolean): Promise<LaneResult> {
@@ -354,6 +365,7 @@ async function runLane(ctx: Ctx, lane: Lane, w: Workload, clients: number, secon
   const workerPids = lane === 'cell' ? childrenOf(ctx.cell!.proc.pid!) : lane === 'naive' ? [ctx.naive!.proc.pid!] : [];
   const sampler = setInterval(() => workerPids.forEach((pid, i) => (rssMax[i] = Math.max(rssMax[i] ?? 0, rssMb(pid) ?? 0))), 250);
   try {
+    const walBefore = await walLsn(ctx);
     const selfBefore = process.cpuUsage();
     const machineBefore = machineBusyUs();
     appCpu.start();
@@ -367,6 +379,7 @@ async function runLane(ctx: Ctx, lane: Lane, w: Workload, clients: number, secon
     }
     const app = appCpu.stop();
     const pg = pgCpu.stop();
+    const walAfter = await walLsn(ctx);
     const self = process.cpuUsage(selfBefore);
     const client = self.user + self.system;
     const machine = machineBusyUs();
@@ -381,6 +394,7 @@ async function runLane(ctx: Ctx, lane: Lane, w: Workload, clients: number, secon
       cpuPgUs: perOp(pg),
       cpuOtherUs: other / r.seconds / 1e6, // cores busy with other things during the point
       rssMaxMb: rssMax,
+      walBytesPerOp: r.ops > 0 ? (walAfter - walBefore) / r.ops : NaN,
     };
   } finally {
     clearInterval(sampler);
@@ -422,8 +436,8 @@ const fmt = (x: number, digits = 0) => (Number.isFinite(x) ? x.toLocaleString('e
 
 function table(results: Map<string, LaneResult[]>): string {
   const lines = [
-    '| workload | clients | lane | ops/s | p50 ms | p99 ms | cell÷sql | cell÷naive | CPU µs/op: client | http | postgres | other cores busy | errors |',
-    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | clients | lane | ops/s | p50 ms | p99 ms | cell÷sql | cell÷naive | CPU µs/op: client | http | postgres | WAL B/op | other cores busy | errors |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const w of WORKLOADS) for (const c of CLIENTS) {
     const med = (lane: Lane, f: (r: LaneResult) => number) => median((results.get(`${w.name}|${c}|${lane}`) ?? []).map(f));
@@ -435,7 +449,7 @@ function table(results: Map<string, LaneResult[]>): string {
       lines.push(
         `| ${w.label} | ${c} | ${lane} | ${fmt(opsS)} | ${fmt(med(lane, (r) => r.p50Us) / 1000, 2)} | ${fmt(med(lane, (r) => r.p99Us) / 1000, 2)} | ` +
           `${ratio('sql')} | ${ratio('naive')} | ${fmt(med(lane, (r) => r.cpuClientUs), 1)} | ${lane === 'sql' ? '' : fmt(med(lane, (r) => r.cpuAppUs), 1)} | ` +
-          `${fmt(med(lane, (r) => r.cpuPgUs), 1)} | ${fmt(med(lane, (r) => r.cpuOtherUs), 2)} | ${rs.reduce((a, r) => a + r.errors, 0)} |`,
+          `${fmt(med(lane, (r) => r.cpuPgUs), 1)} | ${fmt(med(lane, (r) => r.walBytesPerOp))} | ${fmt(med(lane, (r) => r.cpuOtherUs), 2)} | ${rs.reduce((a, r) => a + r.errors, 0)} |`,
       );
     }
   }
@@ -504,6 +518,7 @@ async function main(): Promise<void> {
   }
   const ctx: Ctx = { databaseUrl };
   const cleanup = async () => {
+    await ctx.admin?.end().catch(() => undefined);
     if (ctx.cell) await stopChild(ctx.cell.proc);
     if (ctx.naive) await stopChild(ctx.naive.proc);
     await embedded?.stop();
@@ -513,6 +528,7 @@ async function main(): Promise<void> {
   try {
     await applySchema(databaseUrl);
     const admin = new Pool({ connectionString: databaseUrl, max: 1 });
+    ctx.admin = admin;
     const pgVersion = (await admin.query('SHOW server_version')).rows[0].server_version as string;
     let dataDirectory: string | undefined = embedded?.dataDir;
     if (!dataDirectory) dataDirectory = await admin.query('SHOW data_directory').then((r) => r.rows[0].data_directory, () => undefined);
@@ -534,7 +550,6 @@ async function main(): Promise<void> {
       `SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) AS s FROM pg_settings
         WHERE name IN ('shared_buffers','synchronous_commit','fsync','wal_buffers','max_connections','jit','commit_delay','wal_level','max_wal_size','checkpoint_timeout','huge_pages','work_mem')`,
     )).rows[0].s as string;
-    await admin.end();
 
     if (LANES.includes('cell')) {
       ctx.cell = await startCell(databaseUrl);
