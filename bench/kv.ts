@@ -436,8 +436,8 @@ const fmt = (x: number, digits = 0) => (Number.isFinite(x) ? x.toLocaleString('e
 
 function table(results: Map<string, LaneResult[]>): string {
   const lines = [
-    '| workload | clients | lane | ops/s | p50 ms | p99 ms | cell÷sql | cell÷naive | CPU µs/op: client | http | postgres | WAL B/op | other cores busy | errors |',
-    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| workload | clients | lane | ops/s | p50 ms | p99 ms | cell÷sql | cell÷naive | CPU µs/op: client | http | postgres | cell÷sql by CPU | cell÷naive by CPU | WAL B/op | other cores busy | errors |',
+    '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
   ];
   for (const w of WORKLOADS) for (const c of CLIENTS) {
     const med = (lane: Lane, f: (r: LaneResult) => number) => median((results.get(`${w.name}|${c}|${lane}`) ?? []).map(f));
@@ -446,10 +446,14 @@ function table(results: Map<string, LaneResult[]>): string {
       if (!rs.length) continue;
       const opsS = med(lane, (r) => r.opsPerSec);
       const ratio = (other: Lane) => (lane === 'cell' && LANES.includes(other) ? fmt(opsS / med(other, (r) => r.opsPerSec), 2) : '');
+      // Operations per CPU-second of the whole lane (client + HTTP + PostgreSQL): what the ratio
+      // would be if each lane had the machine to itself, which neighbours on 2 cores never allow.
+      const total = (l: Lane) => med(l, (r) => r.cpuClientUs + (Number.isFinite(r.cpuAppUs) ? r.cpuAppUs : 0) + r.cpuPgUs);
+      const cpuRatio = (other: Lane) => (lane === 'cell' && LANES.includes(other) ? fmt(total(other) / total('cell'), 2) : '');
       lines.push(
         `| ${w.label} | ${c} | ${lane} | ${fmt(opsS)} | ${fmt(med(lane, (r) => r.p50Us) / 1000, 2)} | ${fmt(med(lane, (r) => r.p99Us) / 1000, 2)} | ` +
           `${ratio('sql')} | ${ratio('naive')} | ${fmt(med(lane, (r) => r.cpuClientUs), 1)} | ${lane === 'sql' ? '' : fmt(med(lane, (r) => r.cpuAppUs), 1)} | ` +
-          `${fmt(med(lane, (r) => r.cpuPgUs), 1)} | ${fmt(med(lane, (r) => r.walBytesPerOp))} | ${fmt(med(lane, (r) => r.cpuOtherUs), 2)} | ${rs.reduce((a, r) => a + r.errors, 0)} |`,
+          `${fmt(med(lane, (r) => r.cpuPgUs), 1)} | ${cpuRatio('sql')} | ${cpuRatio('naive')} | ${fmt(med(lane, (r) => r.walBytesPerOp))} | ${fmt(med(lane, (r) => r.cpuOtherUs), 2)} | ${rs.reduce((a, r) => a + r.errors, 0)} |`,
       );
     }
   }
@@ -590,7 +594,7 @@ async function main(): Promise<void> {
       `- date: ${new Date().toISOString()}; cell: ${WORKERS} workers; HTTP client: ${CLIENT_KIND}; PostgreSQL: ${embedded ? 'embedded (shared/embeddedPostgres.ts defaults)' : 'DATABASE_URL'}`,
       `- PostgreSQL settings: ${settings}`,
       `- lanes: cell = our API; sql = one SQL statement per operation through pg, named, one connection per client; naive = Express 5 + pg (default pool of 10, unnamed statements). 100-put batch: cell and naive send 100 puts a request, sql runs 100 single-row upserts.`,
-      `- CPU µs/op: CPU time of the load client (this process), of the HTTP process tree (API primary + workers, or the naive process) and of the PostgreSQL server tree, divided by operations done; "other cores busy" is the machine's busy cores not accounted to those (other work on the machine).`,
+      `- CPU µs/op: CPU time of the load client (this process), of the HTTP process tree (API primary + workers, or the naive process) and of the PostgreSQL server tree, divided by operations done; "by CPU" ratios compare operations per CPU-second of each whole lane (client + HTTP + PostgreSQL), which neighbours on the machine cannot skew the way they skew ops/s; "other cores busy" is the machine's busy cores not accounted to those (other work on the machine).`,
       '',
       table(results),
       '',
@@ -602,6 +606,7 @@ async function main(): Promise<void> {
     process.stdout.write(`\n${report}`);
     fs.mkdirSync(path.dirname(OUT), { recursive: true });
     fs.writeFileSync(OUT, report);
+    fs.writeFileSync(OUT.replace(/\.md$/, '') + '.json', JSON.stringify({ command, workers: WORKERS, client: CLIENT_KIND, results: Object.fromEntries(results) }, null, 1));
     log(`written to ${OUT}`);
   } finally {
     await cleanup();
