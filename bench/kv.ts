@@ -551,7 +551,7 @@ async function main(): Promise<void> {
     );
     await admin.query('VACUUM ANALYZE queen.kv');
     const settings = (await admin.query(
-      `SELECT string_agg(name || '=' || setting || coalesce(unit, ''), ', ' ORDER BY name) AS s FROM pg_settings
+      `SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name) AS s FROM pg_settings
         WHERE name IN ('shared_buffers','synchronous_commit','fsync','wal_buffers','max_connections','jit','commit_delay','wal_level','max_wal_size','checkpoint_timeout','huge_pages','work_mem')`,
     )).rows[0].s as string;
 
