@@ -512,10 +512,14 @@ async function main(): Promise<void> {
     if (!WORKLOADS.length) throw new Error(`--workloads names none of the workloads`);
   }
   let embedded: EmbeddedPostgres | undefined;
+  let scratch: string | undefined;
   let databaseUrl = process.env.DATABASE_URL;
   const log = (s: string) => process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${s}\n`);
   if (!databaseUrl) {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-kv-'));
+    scratch = dataDir;
+    // Walkable, so that as root the postgres user reaches the data folder where we put it.
+    fs.chmodSync(dataDir, 0o755);
     log(`starting embedded PostgreSQL in ${dataDir}`);
     embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort() });
     databaseUrl = embedded.url;
@@ -527,6 +531,7 @@ async function main(): Promise<void> {
     if (ctx.naive) await stopChild(ctx.naive.proc);
     await embedded?.stop();
     if (embedded) fs.rmSync(path.dirname(embedded.dataDir), { recursive: true, force: true });
+    if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
   };
   process.once('SIGINT', () => void cleanup().then(() => process.exit(130)));
   try {

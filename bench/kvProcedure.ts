@@ -132,10 +132,12 @@ async function main(): Promise<void> {
   const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
   const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
   let embedded: EmbeddedPostgres | undefined;
+  let scratch: string | undefined;
   let url = process.env.DATABASE_URL;
   if (!url) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, 'pg'), port: await freePort() });
+    scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
+    fs.chmodSync(scratch, 0o755); // as root, the postgres user must reach the data folder
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort() });
     url = embedded.url;
   }
   try {
@@ -180,6 +182,7 @@ async function main(): Promise<void> {
     await before?.client.end();
   } finally {
     await embedded?.stop();
+    if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
   }
 }
 
