@@ -141,7 +141,7 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(p_tenant uuid, p_ops jsonb, p_in
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_max_batch INT := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
+  v_max_batch INT;
   v_n INT;
   v_norm JSONB[] := '{}';
   v_results JSONB[];
@@ -152,6 +152,15 @@ DECLARE
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
 BEGIN
+  -- One plainly valid get, put or putIfAbsent: nothing to sort, no duplicate to find, no
+  -- precondition to lose; the same per-operation function answers it.
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 THEN
+    v_op := queen.kv_fast_check_op_v1(p_ops->0, 0, p_now);
+    IF v_op IS NOT NULL THEN
+      RETURN jsonb_build_array(CASE v_op->>'kind' WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now) ELSE queen.kv_put_v1(p_tenant, v_op, p_now) END);
+    END IF;
+  END IF;
+  v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
   IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
     PERFORM queen.kv_fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
   END IF;
@@ -161,7 +170,8 @@ BEGIN
   END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.kv_check_op_v1(p_ops->i, i, p_in_transaction, p_now);
+    v_op := p_ops->i;
+    v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
   END LOOP;
 
   -- A batch touches a key at most once, so there is no intra-batch order to reason about.
@@ -179,12 +189,21 @@ BEGIN
     END IF;
   END IF;
 
+  -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
+  IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+     AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect' OR (o->>'required')::boolean) THEN
+    RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
+  END IF;
+
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
   -- Single-key operations in ascending (namespace, key) byte order: the lock order. Then the
   -- multi-key reads, which lock nothing.
-  FOR v_op IN
-    SELECT o FROM unnest(v_norm) o
-     ORDER BY (o ? 'key') DESC, (o->>'ns') COLLATE "C", (o->>'key') COLLATE "C", (o->>'i')::int
+  -- A single operation has no order to sort: skipping the query saves a statement per call.
+  IF v_n > 1 THEN
+    SELECT array_agg(o ORDER BY (o ? 'key') DESC, (o->>'ns') COLLATE "C", (o->>'key') COLLATE "C", (o->>'i')::int)
+      INTO v_norm FROM unnest(v_norm) o;
+  END IF;
+  FOREACH v_op IN ARRAY v_norm
   LOOP
     v_answer := CASE v_op->>'kind'
       WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now)
@@ -468,11 +487,40 @@ BEGIN
   RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
     DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $function$
-CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
  RETURNS jsonb
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
 AS $function$
+DECLARE
+  v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+                      AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
+                 THEN p_op->>'op' END;
+BEGIN
+  IF v_name = 'get' AND (p_op - '{op,ns,key}'::text[]) = '{}'::jsonb THEN
+    RETURN jsonb_build_object('i', p_index, 'op', 'get', 'kind', 'get', 'ns', p_op->'ns', 'key', p_op->'key');
+  END IF;
+  IF v_name IN ('put', 'putIfAbsent') AND (p_op - '{op,ns,key,value,forever,ttlSeconds}'::text[]) = '{}'::jsonb
+     AND p_op ? 'value' AND octet_length((p_op->'value')::text) <= 65536
+     AND (CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
+               ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
+                    AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END) THEN
+    RETURN jsonb_build_object(
+      'i', p_index, 'op', v_name, 'kind', 'put', 'ns', p_op->'ns', 'key', p_op->'key', 'required', false,
+      'expiresAt', CASE WHEN p_op ? 'ttlSeconds' THEN p_now + make_interval(secs => (p_op->>'ttlSeconds')::numeric::double precision) END,
+      'value', p_op->'value') || CASE WHEN v_name = 'putIfAbsent' THEN '{"expect": 0}'::jsonb ELSE '{}'::jsonb END;
+  END IF;
+  RETURN NULL;
+END $function$
+CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  v_answer JSONB;
+BEGIN
   WITH asked AS (
     SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(o->'keys') k
   ), found AS (
@@ -485,7 +533,9 @@ AS $function$
     'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json_v1(f.kv) ORDER BY (f.kv).key COLLATE "C") FROM found f), '[]'::jsonb),
     'missing', coalesce((SELECT jsonb_agg(a.key ORDER BY a.key COLLATE "C") FROM asked a
                           WHERE NOT EXISTS (SELECT 1 FROM found f WHERE (f.kv).key = a.key)), '[]'::jsonb))
-$function$
+    INTO v_answer;
+  RETURN v_answer;
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -547,14 +597,15 @@ CREATE OR REPLACE FUNCTION queen.kv_get_v1(p_tenant uuid, o jsonb, p_now timesta
  STABLE
 AS $function$
 DECLARE
-  r queen.kv;
+  v_answer JSONB;
 BEGIN
-  SELECT * INTO r FROM queen.kv
-   WHERE tenant_id = p_tenant AND namespace = o->>'ns' AND key = o->>'key' AND queen.kv_live_v1(expires_at, p_now);
-  IF NOT FOUND THEN
+  SELECT jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'found', true) || queen.kv_row_json_v1(kv) INTO v_answer
+    FROM queen.kv kv
+   WHERE kv.tenant_id = p_tenant AND kv.namespace = o->>'ns' AND kv.key = o->>'key' AND queen.kv_live_v1(kv.expires_at, p_now);
+  IF v_answer IS NULL THEN
     RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'key', o->'key', 'found', false);
   END IF;
-  RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'found', true) || queen.kv_row_json_v1(r);
+  RETURN v_answer;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_incr_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb
@@ -642,6 +693,31 @@ BEGIN
     FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
+END $function$
+CREATE OR REPLACE FUNCTION queen.kv_put_many_v1(p_tenant uuid, p_ops jsonb[], p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_answers JSONB;
+BEGIN
+  WITH o AS (
+    SELECT (x->>'i')::int AS i, x->>'op' AS op, x->>'ns' AS ns, x->>'key' AS key, x->'value' AS value,
+           (x->>'expiresAt')::timestamptz AS expires_at
+      FROM unnest(p_ops) x
+  ), w AS (
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    SELECT p_tenant, o.ns, o.key, o.value, nextval('queen.kv_version_seq'), o.expires_at, p_now, p_now
+      FROM o ORDER BY o.ns COLLATE "C", o.key COLLATE "C"
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
+      updated_at = EXCLUDED.updated_at,
+      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE EXCLUDED.created_at END
+    RETURNING k
+  )
+  SELECT jsonb_agg(queen.kv_write_answer_v1(o.i, o.op, o.key, true, NULL, w.k, p_now) ORDER BY o.i) INTO v_answers
+    FROM o JOIN w ON (w.k).namespace = o.ns AND (w.k).key = o.key;
+  RETURN v_answers;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_put_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb

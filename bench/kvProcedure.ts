@@ -1,0 +1,192 @@
+// The PostgreSQL side of the KV hot path alone: the statements the API sends (shared/sql/kv.ts)
+// against the bare statement the sql lane of bench/kv.ts sends, one connection, sequential, so the
+// difference is the procedure's cost per call (pg_stat_statements is not available on the embedded
+// server). Also a server-side loop (no protocol at all) for the same pairs.
+//   node dist/bench/kvProcedure.js            (embedded PostgreSQL, or DATABASE_URL)
+//   --calls=3000 (BENCH_CALLS), --compare=<git ref> (the same calls against that revision's sql/,
+//   in a second database, alternating), --only=get,put (statements whose name starts so)
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { Client } from 'pg';
+import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
+import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../shared/sql/kv';
+
+const CALLS = Number(process.argv.find((a) => a.startsWith('--calls='))?.slice(8) ?? process.env.BENCH_CALLS ?? 3000);
+const TENANT = '00000000-0000-0000-0000-000000000001';
+const VALUE = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
+const KEYS = 100_000;
+const rnd = (n: number) => Math.floor(Math.random() * n);
+let fresh = 0;
+const tenKeys = () => {
+  const start = rnd(KEYS - 10);
+  return Array.from({ length: 10 }, (_, i) => `k${start + i}`);
+};
+const tag = Date.now().toString(36);
+
+type Q = { name: string; text: string; values: unknown[] };
+interface Pair {
+  name: string;
+  cell: () => Q;
+  sql: () => Q;
+}
+const batch = (op: object): Q => ({ ...KV_APPLY_BATCH, values: [TENANT, JSON.stringify({ operations: [op] })] });
+const PAIRS: Pair[] = [
+  {
+    name: 'get (path statement)',
+    cell: () => ({ ...KV_APPLY_ONE, values: [TENANT, 'get', 'bench', `k${rnd(KEYS)}`, '{}'] }),
+    sql: () => ({ name: 'p_get', text: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', `k${rnd(KEYS)}`] }),
+  },
+  {
+    name: 'get (batch statement)',
+    cell: () => batch({ op: 'get', ns: 'bench', key: `k${rnd(KEYS)}` }),
+    sql: () => ({ name: 'p_get', text: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', `k${rnd(KEYS)}`] }),
+  },
+  {
+    name: 'getMany 10',
+    cell: () => batch({ op: 'getMany', ns: 'bench', keys: tenKeys() }),
+    sql: () => ({ name: 'p_get_many', text: `SELECT key, value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = ANY($3::text[]) AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', tenKeys()] }),
+  },
+  {
+    name: 'put (path statement)',
+    cell: () => ({ ...KV_APPLY_ONE, values: [TENANT, 'put', 'bench', `k${rnd(KEYS)}`, `{"value":${VALUE},"forever":true}`] }),
+    sql: () => ({ name: 'p_put', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, expires_at = NULL, updated_at = now() RETURNING version`, values: [TENANT, 'bench', `k${rnd(KEYS)}`, VALUE] }),
+  },
+  {
+    name: 'putIfAbsent fresh',
+    cell: () => batch({ op: 'putIfAbsent', ns: 'bench', key: `p-${tag}-c${fresh++}`, value: JSON.parse(VALUE), forever: true }),
+    sql: () => ({ name: 'p_pia', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO NOTHING RETURNING version`, values: [TENANT, 'bench', `p-${tag}-s${fresh++}`, VALUE] }),
+  },
+  {
+    name: 'incr hot',
+    cell: () => batch({ op: 'incr', ns: 'bench', key: `hot-${rnd(100)}`, delta: 1, forever: true }),
+    sql: () => ({ name: 'p_incr', text: `INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, to_jsonb($4::numeric), nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = to_jsonb(k.value::numeric + $4::numeric), version = EXCLUDED.version, updated_at = now() RETURNING value, version`, values: [TENANT, 'bench', `hot-${rnd(100)}`, 1] }),
+  },
+  {
+    name: '100 puts (per op)',
+    cell: () => {
+      const start = rnd(KEYS - 100);
+      const keys = Array.from({ length: 100 }, (_, i) => `k${start + i}`);
+      return { ...KV_APPLY_BATCH, values: [TENANT, `{"operations":[${keys.map((k) => `{"op":"put","ns":"bench","key":"${k}","value":${VALUE},"forever":true}`).join(',')}]}`] };
+    },
+    sql: () => ({ name: 'p_put', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, expires_at = NULL, updated_at = now() RETURNING version`, values: [TENANT, 'bench', `k${rnd(KEYS)}`, VALUE] }),
+  },
+];
+
+/** Nanoseconds a process has run on a CPU (schedstat: ns resolution, unlike /proc/<pid>/stat). */
+function cpuNs(pid: number): number {
+  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+}
+
+interface Lane {
+  client: Client;
+  pid: number;
+}
+
+/** Server CPU µs per call of the backend serving this connection (when it is on this machine). */
+async function block(lane: Lane, make: () => Q, calls: number): Promise<number> {
+  const c0 = cpuNs(lane.pid);
+  for (let i = 0; i < calls; i++) await lane.client.query(make());
+  return (cpuNs(lane.pid) - c0) / 1000 / calls;
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+/** The sql/ files of a git revision, or of the working tree. */
+function schemaOf(ref: string | undefined): string[] {
+  const dir = path.resolve(__dirname, '..', '..', 'sql');
+  if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
+  const root = path.resolve(__dirname, '..', '..');
+  const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: root }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
+  return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: root }).toString());
+}
+
+async function database(url: string, name: string, files: string[]): Promise<Lane> {
+  const admin = new Client({ connectionString: url });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  const client = new Client({ connectionString: u.toString(), options: '-c queen.kv_max_batch=1000 -c queen.kv_prefix_limit=1000 -c queen.kv_max_read_bytes=4194304' });
+  await client.connect();
+  await client.query('BEGIN');
+  for (const f of files) await client.query(f);
+  await client.query('COMMIT');
+  await client.query(
+    `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'bench', 'k' || g, $2::jsonb, nextval('queen.kv_version_seq') FROM generate_series(0, ${KEYS - 1}) g`,
+    [TENANT, VALUE],
+  );
+  await client.query(`INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'bench', 'hot-' || g, '0', nextval('queen.kv_version_seq') FROM generate_series(0, 99) g`, [TENANT]);
+  await client.query('VACUUM ANALYZE queen.kv');
+  const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  return { client, pid };
+}
+
+async function main(): Promise<void> {
+  const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
+  const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
+  let embedded: EmbeddedPostgres | undefined;
+  let scratch: string | undefined;
+  let url = process.env.DATABASE_URL;
+  if (!url) {
+    scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
+    fs.chmodSync(scratch, 0o755); // as root, the postgres user must reach the data folder
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort() });
+    url = embedded.url;
+  }
+  try {
+    const now = await database(url, 'queen_bench_proc_b', schemaOf(undefined));
+    const before = compare ? await database(url, 'queen_bench_proc_a', schemaOf(compare)) : undefined;
+    // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on all of them.
+    const BLOCK = 100;
+    const blocks = Math.max(3, Math.round(CALLS / BLOCK));
+    process.stdout.write(
+      `one connection per lane, sequential calls, ${blocks} alternating blocks of ${BLOCK}; median over blocks of the backend's CPU µs per call ` +
+        '(/proc/<backend>/schedstat: commit waits and neighbours do not count)\n',
+    );
+    process.stdout.write(
+      compare
+        ? `| statement | cell @ ${compare} | cell @ working tree | change | bare SQL |\n|---|---:|---:|---:|---:|\n`
+        : '| statement | cell statement | bare SQL | difference |\n|---|---:|---:|---:|\n',
+    );
+    for (const p of PAIRS) {
+      if (only && !only.split(',').some((o) => p.name.startsWith(o))) continue;
+      const perBlock = p.name.startsWith('100') ? Math.ceil(BLOCK / 20) : BLOCK;
+      const a: number[] = [];
+      const b: number[] = [];
+      const q: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        await now.client.query(p.cell());
+        await now.client.query(p.sql());
+        if (before) await before.client.query(p.cell());
+      }
+      for (let i = 0; i < blocks; i++) {
+        if (before) a.push(await block(before, p.cell, perBlock));
+        b.push(await block(now, p.cell, perBlock));
+        q.push(await block(now, p.sql, BLOCK));
+      }
+      const [ma, mb, mq] = [median(a), median(b), median(q)];
+      process.stdout.write(
+        before
+          ? `| ${p.name} | ${ma.toFixed(0)} | ${mb.toFixed(0)} | ${(((mb - ma) / ma) * 100).toFixed(0)}% | ${mq.toFixed(0)} |\n`
+          : `| ${p.name} | ${mb.toFixed(0)} | ${mq.toFixed(0)} | ${(mb - mq).toFixed(0)} |\n`,
+      );
+    }
+    await now.client.end();
+    await before?.client.end();
+  } finally {
+    await embedded?.stop();
+    if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`${err?.stack ?? err}\n`);
+  process.exit(1);
+});

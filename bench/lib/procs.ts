@@ -1,0 +1,83 @@
+// Process accounting from /proc (Linux): CPU time and RSS of a process tree, so each lane can say
+// where its cores went (load client, HTTP process, PostgreSQL) instead of guessing.
+import fs from 'node:fs';
+import os from 'node:os';
+
+const TICK_US = 1e6 / 100; // USER_HZ is 100 on every Linux we run on
+
+export function childrenOf(pid: number): number[] {
+  try {
+    return fs
+      .readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+export function treeOf(pid: number): number[] {
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) out.push(...childrenOf(out[i]));
+  return out;
+}
+
+/** utime + stime of one process in microseconds; undefined when it is gone. */
+export function cpuUs(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_US;
+  } catch {
+    return undefined;
+  }
+}
+
+export function rssMb(pid: number): number | undefined {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** CPU of a set of process trees between start() and stop(), in microseconds. */
+export class TreeCpu {
+  private before = new Map<number, number>();
+  constructor(private readonly roots: () => number[]) {}
+
+  private snapshot(): Map<number, number> {
+    const m = new Map<number, number>();
+    for (const root of this.roots()) for (const pid of treeOf(root)) {
+      const us = cpuUs(pid);
+      if (us !== undefined) m.set(pid, us);
+    }
+    return m;
+  }
+
+  start(): void {
+    this.before = this.snapshot();
+  }
+
+  stop(): number {
+    let total = 0;
+    for (const [pid, us] of this.snapshot()) total += us - (this.before.get(pid) ?? us);
+    return total;
+  }
+}
+
+/** Whole-machine busy time, to show how much of the two cores anything else took. */
+export function machineBusyUs(): { busy: number; total: number } {
+  const line = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const idle = line[3] + line[4];
+  const total = line.reduce((a, b) => a + b, 0);
+  return { busy: (total - idle) * TICK_US, total: total * TICK_US };
+}
+
+export function machineLine(pgVersion: string): string {
+  const cpus = os.cpus();
+  return `${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.type()} ${os.release()}, Node ${process.version}, ${pgVersion}`;
+}
