@@ -498,6 +498,11 @@ DECLARE
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
+  -- Not a candidate (not an object, or an odd ns/key): the general path says why. Returning here
+  -- matters: `NULL AND x` still evaluates x, and `p_op - text[]` raises on a scalar.
+  IF v_name IS NULL THEN
+    RETURN NULL;
+  END IF;
   IF v_name = 'get' AND (p_op - '{op,ns,key}'::text[]) = '{}'::jsonb THEN
     RETURN jsonb_build_object('i', p_index, 'op', 'get', 'kind', 'get', 'ns', p_op->'ns', 'key', p_op->'key');
   END IF;
