@@ -222,8 +222,9 @@ END $$;
 -- message_failures row, same counters); one past the queue's retry_limit is dead-lettered for this
 -- group (same marker) and finished, so the cursor moves past it. Messages acked `failed` under this
 -- lease (lease_failed) were counted by that ack and are not counted again; completed ones are behind
--- the cursor or in done_seqs. The lease is cleared in the same statement that writes the counters,
--- so a lease is counted once: a second caller finds no lease, and a rollback undoes both.
+-- the cursor or in done_seqs. The lease is cleared in the transaction that writes the counts, under
+-- the same row lock, so a lease is counted once: the next caller finds no lease (pop's SKIP LOCKED
+-- re-checks the row it locks against the committed version), and a rollback undoes both.
 CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(
   p_partition UUID, p_group TEXT, p_retry_limit INT, p_now TIMESTAMPTZ
 ) RETURNS VOID LANGUAGE plpgsql AS $$
