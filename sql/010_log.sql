@@ -19,7 +19,8 @@ CREATE TABLE IF NOT EXISTS queen.queues (
   name        TEXT COLLATE "C" NOT NULL UNIQUE,
   -- Seconds a pop's lease lasts before the messages become available to the group again.
   lease_time  INTEGER NOT NULL DEFAULT 300 CHECK (lease_time > 0),
-  -- `failed` acks a message may take and still be redelivered; one more sets it aside (dead letter).
+  -- Failed deliveries a message may take and still be redelivered; one more sets it aside (dead
+  -- letter). A failed delivery is a `failed` ack, or a lease that expired holding it unacked.
   retry_limit INTEGER NOT NULL DEFAULT 3 CHECK (retry_limit >= 0),
   created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
   updated_at  TIMESTAMPTZ NOT NULL DEFAULT now()
@@ -58,10 +59,12 @@ CREATE TABLE IF NOT EXISTS queen.partition_consumers (
   lease_id         UUID,
   lease_expires_at TIMESTAMPTZ,
   lease_seqs       BIGINT[] NOT NULL DEFAULT '{}',
-  -- Leased messages acked `failed` under this lease: settled for the lease, redelivered after it.
+  -- Leased messages acked `failed` under this lease: settled for the lease, redelivered after it,
+  -- and already counted, so the lease's expiry does not count them again.
   lease_failed     BIGINT[] NOT NULL DEFAULT '{}',
   last_leased_at   TIMESTAMPTZ,
-  -- Counters for operators: messages handed out, acks by outcome, messages set aside.
+  -- Counters for operators: messages handed out, completed acks, failed deliveries (`failed` acks
+  -- and messages an expired lease held unacked), messages set aside.
   deliveries       BIGINT NOT NULL DEFAULT 0,
   completed        BIGINT NOT NULL DEFAULT 0,
   failures         BIGINT NOT NULL DEFAULT 0,
@@ -82,8 +85,8 @@ BEGIN
   END IF;
 END $$;
 
--- Per message and group: how many `failed` acks it took, and the dead-letter marker. A row exists
--- only for messages that failed at least once.
+-- Per message and group: how many failed deliveries it took (`failed` acks and expired leases that
+-- held it unacked), and the dead-letter marker. A row exists only for messages that failed at least once.
 CREATE TABLE IF NOT EXISTS queen.message_failures (
   partition_id     UUID NOT NULL,
   consumer_group   TEXT COLLATE "C" NOT NULL,

@@ -214,15 +214,69 @@ BEGIN
     'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
 END $$;
 
+-- A lease that expired with messages still unsettled: settles it for the group, under the
+-- partition_consumers row lock its caller holds. Why: a consumer that dies before it acks (a poison
+-- message that crashes every consumer) never sends `failed`, so without this the message would come
+-- back forever and block its partition for the group. Like SQS's maxReceiveCount, each message the
+-- lease held and had not settled counts one failed delivery, exactly as a `failed` ack does (same
+-- message_failures row, same counters); one past the queue's retry_limit is dead-lettered for this
+-- group (same marker) and finished, so the cursor moves past it. Messages acked `failed` under this
+-- lease (lease_failed) were counted by that ack and are not counted again; completed ones are behind
+-- the cursor or in done_seqs. The lease is cleared in the transaction that writes the counts, under
+-- the same row lock, so a lease is counted once: the next caller finds no lease (pop's SKIP LOCKED
+-- re-checks the row it locks against the committed version), and a rollback undoes both.
+CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(
+  p_partition UUID, p_group TEXT, p_retry_limit INT, p_now TIMESTAMPTZ
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+  v_pc queen.partition_consumers;
+  v_counted INT;
+  v_dead BIGINT[];
+BEGIN
+  SELECT * INTO v_pc FROM queen.partition_consumers c
+   WHERE c.partition_id = p_partition AND c.consumer_group = p_group;
+  IF v_pc.lease_id IS NULL OR v_pc.lease_expires_at > p_now THEN RETURN; END IF;
+
+  WITH lapsed AS (
+    SELECT s.seq FROM unnest(v_pc.lease_seqs) s (seq)
+     WHERE s.seq > v_pc.cursor_seq AND s.seq <> ALL (v_pc.done_seqs) AND s.seq <> ALL (v_pc.lease_failed)
+       AND EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_partition AND m.seq = s.seq)
+  ), counted AS (
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at, dead_lettered_at)
+    SELECT p_partition, p_group, l.seq, 1, p_now, CASE WHEN 1 > p_retry_limit THEN p_now END FROM lapsed l
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE
+       SET failures = f.failures + 1, last_failed_at = p_now,
+           dead_lettered_at = CASE WHEN f.failures + 1 > p_retry_limit THEN p_now ELSE f.dead_lettered_at END
+    RETURNING f.seq, f.dead_lettered_at IS NOT NULL AS dead
+  )
+  SELECT count(*)::int, coalesce(array_agg(k.seq ORDER BY k.seq) FILTER (WHERE k.dead), '{}')
+    INTO v_counted, v_dead FROM counted k;
+
+  -- Dead letters are finished: fold them into the cursor as a `failed` ack past the limit does.
+  v_pc.done_seqs := v_pc.done_seqs || v_dead;
+  WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+    v_pc.cursor_seq := v_pc.cursor_seq + 1;
+    v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+  END LOOP;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = NULL, lease_expires_at = NULL,
+         lease_seqs = '{}', lease_failed = '{}', failures = failures + v_counted,
+         dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
+   WHERE partition_id = p_partition AND consumer_group = p_group;
+END $$;
+
 -- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
 -- group. Which partition: one with messages past the group's cursor and no live lease, the least
 -- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
 -- partition another consumer is popping or acking right now is simply not a candidate).
 -- Answers a JSON array of messages; empty when nothing is available.
 --
--- A lease covers the messages it handed out. It ends when it expires (the messages come back to
--- the group) or when every leased message is settled by an ack. A group seen for the first time
--- starts at the beginning of the partition: consumer groups each see every message.
+-- A lease covers the messages it handed out. It ends when every leased message is settled by an
+-- ack, or when it expires: the pop that then takes the partition over first settles the lapsed lease
+-- (queen.log_lapse_lease_v1: each message it held unacked counts one failed delivery, and one past
+-- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
+-- time starts at the beginning of the partition: consumer groups each see every message.
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -234,6 +288,7 @@ DECLARE
   v_lease UUID;
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
+  v_lapsed BOOLEAN;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
@@ -263,25 +318,39 @@ BEGIN
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
-  SELECT c.* INTO v_pc
-    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND c.consumer_group = v_group
-     AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-     AND p.last_seq > c.cursor_seq
-   ORDER BY c.last_leased_at NULLS FIRST, p.name
-   LIMIT 1
-   FOR UPDATE OF c SKIP LOCKED;
-  IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  LOOP
+    SELECT c.* INTO v_pc
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+       AND c.consumer_group = v_group
+       AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+       AND p.last_seq > c.cursor_seq
+     ORDER BY c.last_leased_at NULLS FIRST, p.name
+     LIMIT 1
+     FOR UPDATE OF c SKIP LOCKED;
+    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
 
-  -- Past the cursor, minus what was finished ahead of it. An expired lease's failed set is dropped:
-  -- those messages are due again anyway.
-  SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-    SELECT m.seq FROM queen.messages m
-     WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-     ORDER BY m.seq LIMIT p_batch
-  ) s;
-  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
+    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
+    -- handed out again: this is where its expiry is noticed, and clearing it in the same
+    -- transaction is what makes it count once.
+    v_lapsed := v_pc.lease_id IS NOT NULL;
+    IF v_lapsed THEN
+      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
+      SELECT c.* INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
+    END IF;
+
+    -- Past the cursor, minus what was finished ahead of it.
+    SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+      SELECT m.seq FROM queen.messages m
+       WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+       ORDER BY m.seq LIMIT p_batch
+    ) s;
+    EXIT WHEN v_seqs IS NOT NULL;
+    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
+    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
+    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+  END LOOP;
 
   v_lease := gen_random_uuid();
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
@@ -365,7 +434,10 @@ END $$;
 -- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
 -- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
 -- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
--- The lease is released as soon as every message it holds is settled.
+-- The lease is released as soon as every message it holds is settled. A lease that expires first
+-- counts too: each message it held and had not settled takes one failure, with the same dead
+-- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
+-- an ack never does that counting, it only answers lease_expired.
 --
 -- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
 -- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.

@@ -1190,6 +1190,47 @@ BEGIN
   RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
     DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(p_partition uuid, p_group text, p_retry_limit integer, p_now timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_pc queen.partition_consumers;
+  v_counted INT;
+  v_dead BIGINT[];
+BEGIN
+  SELECT * INTO v_pc FROM queen.partition_consumers c
+   WHERE c.partition_id = p_partition AND c.consumer_group = p_group;
+  IF v_pc.lease_id IS NULL OR v_pc.lease_expires_at > p_now THEN RETURN; END IF;
+
+  WITH lapsed AS (
+    SELECT s.seq FROM unnest(v_pc.lease_seqs) s (seq)
+     WHERE s.seq > v_pc.cursor_seq AND s.seq <> ALL (v_pc.done_seqs) AND s.seq <> ALL (v_pc.lease_failed)
+       AND EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_partition AND m.seq = s.seq)
+  ), counted AS (
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at, dead_lettered_at)
+    SELECT p_partition, p_group, l.seq, 1, p_now, CASE WHEN 1 > p_retry_limit THEN p_now END FROM lapsed l
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE
+       SET failures = f.failures + 1, last_failed_at = p_now,
+           dead_lettered_at = CASE WHEN f.failures + 1 > p_retry_limit THEN p_now ELSE f.dead_lettered_at END
+    RETURNING f.seq, f.dead_lettered_at IS NOT NULL AS dead
+  )
+  SELECT count(*)::int, coalesce(array_agg(k.seq ORDER BY k.seq) FILTER (WHERE k.dead), '{}')
+    INTO v_counted, v_dead FROM counted k;
+
+  -- Dead letters are finished: fold them into the cursor as a `failed` ack past the limit does.
+  v_pc.done_seqs := v_pc.done_seqs || v_dead;
+  WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+    v_pc.cursor_seq := v_pc.cursor_seq + 1;
+    v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+  END LOOP;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = NULL, lease_expires_at = NULL,
+         lease_seqs = '{}', lease_failed = '{}', failures = failures + v_counted,
+         dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
+   WHERE partition_id = p_partition AND consumer_group = p_group;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks jsonb[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1237,6 +1278,7 @@ DECLARE
   v_lease UUID;
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
+  v_lapsed BOOLEAN;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
@@ -1266,25 +1308,39 @@ BEGIN
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
-  SELECT c.* INTO v_pc
-    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND c.consumer_group = v_group
-     AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-     AND p.last_seq > c.cursor_seq
-   ORDER BY c.last_leased_at NULLS FIRST, p.name
-   LIMIT 1
-   FOR UPDATE OF c SKIP LOCKED;
-  IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  LOOP
+    SELECT c.* INTO v_pc
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+       AND c.consumer_group = v_group
+       AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+       AND p.last_seq > c.cursor_seq
+     ORDER BY c.last_leased_at NULLS FIRST, p.name
+     LIMIT 1
+     FOR UPDATE OF c SKIP LOCKED;
+    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
 
-  -- Past the cursor, minus what was finished ahead of it. An expired lease's failed set is dropped:
-  -- those messages are due again anyway.
-  SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-    SELECT m.seq FROM queen.messages m
-     WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-     ORDER BY m.seq LIMIT p_batch
-  ) s;
-  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
+    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
+    -- handed out again: this is where its expiry is noticed, and clearing it in the same
+    -- transaction is what makes it count once.
+    v_lapsed := v_pc.lease_id IS NOT NULL;
+    IF v_lapsed THEN
+      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
+      SELECT c.* INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
+    END IF;
+
+    -- Past the cursor, minus what was finished ahead of it.
+    SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+      SELECT m.seq FROM queen.messages m
+       WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+       ORDER BY m.seq LIMIT p_batch
+    ) s;
+    EXIT WHEN v_seqs IS NOT NULL;
+    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
+    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
+    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+  END LOOP;
 
   v_lease := gen_random_uuid();
   v_expires := v_now + make_interval(secs => v_queue.lease_time);

@@ -8,6 +8,7 @@ export interface Message {
   partition: string;
   payload: any;
   leaseId: string;
+  leaseExpiresAt: string;
   consumerGroup: string;
   createdAt: string;
   retryCount: number;
