@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
+import { withDatabase } from '../test/support/database';
 import { DEFAULTS } from '../shared/config';
 import { freePort, startEmbeddedPostgres, EmbeddedPostgres } from '../shared/embeddedPostgres';
 
@@ -84,11 +85,9 @@ async function database(): Promise<{ url: string; postmasterPid?: number; stop()
   await admin.connect();
   await admin.query(`CREATE DATABASE ${name}`);
   await admin.end();
-  const u = new URL(adminUrl);
-  u.pathname = `/${name}`;
   const pidFile = embedded ? path.join(embedded.dataDir, 'postmaster.pid') : undefined;
   return {
-    url: u.toString(),
+    url: withDatabase(adminUrl, name),
     postmasterPid: pidFile && fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined,
     async stop() {
       const c = new Client({ connectionString: adminUrl });

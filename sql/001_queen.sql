@@ -13,3 +13,16 @@ CREATE TABLE IF NOT EXISTS queen.system_state (
   value      JSONB NOT NULL,
   updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+
+-- The one way a procedure refuses bad input: SQLSTATE QK400 with DETAIL {"code", "index"}, which
+-- shared/errors.ts turns into a 400 with that code. Every surface (KV, log, timers) raises through it.
+CREATE OR REPLACE FUNCTION queen.fail_v1(p_code TEXT, p_message TEXT, p_index INT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
+    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
+END $$;
+
+-- Earlier copies of it, one per surface; nothing calls them any more.
+DROP FUNCTION IF EXISTS queen.kv_fail_v1(TEXT, TEXT, INT);
+DROP FUNCTION IF EXISTS queen.log_fail_v1(TEXT, TEXT, INT);

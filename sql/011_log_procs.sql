@@ -10,13 +10,6 @@
 -- queen.log_apply_v1 and queen.log_ack_batch_v1 so two bundles can never wait on each other in a
 -- circle. Pop takes one partition_consumers row with SKIP LOCKED and waits on nothing.
 
-CREATE OR REPLACE FUNCTION queen.log_fail_v1(p_code TEXT, p_message TEXT, p_index INT) RETURNS VOID
-LANGUAGE plpgsql AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
-    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
-END $$;
-
 -- Queue, partition and consumer-group names: the KV namespace alphabet, so a name is safe in a URL
 -- path segment, a log line and a NOTIFY payload.
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name TEXT) RETURNS BOOLEAN
@@ -47,18 +40,18 @@ CREATE OR REPLACE FUNCTION queen.log_check_push_v1(
 ) RETURNS VOID LANGUAGE plpgsql AS $$
 BEGIN
   IF p_queue IS NULL THEN
-    PERFORM queen.log_fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
+    PERFORM queen.fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
   END IF;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', format(
+    PERFORM queen.fail_v1('log_invalid_queue', format(
       'Item %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition', format(
+    PERFORM queen.fail_v1('log_invalid_partition', format(
       'Item %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > 256) THEN
-    PERFORM queen.log_fail_v1('log_invalid_transaction_id', format(
+    PERFORM queen.fail_v1('log_invalid_transaction_id', format(
       'Item %s: transactionId is a non-empty string of at most 256 bytes.', p_index), p_index);
   END IF;
 END $$;
@@ -126,19 +119,19 @@ DECLARE
   i INT;
 BEGIN
   IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
-    PERFORM queen.log_fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
+    PERFORM queen.fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
   END IF;
   v_n := jsonb_array_length(p_items);
   FOR i IN 0 .. v_n - 1 LOOP
     v_item := p_items->i;
     IF jsonb_typeof(v_item) <> 'object' THEN
-      PERFORM queen.log_fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
     END IF;
     IF v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null') THEN
-      PERFORM queen.log_fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
     END IF;
     IF v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null') THEN
-      PERFORM queen.log_fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
     END IF;
     PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
@@ -180,28 +173,28 @@ DECLARE
   v_row queen.queues;
 BEGIN
   IF jsonb_typeof(p_body) <> 'object' THEN
-    PERFORM queen.log_fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
   IF v_queue IS NULL THEN
-    PERFORM queen.log_fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
   END IF;
   IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF jsonb_typeof(v_options) <> 'object' THEN
-    PERFORM queen.log_fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
+    PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
   END IF;
   IF v_options ? 'leaseTime' THEN
     IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
-      PERFORM queen.log_fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
+      PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
     END IF;
     v_lease := (v_options->>'leaseTime')::int;
   END IF;
   IF v_options ? 'retryLimit' THEN
     IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
        OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
-      PERFORM queen.log_fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
+      PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
     END IF;
     v_retry := (v_options->>'retryLimit')::int;
   END IF;
@@ -291,16 +284,16 @@ DECLARE
   v_lapsed BOOLEAN;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.log_fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
-    PERFORM queen.log_fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
   SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
@@ -384,22 +377,22 @@ DECLARE
   v_at TEXT := CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END;
 BEGIN
   IF jsonb_typeof(p_ack) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.log_fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
   END IF;
   IF v_txid IS NULL OR length(v_txid) = 0 THEN
-    PERFORM queen.log_fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
+    PERFORM queen.fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
   END IF;
   IF NOT queen.log_uuid_ok_v1(v_pid) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
+    PERFORM queen.fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
   END IF;
   IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
-    PERFORM queen.log_fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
+    PERFORM queen.fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
   END IF;
   IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
-    PERFORM queen.log_fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
+    PERFORM queen.fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
   END IF;
   IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
+    PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
                             'consumerGroup', v_group, 'leaseId', lower(v_lease));
@@ -552,11 +545,11 @@ DECLARE
   i INT;
 BEGIN
   IF p_acks IS NULL OR jsonb_typeof(p_acks) <> 'array' OR jsonb_array_length(p_acks) = 0 THEN
-    PERFORM queen.log_fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
+    PERFORM queen.fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
   END IF;
   v_n := jsonb_array_length(p_acks);
   IF v_n > 1000 THEN
-    PERFORM queen.log_fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
+    PERFORM queen.fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
@@ -589,11 +582,11 @@ DECLARE
 BEGIN
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
-    PERFORM queen.log_fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > 1000 THEN
-    PERFORM queen.log_fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
@@ -603,14 +596,14 @@ BEGIN
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
-        PERFORM queen.log_fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
       END IF;
       FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
         v_item := v_op->'items'->j;
         IF jsonb_typeof(v_item) <> 'object'
            OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
            OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
-          PERFORM queen.log_fail_v1('log_invalid_item', format(
+          PERFORM queen.fail_v1('log_invalid_item', format(
             'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
         END IF;
         PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
@@ -618,7 +611,7 @@ BEGIN
         v_items := v_items || jsonb_build_array(v_item);
       END LOOP;
     ELSE
-      PERFORM queen.log_fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
     END IF;
   END LOOP;
 
@@ -648,10 +641,10 @@ DECLARE
   v_expires TIMESTAMPTZ;
 BEGIN
   IF NOT queen.log_uuid_ok_v1(p_lease) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
+    PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
   END IF;
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
+    PERFORM queen.fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
   END IF;
   UPDATE queen.partition_consumers c
      SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (

@@ -50,13 +50,6 @@ BEGIN
   RETURN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION queen.kv_fail_v1(p_code TEXT, p_message TEXT, p_index INT) RETURNS VOID
-LANGUAGE plpgsql AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
-    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
-END $$;
-
 -- A row as the wire shows it.
 CREATE OR REPLACE FUNCTION queen.kv_row_json_v1(r queen.kv) RETURNS JSONB
 LANGUAGE sql STABLE AS $$
@@ -109,34 +102,34 @@ DECLARE
   v_max JSONB;
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.kv_fail_v1('kv_unknown_op', format('Operation %s is not a JSON object.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_unknown_op', format('Operation %s is not a JSON object.', p_index), p_index);
   END IF;
   v_name := CASE WHEN jsonb_typeof(p_op->'op') = 'string' THEN p_op->>'op' END;
   v_kind := CASE v_name
     WHEN 'get' THEN 'get' WHEN 'getMany' THEN 'getMany' WHEN 'getPrefix' THEN 'getPrefix'
     WHEN 'put' THEN 'put' WHEN 'putIfAbsent' THEN 'put' WHEN 'delete' THEN 'delete' WHEN 'incr' THEN 'incr' END;
   IF v_kind IS NULL THEN
-    PERFORM queen.kv_fail_v1('kv_unknown_op', format(
+    PERFORM queen.fail_v1('kv_unknown_op', format(
       'Operation %s has op %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
       p_index, coalesce((p_op->'op')::text, 'missing')), p_index);
   END IF;
 
   v_ns := p_op->'ns';
   IF v_ns IS NULL OR v_ns = 'null'::jsonb OR v_ns = '""'::jsonb THEN
-    PERFORM queen.kv_fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
   END IF;
   IF jsonb_typeof(v_ns) <> 'string' OR NOT (v_ns #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_namespace', format(
+    PERFORM queen.fail_v1('kv_invalid_namespace', format(
       'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
       p_index, left(v_ns::text, 140)), p_index);
   END IF;
   v_out := jsonb_build_object('i', p_index, 'op', v_name, 'kind', v_kind, 'ns', v_ns);
 
   IF p_op ? 'required' AND jsonb_typeof(p_op->'required') <> 'boolean' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: required must be true or false.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: required must be true or false.', p_index), p_index);
   END IF;
   IF v_kind IN ('get', 'getMany', 'getPrefix') AND p_op ? 'required' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_field', format(
+    PERFORM queen.fail_v1('kv_invalid_field', format(
       'Operation %s: required applies to writes only; a read has no precondition to lose.', p_index), p_index);
   END IF;
 
@@ -149,10 +142,10 @@ BEGIN
 
   IF v_kind = 'getMany' THEN
     IF jsonb_typeof(p_op->'keys') IS DISTINCT FROM 'array' OR jsonb_array_length(p_op->'keys') = 0 THEN
-      PERFORM queen.kv_fail_v1('kv_key_required', format('Operation %s (getMany) needs keys, a non-empty array of keys.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_key_required', format('Operation %s (getMany) needs keys, a non-empty array of keys.', p_index), p_index);
     END IF;
     IF jsonb_array_length(p_op->'keys') > v_max_batch THEN
-      PERFORM queen.kv_fail_v1('kv_batch_too_large', format(
+      PERFORM queen.fail_v1('kv_batch_too_large', format(
         'Operation %s asks for %s keys; at most %s keys are read in one call.', p_index, jsonb_array_length(p_op->'keys'), v_max_batch), p_index);
     END IF;
     FOR v_key IN SELECT k FROM jsonb_array_elements(p_op->'keys') k LOOP
@@ -163,15 +156,15 @@ BEGIN
 
   IF v_kind = 'getPrefix' THEN
     IF p_in_transaction THEN
-      PERFORM queen.kv_fail_v1('kv_get_prefix_not_allowed_in_transaction', format(
+      PERFORM queen.fail_v1('kv_get_prefix_not_allowed_in_transaction', format(
         'Operation %s: getPrefix is unbounded read work and is not allowed inside a transaction; use POST /api/v1/kv.', p_index), p_index);
     END IF;
     IF jsonb_typeof(p_op->'prefix') IS DISTINCT FROM 'string' OR p_op->>'prefix' = '' THEN
-      PERFORM queen.kv_fail_v1('kv_prefix_required', format(
+      PERFORM queen.fail_v1('kv_prefix_required', format(
         'Operation %s (getPrefix) needs a non-empty prefix; a namespace is not a table to enumerate.', p_index), p_index);
     END IF;
     IF octet_length(p_op->>'prefix') > 512 THEN
-      PERFORM queen.kv_fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than 512 bytes, the longest key.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than 512 bytes, the longest key.', p_index), p_index);
     END IF;
     v_limit := p_op->'limit';
     IF v_limit IS NULL OR v_limit = 'null'::jsonb THEN
@@ -179,13 +172,13 @@ BEGIN
     ELSIF jsonb_typeof(v_limit) = 'number' THEN
       v_limit_n := floor(v_limit::numeric);
     ELSE
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: limit must be a number.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: limit must be a number.', p_index), p_index);
     END IF;
     -- Clamped, never refused: a 400 on a high limit is an error the caller cannot fix without
     -- reading the server's configuration.
     v_limit_n := least(greatest(v_limit_n, 1), v_prefix_limit);
     IF p_op ? 'after' AND p_op->'after' <> 'null'::jsonb AND jsonb_typeof(p_op->'after') <> 'string' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: after must be a key (a string) or null.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: after must be a key (a string) or null.', p_index), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('prefix', p_op->'prefix', 'limit', v_limit_n,
                                        'after', coalesce(p_op->'after', 'null'::jsonb));
@@ -202,21 +195,21 @@ BEGIN
     v_ttl := p_op->'ttlSeconds';
     v_forever := p_op->'forever';
     IF v_forever IS NOT NULL AND jsonb_typeof(v_forever) NOT IN ('boolean', 'null') THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
     END IF;
     v_has_ttl := v_ttl IS NOT NULL AND v_ttl <> 'null'::jsonb;
     -- coalesce: without it an absent forever makes this NULL, `false = NULL` is NULL, and a write
     -- with neither expiry would slip past the check below and be stored forever.
     v_is_forever := coalesce(v_forever = 'true'::jsonb, false);
     IF v_has_ttl = v_is_forever THEN
-      PERFORM queen.kv_fail_v1('kv_expiry_not_specified', format(
+      PERFORM queen.fail_v1('kv_expiry_not_specified', format(
         'Operation %s (%s) needs exactly one of ttlSeconds (a whole number above zero) or forever: true; it has %s.',
         p_index, v_name, CASE WHEN v_has_ttl THEN 'both' ELSE 'neither' END), p_index);
     END IF;
     IF v_has_ttl THEN
       IF jsonb_typeof(v_ttl) <> 'number' OR v_ttl::numeric <> trunc(v_ttl::numeric)
          OR v_ttl::numeric <= 0 OR v_ttl::numeric > 3155760000 THEN
-        PERFORM queen.kv_fail_v1('kv_invalid_ttl', format(
+        PERFORM queen.fail_v1('kv_invalid_ttl', format(
           'Operation %s: ttlSeconds must be a whole number of seconds from 1 to 3155760000 (100 years), got %s.',
           p_index, left(v_ttl::text, 40)), p_index);
       END IF;
@@ -231,18 +224,18 @@ BEGIN
   IF p_op ? 'expect' THEN
     v_expect := p_op->'expect';
     IF v_name = 'putIfAbsent' THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: putIfAbsent is put with expect: 0 and takes no expect of its own.', p_index), p_index);
     ELSIF v_kind = 'incr' THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: incr has no expect, deliberately: it exists to remove the compare-and-set loop.', p_index), p_index);
     ELSIF jsonb_typeof(v_expect) IS DISTINCT FROM 'number' OR v_expect::numeric <> trunc(v_expect::numeric)
        OR v_expect::numeric < 0 OR v_expect::numeric > 9223372036854775807 THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: expect must be 0 (must not exist) or a version; got %s. To write unconditionally, leave expect out.',
         p_index, left(v_expect::text, 40)), p_index);
     ELSIF v_kind = 'delete' AND v_expect::numeric = 0 THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
     v_out := v_out || jsonb_build_object('expect', v_expect);
@@ -252,11 +245,11 @@ BEGIN
 
   IF v_kind = 'put' THEN
     IF NOT p_op ? 'value' THEN
-      PERFORM queen.kv_fail_v1('kv_value_required', format(
+      PERFORM queen.fail_v1('kv_value_required', format(
         'Operation %s (%s) needs value; null is a legal value and must be written out.', p_index, v_name), p_index);
     END IF;
     IF octet_length((p_op->'value')::text) > 65536 THEN
-      PERFORM queen.kv_fail_v1('kv_value_too_large', format(
+      PERFORM queen.fail_v1('kv_value_too_large', format(
         'Operation %s: the value is %s bytes as stored; at most 65536 bytes are allowed.', p_index, octet_length((p_op->'value')::text)), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('value', p_op->'value');
@@ -264,19 +257,19 @@ BEGIN
 
   IF v_kind = 'incr' THEN
     IF p_op ? 'value' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format(
+      PERFORM queen.fail_v1('kv_invalid_field', format(
         'Operation %s: incr takes delta, not value; a missing or expired counter starts from 0.', p_index), p_index);
     END IF;
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
+      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
     END IF;
     v_min := nullif(p_op->'min', 'null'::jsonb);
     v_max := nullif(p_op->'max', 'null'::jsonb);
     IF (v_min IS NOT NULL AND jsonb_typeof(v_min) <> 'number') OR (v_max IS NOT NULL AND jsonb_typeof(v_max) <> 'number') THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
     END IF;
     IF v_min IS NOT NULL AND v_max IS NOT NULL AND v_min::numeric > v_max::numeric THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('delta', coalesce(p_op->'delta', '1'::jsonb), 'min', v_min, 'max', v_max);
   END IF;
@@ -288,13 +281,13 @@ CREATE OR REPLACE FUNCTION queen.kv_check_key_v1(p_key JSONB, p_index INT) RETUR
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
   IF p_key IS NULL OR p_key = 'null'::jsonb OR p_key = '""'::jsonb THEN
-    PERFORM queen.kv_fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
   END IF;
   IF jsonb_typeof(p_key) <> 'string' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
+    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
   END IF;
   IF octet_length(p_key #>> '{}') > 512 THEN
-    PERFORM queen.kv_fail_v1('kv_key_too_long', format(
+    PERFORM queen.fail_v1('kv_key_too_long', format(
       'Operation %s: the key is %s bytes of UTF-8; at most 512 are allowed.', p_index, octet_length(p_key #>> '{}')), p_index);
   END IF;
 END $$;
@@ -623,11 +616,11 @@ BEGIN
   END IF;
   v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
   IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.kv_fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
+    PERFORM queen.fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > v_max_batch THEN
-    PERFORM queen.kv_fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
+    PERFORM queen.fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
   END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
@@ -645,7 +638,7 @@ BEGIN
       ) touched
     ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
     IF v_dup IS NOT NULL THEN
-      PERFORM queen.kv_fail_v1('kv_duplicate_key', format(
+      PERFORM queen.fail_v1('kv_duplicate_key', format(
         'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
     END IF;
   END IF;

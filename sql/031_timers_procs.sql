@@ -1,7 +1,7 @@
 -- 031: the timer rules and the sweeper's passes, written once. The routes, the transaction wire's
 -- `timers` array and the sweeper only carry JSON text in and out of these functions.
 --
--- Refusals raise SQLSTATE QK400 with DETAIL {"code", "index"} through queen.kv_fail_v1, like the KV.
+-- Refusals raise SQLSTATE QK400 with DETAIL {"code", "index"} through queen.fail_v1, like the KV and the log.
 -- Limits come from session settings the pools send at connect (shared/config.ts), with the
 -- SPEC's defaults when a caller did not set them.
 --
@@ -33,7 +33,7 @@ LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
   IF jsonb_typeof(p_value) IS DISTINCT FROM 'string'
      OR (p_value #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_timer_id',
+    PERFORM queen.fail_v1('timers_invalid_timer_id',
       format('Operation %s: timerId must be a timer id (a UUID).', p_index), p_index);
   END IF;
   RETURN (p_value #>> '{}')::uuid;
@@ -51,38 +51,38 @@ DECLARE
   v_delay NUMERIC;
 BEGIN
   IF p_op ? 'deliverAt' AND p_op ? 'delaySeconds' THEN
-    PERFORM queen.kv_fail_v1('timers_when_conflict',
+    PERFORM queen.fail_v1('timers_when_conflict',
       format('Operation %s: give either deliverAt or delaySeconds, not both.', p_index), p_index);
   ELSIF p_op ? 'deliverAt' THEN
     v_text := p_op ->> 'deliverAt';
     IF jsonb_typeof(p_op -> 'deliverAt') IS DISTINCT FROM 'string'
        OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+      PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt must be an ISO 8601 timestamp with a zone, such as 2030-01-01T00:00:00Z.', p_index), p_index);
     END IF;
     BEGIN
       v_at := v_text::timestamptz;
     EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+      PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt %s is not a date that exists.', p_index, v_text), p_index);
     END;
   ELSIF p_op ? 'delaySeconds' THEN
     IF jsonb_typeof(p_op -> 'delaySeconds') IS DISTINCT FROM 'number' OR (p_op ->> 'delaySeconds')::numeric < 0 THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_delay',
+      PERFORM queen.fail_v1('timers_invalid_delay',
         format('Operation %s: delaySeconds must be a number of seconds, 0 or more.', p_index), p_index);
     END IF;
     v_delay := (p_op ->> 'delaySeconds')::numeric;
     IF v_delay > v_horizon THEN
-      PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+      PERFORM queen.fail_v1('timers_beyond_horizon',
         format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
     END IF;
     v_at := p_now + make_interval(secs => v_delay::double precision);
   ELSE
-    PERFORM queen.kv_fail_v1('timers_when_required',
+    PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
   END IF;
   IF v_at > p_now + make_interval(secs => v_horizon) THEN
-    PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+    PERFORM queen.fail_v1('timers_beyond_horizon',
       format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
   END IF;
   RETURN date_trunc('milliseconds', v_at);
@@ -96,11 +96,11 @@ DECLARE
   v_kind TEXT;
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.kv_fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
+    PERFORM queen.fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
   END IF;
   v_kind := CASE WHEN jsonb_typeof(p_op -> 'op') = 'string' THEN p_op ->> 'op' END;
   IF v_kind IS NULL OR v_kind NOT IN ('schedule', 'cancel', 'reschedule') THEN
-    PERFORM queen.kv_fail_v1('timers_unknown_op',
+    PERFORM queen.fail_v1('timers_unknown_op',
       format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
   END IF;
   IF v_kind = 'cancel' THEN
@@ -114,29 +114,29 @@ BEGIN
   -- The log's own name rule (queen.log_name_ok_v1), checked now: a name the log would refuse at
   -- fire time would be a promise that can never be kept.
   IF jsonb_typeof(p_op -> 'queue') IS DISTINCT FROM 'string' THEN
-    PERFORM queen.kv_fail_v1('timers_queue_required',
+    PERFORM queen.fail_v1('timers_queue_required',
       format('Operation %s: queue is required (the queue the message is delivered to).', p_index), p_index);
   END IF;
   IF NOT queen.log_name_ok_v1(p_op ->> 'queue') THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_queue', format(
+    PERFORM queen.fail_v1('timers_invalid_queue', format(
       'Operation %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_op ? 'partition' AND p_op -> 'partition' <> 'null'::jsonb
      AND (jsonb_typeof(p_op -> 'partition') IS DISTINCT FROM 'string' OR NOT queen.log_name_ok_v1(p_op ->> 'partition')) THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_partition', format(
+    PERFORM queen.fail_v1('timers_invalid_partition', format(
       'Operation %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF NOT p_op ? 'payload' THEN
-    PERFORM queen.kv_fail_v1('timers_payload_required',
+    PERFORM queen.fail_v1('timers_payload_required',
       format('Operation %s: payload is required (it becomes the message).', p_index), p_index);
   END IF;
   IF octet_length((p_op -> 'payload')::text) > v_max_payload THEN
-    PERFORM queen.kv_fail_v1('timers_payload_too_large',
+    PERFORM queen.fail_v1('timers_payload_too_large',
       format('Operation %s: the payload is larger than %s bytes (QUEEN_TIMERS_MAX_PAYLOAD_BYTES).', p_index, v_max_payload), p_index);
   END IF;
   IF p_op ? 'timerKey' AND p_op -> 'timerKey' <> 'null'::jsonb
      AND (jsonb_typeof(p_op -> 'timerKey') IS DISTINCT FROM 'string' OR length(p_op ->> 'timerKey') NOT BETWEEN 1 AND 512) THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_timer_key',
+    PERFORM queen.fail_v1('timers_invalid_timer_key',
       format('Operation %s: timerKey must be a string of 1 to 512 characters.', p_index), p_index);
   END IF;
   RETURN queen.timers_when_v1(p_op, p_index, p_now);
@@ -199,11 +199,11 @@ BEGIN
     END IF;
   END IF;
   IF jsonb_typeof(p_ops) IS DISTINCT FROM 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.kv_fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
+    PERFORM queen.fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) THEN
-    PERFORM queen.kv_fail_v1('timers_batch_too_large',
+    PERFORM queen.fail_v1('timers_batch_too_large',
       format('At most %s timer operations in one request.', current_setting('queen.kv_max_batch', true)), NULL);
   END IF;
   v_when := array_fill(NULL::timestamptz, ARRAY[v_n]);
@@ -327,17 +327,17 @@ DECLARE
   v_count INT;
 BEGIN
   IF v_limit NOT BETWEEN 1 AND 1000 THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
+    PERFORM queen.fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
   END IF;
   IF p_after IS NOT NULL THEN
     IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
     END IF;
     BEGIN
       v_at := split_part(p_after, ',', 1)::timestamptz;
       v_id := split_part(p_after, ',', 2)::uuid;
     EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
     END;
   END IF;
   WITH page AS (

@@ -136,6 +136,14 @@ CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 SEQUENCE kv_version_seq bigint cache 1000
 
 -- functions
+CREATE OR REPLACE FUNCTION queen.fail_v1(p_code text, p_message text, p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
+    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(p_tenant uuid, p_ops jsonb, p_in_transaction boolean, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -162,11 +170,11 @@ BEGIN
   END IF;
   v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
   IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.kv_fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
+    PERFORM queen.fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > v_max_batch THEN
-    PERFORM queen.kv_fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
+    PERFORM queen.fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
   END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
@@ -184,7 +192,7 @@ BEGIN
       ) touched
     ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
     IF v_dup IS NOT NULL THEN
-      PERFORM queen.kv_fail_v1('kv_duplicate_key', format(
+      PERFORM queen.fail_v1('kv_duplicate_key', format(
         'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
     END IF;
   END IF;
@@ -245,13 +253,13 @@ CREATE OR REPLACE FUNCTION queen.kv_check_key_v1(p_key jsonb, p_index integer)
 AS $function$
 BEGIN
   IF p_key IS NULL OR p_key = 'null'::jsonb OR p_key = '""'::jsonb THEN
-    PERFORM queen.kv_fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
   END IF;
   IF jsonb_typeof(p_key) <> 'string' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
+    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
   END IF;
   IF octet_length(p_key #>> '{}') > 512 THEN
-    PERFORM queen.kv_fail_v1('kv_key_too_long', format(
+    PERFORM queen.fail_v1('kv_key_too_long', format(
       'Operation %s: the key is %s bytes of UTF-8; at most 512 are allowed.', p_index, octet_length(p_key #>> '{}')), p_index);
   END IF;
 END $function$
@@ -279,34 +287,34 @@ DECLARE
   v_max JSONB;
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.kv_fail_v1('kv_unknown_op', format('Operation %s is not a JSON object.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_unknown_op', format('Operation %s is not a JSON object.', p_index), p_index);
   END IF;
   v_name := CASE WHEN jsonb_typeof(p_op->'op') = 'string' THEN p_op->>'op' END;
   v_kind := CASE v_name
     WHEN 'get' THEN 'get' WHEN 'getMany' THEN 'getMany' WHEN 'getPrefix' THEN 'getPrefix'
     WHEN 'put' THEN 'put' WHEN 'putIfAbsent' THEN 'put' WHEN 'delete' THEN 'delete' WHEN 'incr' THEN 'incr' END;
   IF v_kind IS NULL THEN
-    PERFORM queen.kv_fail_v1('kv_unknown_op', format(
+    PERFORM queen.fail_v1('kv_unknown_op', format(
       'Operation %s has op %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
       p_index, coalesce((p_op->'op')::text, 'missing')), p_index);
   END IF;
 
   v_ns := p_op->'ns';
   IF v_ns IS NULL OR v_ns = 'null'::jsonb OR v_ns = '""'::jsonb THEN
-    PERFORM queen.kv_fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
   END IF;
   IF jsonb_typeof(v_ns) <> 'string' OR NOT (v_ns #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_namespace', format(
+    PERFORM queen.fail_v1('kv_invalid_namespace', format(
       'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
       p_index, left(v_ns::text, 140)), p_index);
   END IF;
   v_out := jsonb_build_object('i', p_index, 'op', v_name, 'kind', v_kind, 'ns', v_ns);
 
   IF p_op ? 'required' AND jsonb_typeof(p_op->'required') <> 'boolean' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: required must be true or false.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: required must be true or false.', p_index), p_index);
   END IF;
   IF v_kind IN ('get', 'getMany', 'getPrefix') AND p_op ? 'required' THEN
-    PERFORM queen.kv_fail_v1('kv_invalid_field', format(
+    PERFORM queen.fail_v1('kv_invalid_field', format(
       'Operation %s: required applies to writes only; a read has no precondition to lose.', p_index), p_index);
   END IF;
 
@@ -319,10 +327,10 @@ BEGIN
 
   IF v_kind = 'getMany' THEN
     IF jsonb_typeof(p_op->'keys') IS DISTINCT FROM 'array' OR jsonb_array_length(p_op->'keys') = 0 THEN
-      PERFORM queen.kv_fail_v1('kv_key_required', format('Operation %s (getMany) needs keys, a non-empty array of keys.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_key_required', format('Operation %s (getMany) needs keys, a non-empty array of keys.', p_index), p_index);
     END IF;
     IF jsonb_array_length(p_op->'keys') > v_max_batch THEN
-      PERFORM queen.kv_fail_v1('kv_batch_too_large', format(
+      PERFORM queen.fail_v1('kv_batch_too_large', format(
         'Operation %s asks for %s keys; at most %s keys are read in one call.', p_index, jsonb_array_length(p_op->'keys'), v_max_batch), p_index);
     END IF;
     FOR v_key IN SELECT k FROM jsonb_array_elements(p_op->'keys') k LOOP
@@ -333,15 +341,15 @@ BEGIN
 
   IF v_kind = 'getPrefix' THEN
     IF p_in_transaction THEN
-      PERFORM queen.kv_fail_v1('kv_get_prefix_not_allowed_in_transaction', format(
+      PERFORM queen.fail_v1('kv_get_prefix_not_allowed_in_transaction', format(
         'Operation %s: getPrefix is unbounded read work and is not allowed inside a transaction; use POST /api/v1/kv.', p_index), p_index);
     END IF;
     IF jsonb_typeof(p_op->'prefix') IS DISTINCT FROM 'string' OR p_op->>'prefix' = '' THEN
-      PERFORM queen.kv_fail_v1('kv_prefix_required', format(
+      PERFORM queen.fail_v1('kv_prefix_required', format(
         'Operation %s (getPrefix) needs a non-empty prefix; a namespace is not a table to enumerate.', p_index), p_index);
     END IF;
     IF octet_length(p_op->>'prefix') > 512 THEN
-      PERFORM queen.kv_fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than 512 bytes, the longest key.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than 512 bytes, the longest key.', p_index), p_index);
     END IF;
     v_limit := p_op->'limit';
     IF v_limit IS NULL OR v_limit = 'null'::jsonb THEN
@@ -349,13 +357,13 @@ BEGIN
     ELSIF jsonb_typeof(v_limit) = 'number' THEN
       v_limit_n := floor(v_limit::numeric);
     ELSE
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: limit must be a number.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: limit must be a number.', p_index), p_index);
     END IF;
     -- Clamped, never refused: a 400 on a high limit is an error the caller cannot fix without
     -- reading the server's configuration.
     v_limit_n := least(greatest(v_limit_n, 1), v_prefix_limit);
     IF p_op ? 'after' AND p_op->'after' <> 'null'::jsonb AND jsonb_typeof(p_op->'after') <> 'string' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: after must be a key (a string) or null.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: after must be a key (a string) or null.', p_index), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('prefix', p_op->'prefix', 'limit', v_limit_n,
                                        'after', coalesce(p_op->'after', 'null'::jsonb));
@@ -372,21 +380,21 @@ BEGIN
     v_ttl := p_op->'ttlSeconds';
     v_forever := p_op->'forever';
     IF v_forever IS NOT NULL AND jsonb_typeof(v_forever) NOT IN ('boolean', 'null') THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: forever must be true when given.', p_index), p_index);
     END IF;
     v_has_ttl := v_ttl IS NOT NULL AND v_ttl <> 'null'::jsonb;
     -- coalesce: without it an absent forever makes this NULL, `false = NULL` is NULL, and a write
     -- with neither expiry would slip past the check below and be stored forever.
     v_is_forever := coalesce(v_forever = 'true'::jsonb, false);
     IF v_has_ttl = v_is_forever THEN
-      PERFORM queen.kv_fail_v1('kv_expiry_not_specified', format(
+      PERFORM queen.fail_v1('kv_expiry_not_specified', format(
         'Operation %s (%s) needs exactly one of ttlSeconds (a whole number above zero) or forever: true; it has %s.',
         p_index, v_name, CASE WHEN v_has_ttl THEN 'both' ELSE 'neither' END), p_index);
     END IF;
     IF v_has_ttl THEN
       IF jsonb_typeof(v_ttl) <> 'number' OR v_ttl::numeric <> trunc(v_ttl::numeric)
          OR v_ttl::numeric <= 0 OR v_ttl::numeric > 3155760000 THEN
-        PERFORM queen.kv_fail_v1('kv_invalid_ttl', format(
+        PERFORM queen.fail_v1('kv_invalid_ttl', format(
           'Operation %s: ttlSeconds must be a whole number of seconds from 1 to 3155760000 (100 years), got %s.',
           p_index, left(v_ttl::text, 40)), p_index);
       END IF;
@@ -401,18 +409,18 @@ BEGIN
   IF p_op ? 'expect' THEN
     v_expect := p_op->'expect';
     IF v_name = 'putIfAbsent' THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: putIfAbsent is put with expect: 0 and takes no expect of its own.', p_index), p_index);
     ELSIF v_kind = 'incr' THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: incr has no expect, deliberately: it exists to remove the compare-and-set loop.', p_index), p_index);
     ELSIF jsonb_typeof(v_expect) IS DISTINCT FROM 'number' OR v_expect::numeric <> trunc(v_expect::numeric)
        OR v_expect::numeric < 0 OR v_expect::numeric > 9223372036854775807 THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: expect must be 0 (must not exist) or a version; got %s. To write unconditionally, leave expect out.',
         p_index, left(v_expect::text, 40)), p_index);
     ELSIF v_kind = 'delete' AND v_expect::numeric = 0 THEN
-      PERFORM queen.kv_fail_v1('kv_expect_invalid', format(
+      PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
     v_out := v_out || jsonb_build_object('expect', v_expect);
@@ -422,11 +430,11 @@ BEGIN
 
   IF v_kind = 'put' THEN
     IF NOT p_op ? 'value' THEN
-      PERFORM queen.kv_fail_v1('kv_value_required', format(
+      PERFORM queen.fail_v1('kv_value_required', format(
         'Operation %s (%s) needs value; null is a legal value and must be written out.', p_index, v_name), p_index);
     END IF;
     IF octet_length((p_op->'value')::text) > 65536 THEN
-      PERFORM queen.kv_fail_v1('kv_value_too_large', format(
+      PERFORM queen.fail_v1('kv_value_too_large', format(
         'Operation %s: the value is %s bytes as stored; at most 65536 bytes are allowed.', p_index, octet_length((p_op->'value')::text)), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('value', p_op->'value');
@@ -434,19 +442,19 @@ BEGIN
 
   IF v_kind = 'incr' THEN
     IF p_op ? 'value' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_field', format(
+      PERFORM queen.fail_v1('kv_invalid_field', format(
         'Operation %s: incr takes delta, not value; a missing or expired counter starts from 0.', p_index), p_index);
     END IF;
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
+      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
     END IF;
     v_min := nullif(p_op->'min', 'null'::jsonb);
     v_max := nullif(p_op->'max', 'null'::jsonb);
     IF (v_min IS NOT NULL AND jsonb_typeof(v_min) <> 'number') OR (v_max IS NOT NULL AND jsonb_typeof(v_max) <> 'number') THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
     END IF;
     IF v_min IS NOT NULL AND v_max IS NOT NULL AND v_min::numeric > v_max::numeric THEN
-      PERFORM queen.kv_fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('delta', coalesce(p_op->'delta', '1'::jsonb), 'min', v_min, 'max', v_max);
   END IF;
@@ -478,14 +486,6 @@ BEGIN
   SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
   RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false,
     CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
-END $function$
-CREATE OR REPLACE FUNCTION queen.kv_fail_v1(p_code text, p_message text, p_index integer)
- RETURNS void
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
-    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
  RETURNS jsonb
@@ -861,11 +861,11 @@ DECLARE
   i INT;
 BEGIN
   IF p_acks IS NULL OR jsonb_typeof(p_acks) <> 'array' OR jsonb_array_length(p_acks) = 0 THEN
-    PERFORM queen.log_fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
+    PERFORM queen.fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
   END IF;
   v_n := jsonb_array_length(p_acks);
   IF v_n > 1000 THEN
-    PERFORM queen.log_fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
+    PERFORM queen.fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
@@ -994,11 +994,11 @@ DECLARE
 BEGIN
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
-    PERFORM queen.log_fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > 1000 THEN
-    PERFORM queen.log_fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
@@ -1008,14 +1008,14 @@ BEGIN
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
-        PERFORM queen.log_fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
       END IF;
       FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
         v_item := v_op->'items'->j;
         IF jsonb_typeof(v_item) <> 'object'
            OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
            OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
-          PERFORM queen.log_fail_v1('log_invalid_item', format(
+          PERFORM queen.fail_v1('log_invalid_item', format(
             'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
         END IF;
         PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
@@ -1023,7 +1023,7 @@ BEGIN
         v_items := v_items || jsonb_build_array(v_item);
       END LOOP;
     ELSE
-      PERFORM queen.log_fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
     END IF;
   END LOOP;
 
@@ -1055,22 +1055,22 @@ DECLARE
   v_at TEXT := CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END;
 BEGIN
   IF jsonb_typeof(p_ack) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.log_fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
   END IF;
   IF v_txid IS NULL OR length(v_txid) = 0 THEN
-    PERFORM queen.log_fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
+    PERFORM queen.fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
   END IF;
   IF NOT queen.log_uuid_ok_v1(v_pid) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
+    PERFORM queen.fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
   END IF;
   IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
-    PERFORM queen.log_fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
+    PERFORM queen.fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
   END IF;
   IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
-    PERFORM queen.log_fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
+    PERFORM queen.fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
   END IF;
   IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
+    PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
                             'consumerGroup', v_group, 'leaseId', lower(v_lease));
@@ -1081,18 +1081,18 @@ CREATE OR REPLACE FUNCTION queen.log_check_push_v1(p_queue text, p_partition tex
 AS $function$
 BEGIN
   IF p_queue IS NULL THEN
-    PERFORM queen.log_fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
+    PERFORM queen.fail_v1('log_queue_required', format('Item %s: queue is required (a string).', p_index), p_index);
   END IF;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', format(
+    PERFORM queen.fail_v1('log_invalid_queue', format(
       'Item %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition', format(
+    PERFORM queen.fail_v1('log_invalid_partition', format(
       'Item %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > 256) THEN
-    PERFORM queen.log_fail_v1('log_invalid_transaction_id', format(
+    PERFORM queen.fail_v1('log_invalid_transaction_id', format(
       'Item %s: transactionId is a non-empty string of at most 256 bytes.', p_index), p_index);
   END IF;
 END $function$
@@ -1108,28 +1108,28 @@ DECLARE
   v_row queen.queues;
 BEGIN
   IF jsonb_typeof(p_body) <> 'object' THEN
-    PERFORM queen.log_fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
   IF v_queue IS NULL THEN
-    PERFORM queen.log_fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
   END IF;
   IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF jsonb_typeof(v_options) <> 'object' THEN
-    PERFORM queen.log_fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
+    PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
   END IF;
   IF v_options ? 'leaseTime' THEN
     IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
-      PERFORM queen.log_fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
+      PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
     END IF;
     v_lease := (v_options->>'leaseTime')::int;
   END IF;
   IF v_options ? 'retryLimit' THEN
     IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
        OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
-      PERFORM queen.log_fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
+      PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
     END IF;
     v_retry := (v_options->>'retryLimit')::int;
   END IF;
@@ -1166,10 +1166,10 @@ DECLARE
   v_expires TIMESTAMPTZ;
 BEGIN
   IF NOT queen.log_uuid_ok_v1(p_lease) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
+    PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
   END IF;
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
-    PERFORM queen.log_fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
+    PERFORM queen.fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
   END IF;
   UPDATE queen.partition_consumers c
      SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
@@ -1181,14 +1181,6 @@ BEGIN
     RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
   RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_fail_v1(p_code text, p_message text, p_index integer)
- RETURNS void
- LANGUAGE plpgsql
-AS $function$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
-    DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(p_partition uuid, p_group text, p_retry_limit integer, p_now timestamp with time zone)
  RETURNS void
@@ -1281,16 +1273,16 @@ DECLARE
   v_lapsed BOOLEAN;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.log_fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.log_fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.log_fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
-    PERFORM queen.log_fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
   SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
@@ -1371,19 +1363,19 @@ DECLARE
   i INT;
 BEGIN
   IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
-    PERFORM queen.log_fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
+    PERFORM queen.fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
   END IF;
   v_n := jsonb_array_length(p_items);
   FOR i IN 0 .. v_n - 1 LOOP
     v_item := p_items->i;
     IF jsonb_typeof(v_item) <> 'object' THEN
-      PERFORM queen.log_fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_item', format('Item %s is not an object.', i), coalesce(p_index, i));
     END IF;
     IF v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null') THEN
-      PERFORM queen.log_fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_partition', format('Item %s: partition is a string.', i), coalesce(p_index, i));
     END IF;
     IF v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null') THEN
-      PERFORM queen.log_fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
+      PERFORM queen.fail_v1('log_invalid_transaction_id', format('Item %s: transactionId is a string.', i), coalesce(p_index, i));
     END IF;
     PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
@@ -1586,11 +1578,11 @@ BEGIN
     END IF;
   END IF;
   IF jsonb_typeof(p_ops) IS DISTINCT FROM 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.kv_fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
+    PERFORM queen.fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
   END IF;
   v_n := jsonb_array_length(p_ops);
   IF v_n > coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) THEN
-    PERFORM queen.kv_fail_v1('timers_batch_too_large',
+    PERFORM queen.fail_v1('timers_batch_too_large',
       format('At most %s timer operations in one request.', current_setting('queen.kv_max_batch', true)), NULL);
   END IF;
   v_when := array_fill(NULL::timestamptz, ARRAY[v_n]);
@@ -1700,11 +1692,11 @@ DECLARE
   v_kind TEXT;
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.kv_fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
+    PERFORM queen.fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
   END IF;
   v_kind := CASE WHEN jsonb_typeof(p_op -> 'op') = 'string' THEN p_op ->> 'op' END;
   IF v_kind IS NULL OR v_kind NOT IN ('schedule', 'cancel', 'reschedule') THEN
-    PERFORM queen.kv_fail_v1('timers_unknown_op',
+    PERFORM queen.fail_v1('timers_unknown_op',
       format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
   END IF;
   IF v_kind = 'cancel' THEN
@@ -1718,29 +1710,29 @@ BEGIN
   -- The log's own name rule (queen.log_name_ok_v1), checked now: a name the log would refuse at
   -- fire time would be a promise that can never be kept.
   IF jsonb_typeof(p_op -> 'queue') IS DISTINCT FROM 'string' THEN
-    PERFORM queen.kv_fail_v1('timers_queue_required',
+    PERFORM queen.fail_v1('timers_queue_required',
       format('Operation %s: queue is required (the queue the message is delivered to).', p_index), p_index);
   END IF;
   IF NOT queen.log_name_ok_v1(p_op ->> 'queue') THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_queue', format(
+    PERFORM queen.fail_v1('timers_invalid_queue', format(
       'Operation %s: a queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF p_op ? 'partition' AND p_op -> 'partition' <> 'null'::jsonb
      AND (jsonb_typeof(p_op -> 'partition') IS DISTINCT FROM 'string' OR NOT queen.log_name_ok_v1(p_op ->> 'partition')) THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_partition', format(
+    PERFORM queen.fail_v1('timers_invalid_partition', format(
       'Operation %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
   IF NOT p_op ? 'payload' THEN
-    PERFORM queen.kv_fail_v1('timers_payload_required',
+    PERFORM queen.fail_v1('timers_payload_required',
       format('Operation %s: payload is required (it becomes the message).', p_index), p_index);
   END IF;
   IF octet_length((p_op -> 'payload')::text) > v_max_payload THEN
-    PERFORM queen.kv_fail_v1('timers_payload_too_large',
+    PERFORM queen.fail_v1('timers_payload_too_large',
       format('Operation %s: the payload is larger than %s bytes (QUEEN_TIMERS_MAX_PAYLOAD_BYTES).', p_index, v_max_payload), p_index);
   END IF;
   IF p_op ? 'timerKey' AND p_op -> 'timerKey' <> 'null'::jsonb
      AND (jsonb_typeof(p_op -> 'timerKey') IS DISTINCT FROM 'string' OR length(p_op ->> 'timerKey') NOT BETWEEN 1 AND 512) THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_timer_key',
+    PERFORM queen.fail_v1('timers_invalid_timer_key',
       format('Operation %s: timerKey must be a string of 1 to 512 characters.', p_index), p_index);
   END IF;
   RETURN queen.timers_when_v1(p_op, p_index, p_now);
@@ -1820,17 +1812,17 @@ DECLARE
   v_count INT;
 BEGIN
   IF v_limit NOT BETWEEN 1 AND 1000 THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
+    PERFORM queen.fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
   END IF;
   IF p_after IS NOT NULL THEN
     IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
     END IF;
     BEGIN
       v_at := split_part(p_after, ',', 1)::timestamptz;
       v_id := split_part(p_after, ',', 2)::uuid;
     EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
     END;
   END IF;
   WITH page AS (
@@ -1877,7 +1869,7 @@ AS $function$
 BEGIN
   IF jsonb_typeof(p_value) IS DISTINCT FROM 'string'
      OR (p_value #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
-    PERFORM queen.kv_fail_v1('timers_invalid_timer_id',
+    PERFORM queen.fail_v1('timers_invalid_timer_id',
       format('Operation %s: timerId must be a timer id (a UUID).', p_index), p_index);
   END IF;
   RETURN (p_value #>> '{}')::uuid;
@@ -1894,38 +1886,38 @@ DECLARE
   v_delay NUMERIC;
 BEGIN
   IF p_op ? 'deliverAt' AND p_op ? 'delaySeconds' THEN
-    PERFORM queen.kv_fail_v1('timers_when_conflict',
+    PERFORM queen.fail_v1('timers_when_conflict',
       format('Operation %s: give either deliverAt or delaySeconds, not both.', p_index), p_index);
   ELSIF p_op ? 'deliverAt' THEN
     v_text := p_op ->> 'deliverAt';
     IF jsonb_typeof(p_op -> 'deliverAt') IS DISTINCT FROM 'string'
        OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+      PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt must be an ISO 8601 timestamp with a zone, such as 2030-01-01T00:00:00Z.', p_index), p_index);
     END IF;
     BEGIN
       v_at := v_text::timestamptz;
     EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_deliver_at',
+      PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt %s is not a date that exists.', p_index, v_text), p_index);
     END;
   ELSIF p_op ? 'delaySeconds' THEN
     IF jsonb_typeof(p_op -> 'delaySeconds') IS DISTINCT FROM 'number' OR (p_op ->> 'delaySeconds')::numeric < 0 THEN
-      PERFORM queen.kv_fail_v1('timers_invalid_delay',
+      PERFORM queen.fail_v1('timers_invalid_delay',
         format('Operation %s: delaySeconds must be a number of seconds, 0 or more.', p_index), p_index);
     END IF;
     v_delay := (p_op ->> 'delaySeconds')::numeric;
     IF v_delay > v_horizon THEN
-      PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+      PERFORM queen.fail_v1('timers_beyond_horizon',
         format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
     END IF;
     v_at := p_now + make_interval(secs => v_delay::double precision);
   ELSE
-    PERFORM queen.kv_fail_v1('timers_when_required',
+    PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
   END IF;
   IF v_at > p_now + make_interval(secs => v_horizon) THEN
-    PERFORM queen.kv_fail_v1('timers_beyond_horizon',
+    PERFORM queen.fail_v1('timers_beyond_horizon',
       format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
   END IF;
   RETURN date_trunc('milliseconds', v_at);

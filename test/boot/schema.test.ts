@@ -19,7 +19,7 @@ test('applying the schema again changes nothing', async () => {
 });
 
 test('eight concurrent boots against an empty database all succeed and agree', async () => {
-  const empty = await createEmptyDatabase();
+  const empty = await createTestDatabase({ empty: true });
   try {
     await Promise.all(Array.from({ length: 8 }, () => applySchema(empty.url)));
     expect(await dumpSchema(empty.url)).toBe(await dumpSchema(db.url));
@@ -54,23 +54,3 @@ test('a boot beside in-flight writes on every queen table completes without wait
     await writer.end();
   }
 });
-
-async function createEmptyDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
-  const adminUrl = process.env.QUEEN_TEST_ADMIN_URL!;
-  const name = `queen_empty_${process.pid}_${Date.now().toString(36)}`;
-  const admin = new Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(adminUrl);
-  u.pathname = `/${name}`;
-  return {
-    url: u.toString(),
-    drop: async () => {
-      const c = new Client({ connectionString: adminUrl });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-    },
-  };
-}

@@ -5,7 +5,7 @@ import { Client } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { freePort } from '../../shared/embeddedPostgres';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { createTestDatabase } from '../support/database';
+import { createTestDatabase, untilWaitingOnLock } from '../support/database';
 import { checkExposition } from './exposition';
 import { runLoad } from './load';
 import { API_MAIN, alive, LogLine, request, sample, spawnLogged, Spawned } from './processes';
@@ -221,16 +221,7 @@ test('SIGTERM under load: the request in flight completes, new connections stop,
   // On a keep-alive connection: once answered it turns idle mid-drain and must be closed then, not at the deadline.
   const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 });
   const inFlight = request(port, 'PUT', '/api/v1/kv/deploy/held', JSON.stringify({ value: 'in-flight', ttlSeconds: 600 }), { 'x-request-id': 'held-1' }, keepAlive);
-  const watcher = new Client({ connectionString: db.url });
-  watcher.on('error', () => undefined);
-  await watcher.connect();
-  for (let i = 0; ; i++) {
-    const { rows } = await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'queen-api' AND wait_event_type = 'Lock'`);
-    if (rows[0].n > 0) break;
-    if (i > 400) throw new Error('the PUT never reached the database');
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  await watcher.end();
+  await untilWaitingOnLock(db.url);
 
   let stop = false;
   const load = runLoad({

@@ -5,7 +5,7 @@
 import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
-import { createTestDatabase } from '../support/database';
+import { createTestDatabase, untilWaitingOnLock } from '../support/database';
 import { API_MAIN, alive, request, spawnLogged } from './processes';
 
 test('SIGTERM with a request stuck on a lock: the connection is cut at the deadline and the process exits 0', async () => {
@@ -40,17 +40,7 @@ test('SIGTERM with a request stuck on a lock: the connection is cut at the deadl
       (r) => ({ status: r.status, error: undefined as string | undefined }),
       (e: NodeJS.ErrnoException) => ({ status: 0, error: e.code }),
     );
-    // Another session: inside the holder's transaction pg_stat_activity is a snapshot taken once.
-    const watcher = new Client({ connectionString: db.url });
-    watcher.on('error', () => undefined);
-    await watcher.connect();
-    for (let i = 0; ; i++) {
-      const { rows } = await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'queen-api' AND wait_event_type = 'Lock'`);
-      if (rows[0].n > 0) break;
-      if (i > 400) throw new Error('the PUT never reached the database');
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    await watcher.end();
+    await untilWaitingOnLock(db.url);
     process.kill(api.child.pid!, 'SIGTERM');
     const exit = await api.exited;
     expect(exit).toEqual({ code: 0, signal: null });

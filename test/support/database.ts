@@ -85,14 +85,41 @@ export async function dropTemplate(adminUrl: string): Promise<void> {
   await admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${TEMPLATE_DB} WITH (FORCE)`));
 }
 
-/** A fresh database with the schema applied, for one test file. */
-export async function createTestDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+/**
+ * A fresh database for one test file: cloned from the template (the schema applied), or empty, for
+ * tests of the schema apply itself.
+ */
+export async function createTestDatabase(options: { empty?: boolean } = {}): Promise<{ url: string; drop(): Promise<void> }> {
   const adminUrl = process.env.QUEEN_TEST_ADMIN_URL;
   if (!adminUrl) throw new Error('QUEEN_TEST_ADMIN_URL is not set: run the suites through jest (globalSetup).');
   const name = `queen_test_${process.pid}_${Date.now().toString(36)}_${Math.random().toString(36).slice(2, 8)}`;
-  await admin(adminUrl, (c) => c.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE_DB}`));
+  await admin(adminUrl, (c) => c.query(options.empty ? `CREATE DATABASE ${name}` : `CREATE DATABASE ${name} TEMPLATE ${TEMPLATE_DB}`));
   return {
     url: withDatabase(adminUrl, name),
     drop: () => admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
   };
+}
+
+/**
+ * Resolves once a backend of `applicationName` waits on a lock: the way a test knows a request it
+ * sent has reached the row another session holds. Ask from a session of its own: inside a
+ * transaction, pg_stat_activity is a snapshot taken once.
+ */
+export async function untilWaitingOnLock(url: string, applicationName = 'queen-api'): Promise<void> {
+  const watcher = new Client({ connectionString: url });
+  watcher.on('error', () => undefined);
+  await watcher.connect();
+  try {
+    for (let i = 0; ; i++) {
+      const { rows } = await watcher.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+        [applicationName],
+      );
+      if (rows[0].n > 0) return;
+      if (i > 400) throw new Error(`no ${applicationName} backend waited on a lock within 10 s`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  } finally {
+    await watcher.end();
+  }
 }
