@@ -59,7 +59,6 @@ function pathRouteBody(req: Request, requireObject: boolean): string {
       `The body carries ${conflicting.join(', ')}, which the path already names; remove them from the body.`,
     );
   }
-  if (text.includes('\\u0000')) throw new ApiError('invalid_json', 'PostgreSQL cannot store U+0000 in a value.');
   return text;
 }
 

@@ -39,7 +39,6 @@ function objectBody(req: Request): string {
   const text = bodyText(req);
   if (text.trim() === '') throw new ApiError('invalid_json', 'This route needs a JSON object body.');
   if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
-  if (text.includes('\\u0000')) throw new ApiError('invalid_json', 'PostgreSQL cannot store U+0000 in a payload.');
   return text;
 }
 
