@@ -26,49 +26,54 @@ const tenKeys = () => {
 const tag = Date.now().toString(36);
 
 type Q = { name: string; text: string; values: unknown[] };
+/** The statements the API sends, of the working tree or (for --compare) of that revision. */
+interface Statements {
+  KV_APPLY_BATCH: { name: string; text: string };
+  KV_APPLY_ONE: { name: string; text: string };
+}
 interface Pair {
   name: string;
-  cell: () => Q;
+  cell: (s: Statements) => Q;
   sql: () => Q;
 }
-const batch = (op: object): Q => ({ ...KV_APPLY_BATCH, values: [TENANT, JSON.stringify({ operations: [op] })] });
+const batch = (op: object) => (s: Statements): Q => ({ ...s.KV_APPLY_BATCH, values: [TENANT, JSON.stringify({ operations: [op] })] });
 const PAIRS: Pair[] = [
   {
     name: 'get (path statement)',
-    cell: () => ({ ...KV_APPLY_ONE, values: [TENANT, 'get', 'bench', `k${rnd(KEYS)}`, '{}'] }),
+    cell: (s) => ({ ...s.KV_APPLY_ONE, values: [TENANT, 'get', 'bench', `k${rnd(KEYS)}`, '{}'] }),
     sql: () => ({ name: 'p_get', text: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', `k${rnd(KEYS)}`] }),
   },
   {
     name: 'get (batch statement)',
-    cell: () => batch({ op: 'get', ns: 'bench', key: `k${rnd(KEYS)}` }),
+    cell: (s) => batch({ op: 'get', ns: 'bench', key: `k${rnd(KEYS)}` })(s),
     sql: () => ({ name: 'p_get', text: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', `k${rnd(KEYS)}`] }),
   },
   {
     name: 'getMany 10',
-    cell: () => batch({ op: 'getMany', ns: 'bench', keys: tenKeys() }),
+    cell: (s) => batch({ op: 'getMany', ns: 'bench', keys: tenKeys() })(s),
     sql: () => ({ name: 'p_get_many', text: `SELECT key, value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = ANY($3::text[]) AND (expires_at IS NULL OR expires_at > now())`, values: [TENANT, 'bench', tenKeys()] }),
   },
   {
     name: 'put (path statement)',
-    cell: () => ({ ...KV_APPLY_ONE, values: [TENANT, 'put', 'bench', `k${rnd(KEYS)}`, `{"value":${VALUE},"forever":true}`] }),
+    cell: (s) => ({ ...s.KV_APPLY_ONE, values: [TENANT, 'put', 'bench', `k${rnd(KEYS)}`, `{"value":${VALUE},"forever":true}`] }),
     sql: () => ({ name: 'p_put', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, expires_at = NULL, updated_at = now() RETURNING version`, values: [TENANT, 'bench', `k${rnd(KEYS)}`, VALUE] }),
   },
   {
     name: 'putIfAbsent fresh',
-    cell: () => batch({ op: 'putIfAbsent', ns: 'bench', key: `p-${tag}-c${fresh++}`, value: JSON.parse(VALUE), forever: true }),
+    cell: (s) => batch({ op: 'putIfAbsent', ns: 'bench', key: `p-${tag}-c${fresh++}`, value: JSON.parse(VALUE), forever: true })(s),
     sql: () => ({ name: 'p_pia', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO NOTHING RETURNING version`, values: [TENANT, 'bench', `p-${tag}-s${fresh++}`, VALUE] }),
   },
   {
     name: 'incr hot',
-    cell: () => batch({ op: 'incr', ns: 'bench', key: `hot-${rnd(100)}`, delta: 1, forever: true }),
+    cell: (s) => batch({ op: 'incr', ns: 'bench', key: `hot-${rnd(100)}`, delta: 1, forever: true })(s),
     sql: () => ({ name: 'p_incr', text: `INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, to_jsonb($4::numeric), nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = to_jsonb(k.value::numeric + $4::numeric), version = EXCLUDED.version, updated_at = now() RETURNING value, version`, values: [TENANT, 'bench', `hot-${rnd(100)}`, 1] }),
   },
   {
     name: '100 puts (per op)',
-    cell: () => {
+    cell: (s) => {
       const start = rnd(KEYS - 100);
       const keys = Array.from({ length: 100 }, (_, i) => `k${start + i}`);
-      return { ...KV_APPLY_BATCH, values: [TENANT, `{"operations":[${keys.map((k) => `{"op":"put","ns":"bench","key":"${k}","value":${VALUE},"forever":true}`).join(',')}]}`] };
+      return { ...s.KV_APPLY_BATCH, values: [TENANT, `{"operations":[${keys.map((k) => `{"op":"put","ns":"bench","key":"${k}","value":${VALUE},"forever":true}`).join(',')}]}`] };
     },
     sql: () => ({ name: 'p_put', text: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq')) ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version, expires_at = NULL, updated_at = now() RETURNING version`, values: [TENANT, 'bench', `k${rnd(KEYS)}`, VALUE] }),
   },
@@ -82,12 +87,13 @@ function cpuNs(pid: number): number {
 interface Lane {
   client: Client;
   pid: number;
+  statements: Statements;
 }
 
 /** Server CPU µs per call of the backend serving this connection (when it is on this machine). */
-async function block(lane: Lane, make: () => Q, calls: number): Promise<number> {
+async function block(lane: Lane, make: (s: Statements) => Q, calls: number): Promise<number> {
   const c0 = cpuNs(lane.pid);
-  for (let i = 0; i < calls; i++) await lane.client.query(make());
+  for (let i = 0; i < calls; i++) await lane.client.query(make(lane.statements));
   return (cpuNs(lane.pid) - c0) / 1000 / calls;
 }
 
@@ -105,7 +111,24 @@ function schemaOf(ref: string | undefined): string[] {
   return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: root }).toString());
 }
 
-async function database(url: string, name: string, files: string[]): Promise<Lane> {
+/**
+ * The statements of shared/sql/kv.ts at a revision: each `export const X = { name: '...', text: `...` }`.
+ * Read as text, not imported, so a revision whose statements take other parameters still compares.
+ */
+function statementsOf(ref: string | undefined): Statements {
+  if (!ref) return { KV_APPLY_BATCH, KV_APPLY_ONE };
+  const root = path.resolve(__dirname, '..', '..');
+  const source = execFileSync('git', ['show', `${ref}:shared/sql/kv.ts`], { cwd: root }).toString();
+  const read = (constant: string) => {
+    const m = new RegExp(`export const ${constant} = \\{\\s*name: '([^']+)',\\s*text: \`([^\`]*)\``).exec(source);
+    if (!m) throw new Error(`${ref}:shared/sql/kv.ts has no ${constant} of the expected shape`);
+    return { name: m[1], text: m[2] };
+  };
+  return { KV_APPLY_BATCH: read('KV_APPLY_BATCH'), KV_APPLY_ONE: read('KV_APPLY_ONE') };
+}
+
+async function database(url: string, name: string, ref: string | undefined): Promise<Lane> {
+  const files = schemaOf(ref);
   const admin = new Client({ connectionString: url });
   await admin.connect();
   await admin.query(`DROP DATABASE IF EXISTS ${name}`);
@@ -125,7 +148,7 @@ async function database(url: string, name: string, files: string[]): Promise<Lan
   await client.query(`INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'bench', 'hot-' || g, '0', nextval('queen.kv_version_seq') FROM generate_series(0, 99) g`, [TENANT]);
   await client.query('VACUUM ANALYZE queen.kv');
   const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-  return { client, pid };
+  return { client, pid, statements: statementsOf(ref) };
 }
 
 async function main(): Promise<void> {
@@ -141,8 +164,8 @@ async function main(): Promise<void> {
     url = embedded.url;
   }
   try {
-    const now = await database(url, 'queen_bench_proc_b', schemaOf(undefined));
-    const before = compare ? await database(url, 'queen_bench_proc_a', schemaOf(compare)) : undefined;
+    const now = await database(url, 'queen_bench_proc_b', undefined);
+    const before = compare ? await database(url, 'queen_bench_proc_a', compare) : undefined;
     // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on all of them.
     const BLOCK = 100;
     const blocks = Math.max(3, Math.round(CALLS / BLOCK));
@@ -162,14 +185,14 @@ async function main(): Promise<void> {
       const b: number[] = [];
       const q: number[] = [];
       for (let i = 0; i < 20; i++) {
-        await now.client.query(p.cell());
+        await now.client.query(p.cell(now.statements));
         await now.client.query(p.sql());
-        if (before) await before.client.query(p.cell());
+        if (before) await before.client.query(p.cell(before.statements));
       }
       for (let i = 0; i < blocks; i++) {
         if (before) a.push(await block(before, p.cell, perBlock));
         b.push(await block(now, p.cell, perBlock));
-        q.push(await block(now, p.sql, BLOCK));
+        q.push(await block(now, () => p.sql(), BLOCK));
       }
       const [ma, mb, mq] = [median(a), median(b), median(q)];
       process.stdout.write(

@@ -59,24 +59,19 @@ $$;
 
 -- The answer to every write, applied or not: the current value and version come back either way,
 -- so the loser of a race needs no second round trip. `r` is the row there now (NULL when none).
+-- LANGUAGE sql and one expression, so the planner inlines it into the statement that calls it:
+-- a write's RETURNING (or the SELECT after a lost precondition) builds its own answer.
 CREATE OR REPLACE FUNCTION queen.kv_write_answer_v1(
   p_index INT, p_op TEXT, p_key TEXT, p_applied BOOLEAN, p_reason TEXT, r queen.kv, p_now TIMESTAMPTZ
-) RETURNS JSONB LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_live BOOLEAN := r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now);
-  v_answer JSONB;
-BEGIN
-  v_answer := jsonb_build_object(
-    'index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', v_live,
-    'value', CASE WHEN v_live THEN r.value ELSE 'null'::jsonb END,
-    'version', CASE WHEN v_live THEN r.version ELSE 0 END,
-    'expiresAt', CASE WHEN v_live THEN queen.kv_ts_v1(r.expires_at) END,
-    'updatedAt', CASE WHEN v_live THEN queen.kv_ts_v1(r.updated_at) END);
-  IF NOT p_applied THEN
-    v_answer := v_answer || jsonb_build_object('reason', p_reason);
-  END IF;
-  RETURN v_answer;
-END $$;
+) RETURNS JSONB LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now)
+           THEN jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', true,
+                                   'value', r.value, 'version', r.version,
+                                   'expiresAt', queen.kv_ts_v1(r.expires_at), 'updatedAt', queen.kv_ts_v1(r.updated_at))
+           ELSE jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', false,
+                                   'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
+         || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
+$$;
 
 -- Validates one operation and returns it normalised: {i, op, kind, ns, key | keys | prefix, ...}.
 -- `putIfAbsent` desugars here to kind put with expect 0: one path, one taxonomy.
@@ -292,66 +287,76 @@ BEGIN
   END IF;
 END $$;
 
+-- The per-operation functions take the operation's fields as values, not as a jsonb object: the
+-- general path (kv_apply_at_v1) reads them out of the normalised operation, the fast path
+-- (kv_apply_fast_v1) passes what it already holds, and both reach the same statements. Each write
+-- answers from its own RETURNING: one statement per outcome, no row variable to render afterwards.
+-- Replaced by the functions below (same rules, fields as arguments).
+DROP FUNCTION IF EXISTS queen.kv_put_v1(UUID, JSONB, TIMESTAMPTZ);
+DROP FUNCTION IF EXISTS queen.kv_delete_v1(UUID, JSONB, TIMESTAMPTZ);
+DROP FUNCTION IF EXISTS queen.kv_incr_v1(UUID, JSONB, TIMESTAMPTZ);
+DROP FUNCTION IF EXISTS queen.kv_get_v1(UUID, JSONB, TIMESTAMPTZ);
+DROP FUNCTION IF EXISTS queen.kv_get_many_v1(UUID, JSONB, TIMESTAMPTZ);
+
 -- put (unconditional, expect 0, expect N). Returns the write answer.
-CREATE OR REPLACE FUNCTION queen.kv_put_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queen.kv_put_key_v1(
+  p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_value JSONB, p_expires TIMESTAMPTZ,
+  p_expect BIGINT, p_now TIMESTAMPTZ
+) RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_expires TIMESTAMPTZ := (o->>'expiresAt')::timestamptz;
-  v_expect BIGINT := (o->>'expect')::bigint;
-  r queen.kv;
+  v_answer JSONB;
 BEGIN
-  IF v_expect IS NULL THEN
+  IF p_expect IS NULL THEN
     -- Unconditional upsert: replaces the value AND the expiry (a put never inherits a TTL). Over an
     -- expired row it starts a new lineage.
     INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, o->'value', nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
+    VALUES (p_tenant, p_ns, p_key, p_value, nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
       value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
       updated_at = EXCLUDED.updated_at,
       created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE EXCLUDED.created_at END
-    RETURNING * INTO r;
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    RETURN v_answer;
   END IF;
 
-  IF v_expect = 0 THEN
+  IF p_expect = 0 THEN
     -- Must not exist: wins against an expired row still physically there, and resets created_at
     -- (a new lineage). ON CONFLICT locks the row even when the WHERE fails, so the SELECT below
     -- reads the winner we lost to.
     INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, o->'value', nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
+    VALUES (p_tenant, p_ns, p_key, p_value, nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
     ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
       value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
       created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
     WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
-    RETURNING * INTO r;
-    IF FOUND THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    IF NOT FOUND THEN
+      SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'exists', kv, p_now) INTO v_answer
+        FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
     END IF;
-    SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'exists', r, p_now);
+    RETURN v_answer;
   END IF;
 
   -- expect: N > 0 never creates a row: a conditional write that matches nothing writes nothing.
-  UPDATE queen.kv AS k SET value = o->'value', version = nextval('queen.kv_version_seq'),
-         expires_at = v_expires, updated_at = p_now
-   WHERE k.tenant_id = p_tenant AND k.namespace = v_ns AND k.key = v_key
-     AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = v_expect
-  RETURNING * INTO r;
-  IF FOUND THEN
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
+  UPDATE queen.kv AS k SET value = p_value, version = nextval('queen.kv_version_seq'),
+         expires_at = p_expires, updated_at = p_now
+   WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key
+     AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect
+  RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+  IF NOT FOUND THEN
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
+      INTO v_answer
+      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
   END IF;
-  SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-  RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false,
-    CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
+  RETURN v_answer;
 END $$;
 
 -- A batch of unconditional puts and nothing else (the bulk-load shape), as one set-based upsert in
--- the lock order instead of one statement per operation: the same upsert as kv_put_v1's first
+-- the lock order instead of one statement per operation: the same upsert as kv_put_key_v1's first
 -- branch (keep the two identical) and the same answers, in request order. Measured 2026-11-29,
 -- 100 puts a call: backend CPU 6890 -> 4760 us a call (bench/kvProcedure.ts). Off with
--- queen.kv_fast_path = off; test/kv/fastPath.test.ts holds it to kv_put_v1's answers and rows.
+-- queen.kv_fast_path = off; test/kv/fastPath.test.ts holds it to kv_put_key_v1's answers and rows.
 CREATE OR REPLACE FUNCTION queen.kv_put_many_v1(p_tenant UUID, p_ops JSONB[], p_now TIMESTAMPTZ) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -376,119 +381,117 @@ BEGIN
   RETURN v_answers;
 END $$;
 
-CREATE OR REPLACE FUNCTION queen.kv_delete_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queen.kv_delete_key_v1(
+  p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_expect BIGINT, p_now TIMESTAMPTZ
+) RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_expect BIGINT := (o->>'expect')::bigint;
-  r queen.kv;
-  v_none queen.kv;
+  v_answer JSONB;
 BEGIN
+  -- The answer after a delete shows no row; an expired row physically removed is, as far as
+  -- anyone can tell, a delete of nothing.
   DELETE FROM queen.kv AS k
-   WHERE k.tenant_id = p_tenant AND k.namespace = v_ns AND k.key = v_key
-     AND (v_expect IS NULL OR (queen.kv_live_v1(k.expires_at, p_now) AND k.version = v_expect))
-  RETURNING * INTO r;
-  IF FOUND AND queen.kv_live_v1(r.expires_at, p_now) THEN
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, v_none, p_now);
+   WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key
+     AND (p_expect IS NULL OR (queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect))
+  RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, queen.kv_live_v1(k.expires_at, p_now),
+              CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN 'absent' END, NULL::queen.kv, p_now)
+    INTO v_answer;
+  IF NOT FOUND THEN
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
+      INTO v_answer
+      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
   END IF;
-  IF FOUND THEN
-    -- An expired row was physically removed; as far as anyone can tell nothing was there.
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'absent', v_none, p_now);
-  END IF;
-  SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-  RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false,
-    CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
+  RETURN v_answer;
 END $$;
 
 -- incr: lock the row (or create it), then decide with the whole picture. An expired row counts as
 -- zero and starts a new window; a live row keeps the expiry it was born with (create-only TTL, or a
 -- fixed-window limiter would never close under load); crossing min or max writes nothing.
-CREATE OR REPLACE FUNCTION queen.kv_incr_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql AS $$
+-- Two shapes of the same rule. When a counter created from zero would be within the bounds (always,
+-- without bounds) one upsert creates or updates it; ON CONFLICT locks the row even when its WHERE
+-- refuses, so the SELECT after a refusal reads the row that refused. When creating would cross a
+-- bound, only a live counter can move: an UPDATE, and after a refusal the row is locked and looked
+-- at again, since a writer that committed in between may have made the update possible.
+CREATE OR REPLACE FUNCTION queen.kv_incr_key_v1(
+  p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_delta NUMERIC, p_min NUMERIC, p_max NUMERIC,
+  p_expires TIMESTAMPTZ, p_now TIMESTAMPTZ
+) RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_delta NUMERIC := (o->>'delta')::numeric;
-  v_min NUMERIC := (o->>'min')::numeric;
-  v_max NUMERIC := (o->>'max')::numeric;
-  v_expires TIMESTAMPTZ := (o->>'expiresAt')::timestamptz;
-  v_found BOOLEAN;
-  v_live BOOLEAN;
-  v_next NUMERIC;
-  r queen.kv;
+  v_answer JSONB;
+  v_retry BOOLEAN;
 BEGIN
-  LOOP
-    SELECT * INTO r FROM queen.kv
-     WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key FOR UPDATE;
-    v_found := FOUND;
-    v_live := v_found AND queen.kv_live_v1(r.expires_at, p_now);
-    IF v_live AND jsonb_typeof(r.value) <> 'number' THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'type', r, p_now);
-    END IF;
-    v_next := CASE WHEN v_live THEN r.value::numeric ELSE 0 END + v_delta;
-    IF (v_min IS NOT NULL AND v_next < v_min) OR (v_max IS NOT NULL AND v_next > v_max) THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'limit', r, p_now);
-    END IF;
-    IF v_found THEN
-      UPDATE queen.kv SET value = to_jsonb(v_next), version = nextval('queen.kv_version_seq'), updated_at = p_now,
-             expires_at = CASE WHEN v_live THEN expires_at ELSE v_expires END,
-             created_at = CASE WHEN v_live THEN created_at ELSE p_now END
-       WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key
-      RETURNING * INTO r;
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
-    END IF;
-    INSERT INTO queen.kv (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, to_jsonb(v_next), nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
-    ON CONFLICT (tenant_id, namespace, key) DO NOTHING
-    RETURNING * INTO r;
+  IF (p_min IS NULL OR p_delta >= p_min) AND (p_max IS NULL OR p_delta <= p_max) THEN
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    VALUES (p_tenant, p_ns, p_key, to_jsonb(0 + p_delta), nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = to_jsonb(CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.value::numeric ELSE 0 END + p_delta),
+      version = EXCLUDED.version, updated_at = p_now,
+      expires_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.expires_at ELSE EXCLUDED.expires_at END,
+      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE p_now END
+    WHERE CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN true
+               WHEN jsonb_typeof(k.value) <> 'number' THEN false
+               ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
+      RETURN v_answer;
     END IF;
-    -- Somebody created it between our SELECT and INSERT: go round and lock theirs.
+  END IF;
+  LOOP
+    UPDATE queen.kv AS k SET value = to_jsonb(k.value::numeric + p_delta), version = nextval('queen.kv_version_seq'), updated_at = p_now
+     WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key AND queen.kv_live_v1(k.expires_at, p_now)
+       AND CASE WHEN jsonb_typeof(k.value) <> 'number' THEN false
+                ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    IF FOUND THEN
+      RETURN v_answer;
+    END IF;
+    -- Refused: say why from the row as it is now, locked so it cannot change under the answer.
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN queen.kv_live_v1(kv.expires_at, p_now) AND jsonb_typeof(kv.value) <> 'number' THEN 'type' ELSE 'limit' END, kv, p_now),
+           CASE WHEN queen.kv_live_v1(kv.expires_at, p_now) AND jsonb_typeof(kv.value) = 'number'
+                THEN (p_min IS NULL OR kv.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR kv.value::numeric + p_delta <= p_max)
+                ELSE false END
+      INTO v_answer, v_retry
+      FROM queen.kv kv WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key
+      FOR UPDATE;
+    IF NOT FOUND THEN
+      RETURN queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'limit', NULL::queen.kv, p_now);
+    END IF;
+    IF NOT v_retry THEN
+      RETURN v_answer;
+    END IF;
   END LOOP;
 END $$;
 
--- One statement builds the answer (measured 2026-11-29: 53 -> 30 us a call server-side against
--- SELECT * INTO a row variable, then a second expression to render it).
-CREATE OR REPLACE FUNCTION queen.kv_get_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_answer JSONB;
-BEGIN
-  SELECT jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'found', true) || queen.kv_row_json_v1(kv) INTO v_answer
-    FROM queen.kv kv
-   WHERE kv.tenant_id = p_tenant AND kv.namespace = o->>'ns' AND kv.key = o->>'key' AND queen.kv_live_v1(kv.expires_at, p_now);
-  IF v_answer IS NULL THEN
-    RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'key', o->'key', 'found', false);
-  END IF;
-  RETURN v_answer;
-END $$;
+-- A get's answer, found or not, from one statement. LANGUAGE sql returning a set so that it is
+-- inlined into the statement that reads from it: the plan is the caller's, cached with it.
+CREATE OR REPLACE FUNCTION queen.kv_get_key_v1(p_tenant UUID, p_index INT, p_ns TEXT, p_key TEXT, p_now TIMESTAMPTZ)
+RETURNS SETOF JSONB LANGUAGE sql STABLE AS $$
+  SELECT coalesce(
+    (SELECT jsonb_build_object('index', p_index, 'op', 'get', 'found', true) || queen.kv_row_json_v1(kv)
+       FROM queen.kv kv
+      WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key AND queen.kv_live_v1(kv.expires_at, p_now)),
+    jsonb_build_object('index', p_index, 'op', 'get', 'key', p_key, 'found', false))
+$$;
 
--- Rows in byte order of key, and absence as a datum: `missing` is an explicit list.
--- plpgsql rather than LANGUAGE sql only so the statement's plan is cached per connection: a SQL
--- function that cannot be inlined is parsed and planned on every call (measured 2026-11-29,
--- PostgreSQL 17: 219 -> 45 us a call server-side).
-CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant UUID, o JSONB, p_now TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_answer JSONB;
-BEGIN
+-- Rows in byte order of key, and absence as a datum: `missing` is an explicit list. Inlined into
+-- its caller like kv_get_key_v1 (a SQL function that is not inlined is parsed and planned on every
+-- call: measured 2026-11-29, PostgreSQL 17, 219 -> 45 us a call server-side).
+CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant UUID, p_index INT, p_ns TEXT, p_keys JSONB, p_now TIMESTAMPTZ)
+RETURNS SETOF JSONB LANGUAGE sql STABLE AS $$
   WITH asked AS (
-    SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(o->'keys') k
+    SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(p_keys) k
   ), found AS (
     SELECT kv FROM queen.kv kv
-     WHERE kv.tenant_id = p_tenant AND kv.namespace = o->>'ns'
+     WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns
        AND kv.key = ANY (ARRAY(SELECT key FROM asked)) AND queen.kv_live_v1(kv.expires_at, p_now)
   )
   SELECT jsonb_build_object(
-    'index', (o->>'i')::int, 'op', 'getMany',
+    'index', p_index, 'op', 'getMany',
     'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json_v1(f.kv) ORDER BY (f.kv).key COLLATE "C") FROM found f), '[]'::jsonb),
     'missing', coalesce((SELECT jsonb_agg(a.key ORDER BY a.key COLLATE "C") FROM asked a
                           WHERE NOT EXISTS (SELECT 1 FROM found f WHERE (f.kv).key = a.key)), '[]'::jsonb))
-    INTO v_answer;
-  RETURN v_answer;
-END $$;
+$$;
 
 -- A keyset page under a prefix, in byte order. Stops at `limit` rows or at the byte ceiling,
 -- whichever comes first, and says so with truncated/nextAfter. Each page is its own snapshot.
@@ -549,22 +552,18 @@ BEGIN
                             '_bytes', v_spent);
 END $$;
 
--- The fast check: a get, put or putIfAbsent whose shape is plainly valid is normalised here into
--- exactly what kv_check_op_v1 would return for it, with a handful of expressions instead of about
--- forty. Why it pays: plpgsql builds the executor state of every expression it evaluates once per
--- transaction, and a KV call is usually a transaction of its own, so on the hot path the cost is
--- the number of distinct expressions evaluated, not their work (perf on the backend, 2026-11-29:
--- ExecInitExpr*, fmgr_info and catalog-cache lookups were the top symbols).
--- Returns NULL for anything else (an unknown field, `required`, `expect`, a field of the wrong
--- type, both or neither expiry, ...) and kv_check_op_v1 then decides, refusals included, so every
--- refusal keeps exactly one definition. The guard must stay a subset of what kv_check_op_v1
--- accepts; test/kv/fastPath.test.ts holds both paths to the same answers
--- (SET queen.kv_fast_path = off turns this one off).
+-- The fast check, for batches of several operations (one operation alone takes kv_apply_fast_v1,
+-- below): a get, put or putIfAbsent whose shape is plainly valid is normalised here into exactly
+-- what kv_check_op_v1 would return for it, with a handful of expressions instead of about forty
+-- (why that pays: see kv_apply_fast_v1). Returns NULL for anything else and kv_check_op_v1 then
+-- decides, refusals included, so every refusal keeps exactly one definition. The guard must stay a
+-- subset of what kv_check_op_v1 accepts; test/kv/fastPath.test.ts holds both paths to the same
+-- answers (SET queen.kv_fast_path = off turns this one off).
 CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op JSONB, p_index INT, p_now TIMESTAMPTZ) RETURNS JSONB
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_op->>'ns') <= 128
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
@@ -589,6 +588,81 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- The fast path: one operation whose shape is plainly valid, given as values (name, namespace and
+-- key as text, every other field in p_rest), answered by the same per-operation function the
+-- general path calls, without normalising it into jsonb and reading it back, without the sort and
+-- the duplicate check a single operation cannot need. Why it pays: plpgsql builds the executor
+-- state of every expression it evaluates once per transaction, and a KV call is usually a
+-- transaction of its own, so on the hot path the cost is the number of distinct expressions and
+-- nested calls evaluated, not their work (perf on the backend, 2026-11-29: ExecInitExpr*, fmgr_info
+-- and catalog-cache lookups were the top symbols).
+-- Returns NULL for anything else (an unknown field, `required`, `expect`, a field of the wrong type,
+-- both or neither expiry, ...) and kv_check_op_v1 then decides, refusals included, so every refusal
+-- keeps exactly one definition. The guard must stay a subset of what kv_check_op_v1 accepts;
+-- test/kv/fastPath.test.ts holds both paths to the same answers (SET queen.kv_fast_path = off
+-- turns this off). The namespace test is kv_check_op_v1's pattern with the bound as a length:
+-- {0,127} makes the regex engine build a large automaton on every call.
+CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(
+  p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_rest JSONB, p_now TIMESTAMPTZ
+) RETURNS JSONB LANGUAGE plpgsql AS $$
+DECLARE
+  v_answer JSONB;
+  v_ok BOOLEAN;
+BEGIN
+  IF NOT coalesce(p_ns ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_ns) <= 128, false)
+     OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+    RETURN NULL;
+  END IF;
+  IF p_op = 'getMany' THEN
+    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb
+       AND (SELECT count(*) BETWEEN 1 AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000)
+                   AND bool_and(jsonb_typeof(k) = 'string' AND k <> '""'::jsonb AND octet_length(k #>> '{}') <= 512)
+                   AND count(DISTINCT k) = count(*)
+              FROM jsonb_array_elements(p_rest->'keys') k) THEN
+      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a;
+    END IF;
+    RETURN v_answer;
+  END IF;
+  IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 512 THEN
+    RETURN NULL;
+  END IF;
+  IF p_op = 'get' THEN
+    IF p_rest = '{}'::jsonb THEN
+      SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
+    END IF;
+    RETURN v_answer;
+  END IF;
+  IF p_op = 'delete' THEN
+    RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
+  END IF;
+  -- put, putIfAbsent and incr: exactly one expiry, valid.
+  v_ok := CASE WHEN p_rest ? 'forever' THEN p_rest->'forever' = 'true'::jsonb AND NOT p_rest ? 'ttlSeconds'
+               ELSE jsonb_typeof(p_rest->'ttlSeconds') = 'number'
+                    AND (p_rest->>'ttlSeconds')::numeric = trunc((p_rest->>'ttlSeconds')::numeric)
+                    AND (p_rest->>'ttlSeconds')::numeric > 0 AND (p_rest->>'ttlSeconds')::numeric <= 3155760000 END;
+  IF v_ok IS NOT TRUE THEN
+    RETURN NULL;
+  END IF;
+  IF p_op IN ('put', 'putIfAbsent') THEN
+    RETURN CASE WHEN (p_rest - '{value,forever,ttlSeconds}'::text[]) = '{}'::jsonb AND p_rest ? 'value'
+                     AND octet_length((p_rest->'value')::text) <= 65536
+                THEN queen.kv_put_key_v1(p_tenant, 0, p_op, p_ns, p_key, p_rest->'value',
+                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision),
+                       CASE WHEN p_op = 'putIfAbsent' THEN 0 END, p_now) END;
+  END IF;
+  IF p_op = 'incr' THEN
+    RETURN CASE WHEN (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
+                     AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
+                     AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
+                     AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
+                     AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
+                THEN queen.kv_incr_key_v1(p_tenant, 0, p_op, p_ns, p_key, coalesce((p_rest->>'delta')::numeric, 1),
+                       (p_rest->>'min')::numeric, (p_rest->>'max')::numeric,
+                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision), p_now) END;
+  END IF;
+  RETURN NULL;
+END $$;
+
 -- The procedure behind every route, at a chosen instant (tests pick `p_now` to test expiry
 -- without sleeping; kv_apply_v1 below passes the clock).
 CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(
@@ -606,12 +680,17 @@ DECLARE
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
 BEGIN
-  -- One plainly valid get, put or putIfAbsent: nothing to sort, no duplicate to find, no
-  -- precondition to lose; the same per-operation function answers it.
-  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 THEN
-    v_op := queen.kv_fast_check_op_v1(p_ops->0, 0, p_now);
-    IF v_op IS NOT NULL THEN
-      RETURN jsonb_build_array(CASE v_op->>'kind' WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now) ELSE queen.kv_put_v1(p_tenant, v_op, p_now) END);
+  -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 AND jsonb_typeof(p_ops->0) = 'object' THEN
+    v_op := p_ops->0;
+    v_answer := queen.kv_apply_fast_v1(p_tenant,
+      CASE WHEN jsonb_typeof(v_op->'op') = 'string' THEN v_op->>'op' END,
+      CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
+      -- '' for a key that is there but not a string: no fast path takes it.
+      CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
+      v_op - '{op,ns,key}'::text[], p_now);
+    IF v_answer IS NOT NULL THEN
+      RETURN jsonb_build_array(v_answer);
     END IF;
   END IF;
   v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
@@ -659,14 +738,24 @@ BEGIN
   END IF;
   FOREACH v_op IN ARRAY v_norm
   LOOP
-    v_answer := CASE v_op->>'kind'
-      WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now)
-      WHEN 'getMany' THEN queen.kv_get_many_v1(p_tenant, v_op, p_now)
-      WHEN 'getPrefix' THEN queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now)
-      WHEN 'put' THEN queen.kv_put_v1(p_tenant, v_op, p_now)
-      WHEN 'delete' THEN queen.kv_delete_v1(p_tenant, v_op, p_now)
-      WHEN 'incr' THEN queen.kv_incr_v1(p_tenant, v_op, p_now)
-    END;
+    CASE v_op->>'kind'
+      WHEN 'get' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->>'key', p_now) a;
+      WHEN 'getMany' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->'keys', p_now) a;
+      WHEN 'getPrefix' THEN
+        v_answer := queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now);
+      WHEN 'put' THEN
+        v_answer := queen.kv_put_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key', v_op->'value',
+                                        (v_op->>'expiresAt')::timestamptz, (v_op->>'expect')::bigint, p_now);
+      WHEN 'delete' THEN
+        v_answer := queen.kv_delete_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                           (v_op->>'expect')::bigint, p_now);
+      WHEN 'incr' THEN
+        v_answer := queen.kv_incr_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                         (v_op->>'delta')::numeric, (v_op->>'min')::numeric, (v_op->>'max')::numeric,
+                                         (v_op->>'expiresAt')::timestamptz, p_now);
+    END CASE;
     IF v_op->>'kind' = 'getPrefix' THEN
       v_read_budget := v_read_budget - (v_answer->>'_bytes')::bigint;
       v_answer := v_answer - '_bytes';
@@ -691,3 +780,13 @@ END $$;
 
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant UUID, p_ops JSONB, p_in_transaction BOOLEAN DEFAULT false)
 RETURNS JSONB LANGUAGE sql AS $$ SELECT queen.kv_apply_at_v1(p_tenant, p_ops, p_in_transaction, clock_timestamp()) $$;
+
+-- The path routes' entry (GET/PUT/DELETE /api/v1/kv/:ns/*key): the operation the path names with
+-- the body's fields. The fast path answers it when it can; otherwise it is the one-operation batch
+-- kv_apply_v1 always ran for these routes. A declined fast path has done nothing, so the second
+-- clock reading the general path takes is its one instant.
+CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_body JSONB)
+RETURNS JSONB LANGUAGE sql AS $$
+  SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp()),
+                  queen.kv_apply_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body), false) -> 0)
+$$;

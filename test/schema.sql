@@ -160,12 +160,17 @@ DECLARE
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
 BEGIN
-  -- One plainly valid get, put or putIfAbsent: nothing to sort, no duplicate to find, no
-  -- precondition to lose; the same per-operation function answers it.
-  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 THEN
-    v_op := queen.kv_fast_check_op_v1(p_ops->0, 0, p_now);
-    IF v_op IS NOT NULL THEN
-      RETURN jsonb_build_array(CASE v_op->>'kind' WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now) ELSE queen.kv_put_v1(p_tenant, v_op, p_now) END);
+  -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 AND jsonb_typeof(p_ops->0) = 'object' THEN
+    v_op := p_ops->0;
+    v_answer := queen.kv_apply_fast_v1(p_tenant,
+      CASE WHEN jsonb_typeof(v_op->'op') = 'string' THEN v_op->>'op' END,
+      CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
+      -- '' for a key that is there but not a string: no fast path takes it.
+      CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
+      v_op - '{op,ns,key}'::text[], p_now);
+    IF v_answer IS NOT NULL THEN
+      RETURN jsonb_build_array(v_answer);
     END IF;
   END IF;
   v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
@@ -213,14 +218,24 @@ BEGIN
   END IF;
   FOREACH v_op IN ARRAY v_norm
   LOOP
-    v_answer := CASE v_op->>'kind'
-      WHEN 'get' THEN queen.kv_get_v1(p_tenant, v_op, p_now)
-      WHEN 'getMany' THEN queen.kv_get_many_v1(p_tenant, v_op, p_now)
-      WHEN 'getPrefix' THEN queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now)
-      WHEN 'put' THEN queen.kv_put_v1(p_tenant, v_op, p_now)
-      WHEN 'delete' THEN queen.kv_delete_v1(p_tenant, v_op, p_now)
-      WHEN 'incr' THEN queen.kv_incr_v1(p_tenant, v_op, p_now)
-    END;
+    CASE v_op->>'kind'
+      WHEN 'get' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->>'key', p_now) a;
+      WHEN 'getMany' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->'keys', p_now) a;
+      WHEN 'getPrefix' THEN
+        v_answer := queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now);
+      WHEN 'put' THEN
+        v_answer := queen.kv_put_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key', v_op->'value',
+                                        (v_op->>'expiresAt')::timestamptz, (v_op->>'expect')::bigint, p_now);
+      WHEN 'delete' THEN
+        v_answer := queen.kv_delete_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                           (v_op->>'expect')::bigint, p_now);
+      WHEN 'incr' THEN
+        v_answer := queen.kv_incr_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                         (v_op->>'delta')::numeric, (v_op->>'min')::numeric, (v_op->>'max')::numeric,
+                                         (v_op->>'expiresAt')::timestamptz, p_now);
+    END CASE;
     IF v_op->>'kind' = 'getPrefix' THEN
       v_read_budget := v_read_budget - (v_answer->>'_bytes')::bigint;
       v_answer := v_answer - '_bytes';
@@ -242,6 +257,74 @@ BEGIN
   END IF;
   RETURN to_jsonb(v_results);
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns text, p_key text, p_rest jsonb, p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_answer JSONB;
+  v_ok BOOLEAN;
+BEGIN
+  IF NOT coalesce(p_ns ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_ns) <= 128, false)
+     OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+    RETURN NULL;
+  END IF;
+  IF p_op = 'getMany' THEN
+    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb
+       AND (SELECT count(*) BETWEEN 1 AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000)
+                   AND bool_and(jsonb_typeof(k) = 'string' AND k <> '""'::jsonb AND octet_length(k #>> '{}') <= 512)
+                   AND count(DISTINCT k) = count(*)
+              FROM jsonb_array_elements(p_rest->'keys') k) THEN
+      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a;
+    END IF;
+    RETURN v_answer;
+  END IF;
+  IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 512 THEN
+    RETURN NULL;
+  END IF;
+  IF p_op = 'get' THEN
+    IF p_rest = '{}'::jsonb THEN
+      SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
+    END IF;
+    RETURN v_answer;
+  END IF;
+  IF p_op = 'delete' THEN
+    RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
+  END IF;
+  -- put, putIfAbsent and incr: exactly one expiry, valid.
+  v_ok := CASE WHEN p_rest ? 'forever' THEN p_rest->'forever' = 'true'::jsonb AND NOT p_rest ? 'ttlSeconds'
+               ELSE jsonb_typeof(p_rest->'ttlSeconds') = 'number'
+                    AND (p_rest->>'ttlSeconds')::numeric = trunc((p_rest->>'ttlSeconds')::numeric)
+                    AND (p_rest->>'ttlSeconds')::numeric > 0 AND (p_rest->>'ttlSeconds')::numeric <= 3155760000 END;
+  IF v_ok IS NOT TRUE THEN
+    RETURN NULL;
+  END IF;
+  IF p_op IN ('put', 'putIfAbsent') THEN
+    RETURN CASE WHEN (p_rest - '{value,forever,ttlSeconds}'::text[]) = '{}'::jsonb AND p_rest ? 'value'
+                     AND octet_length((p_rest->'value')::text) <= 65536
+                THEN queen.kv_put_key_v1(p_tenant, 0, p_op, p_ns, p_key, p_rest->'value',
+                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision),
+                       CASE WHEN p_op = 'putIfAbsent' THEN 0 END, p_now) END;
+  END IF;
+  IF p_op = 'incr' THEN
+    RETURN CASE WHEN (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
+                     AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
+                     AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
+                     AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
+                     AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
+                THEN queen.kv_incr_key_v1(p_tenant, 0, p_op, p_ns, p_key, coalesce((p_rest->>'delta')::numeric, 1),
+                       (p_rest->>'min')::numeric, (p_rest->>'max')::numeric,
+                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision), p_now) END;
+  END IF;
+  RETURN NULL;
+END $function$
+CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant uuid, p_op text, p_ns text, p_key text, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp()),
+                  queen.kv_apply_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body), false) -> 0)
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_transaction boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE sql
@@ -461,31 +544,28 @@ BEGIN
 
   RETURN v_out; -- delete
 END $function$
-CREATE OR REPLACE FUNCTION queen.kv_delete_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION queen.kv_delete_key_v1(p_tenant uuid, p_index integer, p_op text, p_ns text, p_key text, p_expect bigint, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_expect BIGINT := (o->>'expect')::bigint;
-  r queen.kv;
-  v_none queen.kv;
+  v_answer JSONB;
 BEGIN
+  -- The answer after a delete shows no row; an expired row physically removed is, as far as
+  -- anyone can tell, a delete of nothing.
   DELETE FROM queen.kv AS k
-   WHERE k.tenant_id = p_tenant AND k.namespace = v_ns AND k.key = v_key
-     AND (v_expect IS NULL OR (queen.kv_live_v1(k.expires_at, p_now) AND k.version = v_expect))
-  RETURNING * INTO r;
-  IF FOUND AND queen.kv_live_v1(r.expires_at, p_now) THEN
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, v_none, p_now);
+   WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key
+     AND (p_expect IS NULL OR (queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect))
+  RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, queen.kv_live_v1(k.expires_at, p_now),
+              CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN 'absent' END, NULL::queen.kv, p_now)
+    INTO v_answer;
+  IF NOT FOUND THEN
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
+      INTO v_answer
+      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
   END IF;
-  IF FOUND THEN
-    -- An expired row was physically removed; as far as anyone can tell nothing was there.
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'absent', v_none, p_now);
-  END IF;
-  SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-  RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false,
-    CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
+  RETURN v_answer;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
  RETURNS jsonb
@@ -494,7 +574,7 @@ CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer
 AS $function$
 DECLARE
   v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_op->>'ns') <= 128
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
@@ -518,29 +598,35 @@ BEGIN
   END IF;
   RETURN NULL;
 END $function$
-CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
- RETURNS jsonb
- LANGUAGE plpgsql
+CREATE OR REPLACE FUNCTION queen.kv_get_key_v1(p_tenant uuid, p_index integer, p_ns text, p_key text, p_now timestamp with time zone)
+ RETURNS SETOF jsonb
+ LANGUAGE sql
  STABLE
 AS $function$
-DECLARE
-  v_answer JSONB;
-BEGIN
+  SELECT coalesce(
+    (SELECT jsonb_build_object('index', p_index, 'op', 'get', 'found', true) || queen.kv_row_json_v1(kv)
+       FROM queen.kv kv
+      WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key AND queen.kv_live_v1(kv.expires_at, p_now)),
+    jsonb_build_object('index', p_index, 'op', 'get', 'key', p_key, 'found', false))
+$function$
+CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant uuid, p_index integer, p_ns text, p_keys jsonb, p_now timestamp with time zone)
+ RETURNS SETOF jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
   WITH asked AS (
-    SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(o->'keys') k
+    SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(p_keys) k
   ), found AS (
     SELECT kv FROM queen.kv kv
-     WHERE kv.tenant_id = p_tenant AND kv.namespace = o->>'ns'
+     WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns
        AND kv.key = ANY (ARRAY(SELECT key FROM asked)) AND queen.kv_live_v1(kv.expires_at, p_now)
   )
   SELECT jsonb_build_object(
-    'index', (o->>'i')::int, 'op', 'getMany',
+    'index', p_index, 'op', 'getMany',
     'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json_v1(f.kv) ORDER BY (f.kv).key COLLATE "C") FROM found f), '[]'::jsonb),
     'missing', coalesce((SELECT jsonb_agg(a.key ORDER BY a.key COLLATE "C") FROM asked a
                           WHERE NOT EXISTS (SELECT 1 FROM found f WHERE (f.kv).key = a.key)), '[]'::jsonb))
-    INTO v_answer;
-  RETURN v_answer;
-END $function$
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -596,66 +682,54 @@ BEGIN
                             'nextAfter', CASE WHEN v_truncated THEN coalesce(v_last, o->>'after', '') END,
                             '_bytes', v_spent);
 END $function$
-CREATE OR REPLACE FUNCTION queen.kv_get_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION queen.kv_incr_key_v1(p_tenant uuid, p_index integer, p_op text, p_ns text, p_key text, p_delta numeric, p_min numeric, p_max numeric, p_expires timestamp with time zone, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
- STABLE
 AS $function$
 DECLARE
   v_answer JSONB;
+  v_retry BOOLEAN;
 BEGIN
-  SELECT jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'found', true) || queen.kv_row_json_v1(kv) INTO v_answer
-    FROM queen.kv kv
-   WHERE kv.tenant_id = p_tenant AND kv.namespace = o->>'ns' AND kv.key = o->>'key' AND queen.kv_live_v1(kv.expires_at, p_now);
-  IF v_answer IS NULL THEN
-    RETURN jsonb_build_object('index', (o->>'i')::int, 'op', 'get', 'key', o->'key', 'found', false);
-  END IF;
-  RETURN v_answer;
-END $function$
-CREATE OR REPLACE FUNCTION queen.kv_incr_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_delta NUMERIC := (o->>'delta')::numeric;
-  v_min NUMERIC := (o->>'min')::numeric;
-  v_max NUMERIC := (o->>'max')::numeric;
-  v_expires TIMESTAMPTZ := (o->>'expiresAt')::timestamptz;
-  v_found BOOLEAN;
-  v_live BOOLEAN;
-  v_next NUMERIC;
-  r queen.kv;
-BEGIN
-  LOOP
-    SELECT * INTO r FROM queen.kv
-     WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key FOR UPDATE;
-    v_found := FOUND;
-    v_live := v_found AND queen.kv_live_v1(r.expires_at, p_now);
-    IF v_live AND jsonb_typeof(r.value) <> 'number' THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'type', r, p_now);
-    END IF;
-    v_next := CASE WHEN v_live THEN r.value::numeric ELSE 0 END + v_delta;
-    IF (v_min IS NOT NULL AND v_next < v_min) OR (v_max IS NOT NULL AND v_next > v_max) THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'limit', r, p_now);
-    END IF;
-    IF v_found THEN
-      UPDATE queen.kv SET value = to_jsonb(v_next), version = nextval('queen.kv_version_seq'), updated_at = p_now,
-             expires_at = CASE WHEN v_live THEN expires_at ELSE v_expires END,
-             created_at = CASE WHEN v_live THEN created_at ELSE p_now END
-       WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key
-      RETURNING * INTO r;
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
-    END IF;
-    INSERT INTO queen.kv (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, to_jsonb(v_next), nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
-    ON CONFLICT (tenant_id, namespace, key) DO NOTHING
-    RETURNING * INTO r;
+  IF (p_min IS NULL OR p_delta >= p_min) AND (p_max IS NULL OR p_delta <= p_max) THEN
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    VALUES (p_tenant, p_ns, p_key, to_jsonb(0 + p_delta), nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = to_jsonb(CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.value::numeric ELSE 0 END + p_delta),
+      version = EXCLUDED.version, updated_at = p_now,
+      expires_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.expires_at ELSE EXCLUDED.expires_at END,
+      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE p_now END
+    WHERE CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN true
+               WHEN jsonb_typeof(k.value) <> 'number' THEN false
+               ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
+      RETURN v_answer;
     END IF;
-    -- Somebody created it between our SELECT and INSERT: go round and lock theirs.
+  END IF;
+  LOOP
+    UPDATE queen.kv AS k SET value = to_jsonb(k.value::numeric + p_delta), version = nextval('queen.kv_version_seq'), updated_at = p_now
+     WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key AND queen.kv_live_v1(k.expires_at, p_now)
+       AND CASE WHEN jsonb_typeof(k.value) <> 'number' THEN false
+                ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    IF FOUND THEN
+      RETURN v_answer;
+    END IF;
+    -- Refused: say why from the row as it is now, locked so it cannot change under the answer.
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN queen.kv_live_v1(kv.expires_at, p_now) AND jsonb_typeof(kv.value) <> 'number' THEN 'type' ELSE 'limit' END, kv, p_now),
+           CASE WHEN queen.kv_live_v1(kv.expires_at, p_now) AND jsonb_typeof(kv.value) = 'number'
+                THEN (p_min IS NULL OR kv.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR kv.value::numeric + p_delta <= p_max)
+                ELSE false END
+      INTO v_answer, v_retry
+      FROM queen.kv kv WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key
+      FOR UPDATE;
+    IF NOT FOUND THEN
+      RETURN queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'limit', NULL::queen.kv, p_now);
+    END IF;
+    IF NOT v_retry THEN
+      RETURN v_answer;
+    END IF;
   END LOOP;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_live_v1(timestamp with time zone, timestamp with time zone)
@@ -699,6 +773,58 @@ BEGIN
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_put_key_v1(p_tenant uuid, p_index integer, p_op text, p_ns text, p_key text, p_value jsonb, p_expires timestamp with time zone, p_expect bigint, p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_answer JSONB;
+BEGIN
+  IF p_expect IS NULL THEN
+    -- Unconditional upsert: replaces the value AND the expiry (a put never inherits a TTL). Over an
+    -- expired row it starts a new lineage.
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    VALUES (p_tenant, p_ns, p_key, p_value, nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
+      updated_at = EXCLUDED.updated_at,
+      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE EXCLUDED.created_at END
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    RETURN v_answer;
+  END IF;
+
+  IF p_expect = 0 THEN
+    -- Must not exist: wins against an expired row still physically there, and resets created_at
+    -- (a new lineage). ON CONFLICT locks the row even when the WHERE fails, so the SELECT below
+    -- reads the winner we lost to.
+    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
+    VALUES (p_tenant, p_ns, p_key, p_value, nextval('queen.kv_version_seq'), p_expires, p_now, p_now)
+    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
+      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
+      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
+    WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
+    RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+    IF NOT FOUND THEN
+      SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'exists', kv, p_now) INTO v_answer
+        FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+    END IF;
+    RETURN v_answer;
+  END IF;
+
+  -- expect: N > 0 never creates a row: a conditional write that matches nothing writes nothing.
+  UPDATE queen.kv AS k SET value = p_value, version = nextval('queen.kv_version_seq'),
+         expires_at = p_expires, updated_at = p_now
+   WHERE k.tenant_id = p_tenant AND k.namespace = p_ns AND k.key = p_key
+     AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect
+  RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
+  IF NOT FOUND THEN
+    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
+      INTO v_answer
+      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+  END IF;
+  RETURN v_answer;
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_put_many_v1(p_tenant uuid, p_ops jsonb[], p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -723,61 +849,6 @@ BEGIN
   SELECT jsonb_agg(queen.kv_write_answer_v1(o.i, o.op, o.key, true, NULL, w.k, p_now) ORDER BY o.i) INTO v_answers
     FROM o JOIN w ON (w.k).namespace = o.ns AND (w.k).key = o.key;
   RETURN v_answers;
-END $function$
-CREATE OR REPLACE FUNCTION queen.kv_put_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_ns TEXT := o->>'ns';
-  v_key TEXT := o->>'key';
-  v_expires TIMESTAMPTZ := (o->>'expiresAt')::timestamptz;
-  v_expect BIGINT := (o->>'expect')::bigint;
-  r queen.kv;
-BEGIN
-  IF v_expect IS NULL THEN
-    -- Unconditional upsert: replaces the value AND the expiry (a put never inherits a TTL). Over an
-    -- expired row it starts a new lineage.
-    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, o->'value', nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
-    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
-      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
-      updated_at = EXCLUDED.updated_at,
-      created_at = CASE WHEN queen.kv_live_v1(k.expires_at, p_now) THEN k.created_at ELSE EXCLUDED.created_at END
-    RETURNING * INTO r;
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
-  END IF;
-
-  IF v_expect = 0 THEN
-    -- Must not exist: wins against an expired row still physically there, and resets created_at
-    -- (a new lineage). ON CONFLICT locks the row even when the WHERE fails, so the SELECT below
-    -- reads the winner we lost to.
-    INSERT INTO queen.kv AS k (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at)
-    VALUES (p_tenant, v_ns, v_key, o->'value', nextval('queen.kv_version_seq'), v_expires, p_now, p_now)
-    ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET
-      value = EXCLUDED.value, version = EXCLUDED.version, expires_at = EXCLUDED.expires_at,
-      created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at
-    WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
-    RETURNING * INTO r;
-    IF FOUND THEN
-      RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
-    END IF;
-    SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false, 'exists', r, p_now);
-  END IF;
-
-  -- expect: N > 0 never creates a row: a conditional write that matches nothing writes nothing.
-  UPDATE queen.kv AS k SET value = o->'value', version = nextval('queen.kv_version_seq'),
-         expires_at = v_expires, updated_at = p_now
-   WHERE k.tenant_id = p_tenant AND k.namespace = v_ns AND k.key = v_key
-     AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = v_expect
-  RETURNING * INTO r;
-  IF FOUND THEN
-    RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, true, NULL, r, p_now);
-  END IF;
-  SELECT * INTO r FROM queen.kv WHERE tenant_id = p_tenant AND namespace = v_ns AND key = v_key;
-  RETURN queen.kv_write_answer_v1((o->>'i')::int, o->>'op', v_key, false,
-    CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now) THEN 'version' ELSE 'absent' END, r, p_now);
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_row_json_v1(r queen.kv)
  RETURNS jsonb
@@ -832,24 +903,17 @@ AS $function$
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_write_answer_v1(p_index integer, p_op text, p_key text, p_applied boolean, p_reason text, r queen.kv, p_now timestamp with time zone)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE
 AS $function$
-DECLARE
-  v_live BOOLEAN := r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now);
-  v_answer JSONB;
-BEGIN
-  v_answer := jsonb_build_object(
-    'index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', v_live,
-    'value', CASE WHEN v_live THEN r.value ELSE 'null'::jsonb END,
-    'version', CASE WHEN v_live THEN r.version ELSE 0 END,
-    'expiresAt', CASE WHEN v_live THEN queen.kv_ts_v1(r.expires_at) END,
-    'updatedAt', CASE WHEN v_live THEN queen.kv_ts_v1(r.updated_at) END);
-  IF NOT p_applied THEN
-    v_answer := v_answer || jsonb_build_object('reason', p_reason);
-  END IF;
-  RETURN v_answer;
-END $function$
+  SELECT CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now)
+           THEN jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', true,
+                                   'value', r.value, 'version', r.version,
+                                   'expiresAt', queen.kv_ts_v1(r.expires_at), 'updatedAt', queen.kv_ts_v1(r.updated_at))
+           ELSE jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', false,
+                                   'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
+         || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql

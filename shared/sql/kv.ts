@@ -7,11 +7,13 @@ export const KV_APPLY_BATCH = {
   text: `SELECT queen.kv_apply_v1($1::uuid, $2::jsonb -> 'operations', false)::text AS results`,
 };
 
-/** The path routes: one operation built from the path, merged with the body's fields. */
+/**
+ * The path routes: the operation the path names (op, ns, key) and the body's other fields, as
+ * values; queen.kv_apply_one_v1 answers it as the one-operation batch would.
+ */
 export const KV_APPLY_ONE = {
-  name: 'kv_apply_one_v1',
+  name: 'kv_apply_one_v2',
   text: `SELECT r::text AS body, r ->> 'version' AS version FROM (
-           SELECT jsonb_build_object('ok', true) || (queen.kv_apply_v1($1::uuid, jsonb_build_array(
-             jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false) -> 0) AS r
+           SELECT '{"ok": true}'::jsonb || queen.kv_apply_one_v1($1::uuid, $2::text, $3::text, $4::text, $5::jsonb) AS r
          ) s`,
 };

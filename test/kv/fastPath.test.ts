@@ -1,6 +1,7 @@
-// queen.kv_fast_check_op_v1 is a shortcut for plainly valid get/put/putIfAbsent operations; the
-// general validation (kv_check_op_v1) stays the one definition of every rule. This suite holds the
-// two paths to the same answers: every operation below runs once with the shortcut off
+// queen.kv_apply_fast_v1 (one operation alone) and queen.kv_fast_check_op_v1 (operations in a batch)
+// are shortcuts for plainly valid operations; the general validation (kv_check_op_v1) stays the one
+// definition of every rule. This suite holds the paths to the same answers: every operation below
+// runs once with the shortcuts off
 // (SET LOCAL queen.kv_fast_path = off) and once with it on, from the same state, and what a caller
 // sees (the answer, or the refusal's SQLSTATE, code, index and message) must be identical. The
 // operations sit on both sides of every edge of the shortcut's guard.
@@ -17,11 +18,15 @@ beforeAll(async () => {
   db = await createTestDatabase();
   client = new Client({ connectionString: db.url });
   await client.connect();
+  // Drawn versions must never equal a fixture's (normalise tells them apart by value).
+  await client.query(`SELECT setval('queen.kv_version_seq', 1000000)`);
   await client.query(
     `INSERT INTO queen.kv (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at) VALUES
        ($1, 'orders', 'live', '{"a": 1}', 101, NULL, '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
        ($1, 'orders', 'ttl', '"x"', 102, '2026-06-01T12:00:10Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
-       ($1, 'orders', 'expired', '7', 103, '2026-06-01T11:00:00Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z')`,
+       ($1, 'orders', 'expired', '7', 103, '2026-06-01T11:00:00Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
+       ($1, 'orders', 'count', '10', 104, NULL, '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
+       ($1, 'orders', 'window', '2.5', 105, '2026-06-01T12:00:10Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z')`,
     [TENANT],
   );
 });
@@ -35,7 +40,7 @@ type Outcome = { answer: unknown } | { error: { code?: string; message: string; 
 
 /** Versions of writes come from a sequence that a rollback does not rewind: compare their presence only. */
 function normalise(answer: unknown): unknown {
-  return JSON.parse(JSON.stringify(answer), (k, v) => (k === 'version' && typeof v === 'number' && ![0, 101, 102, 103].includes(v) ? 'drawn' : v));
+  return JSON.parse(JSON.stringify(answer), (k, v) => (k === 'version' && typeof v === 'number' && ![0, 101, 102, 103, 104, 105].includes(v) ? 'drawn' : v));
 }
 
 async function run(ops: unknown, fast: boolean): Promise<Outcome> {
@@ -102,6 +107,54 @@ const cases: Array<[string, Record<string, unknown>]> = [
   ['putIfAbsent with expect', { op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 'v', forever: true, expect: 0 }],
   ['putIfAbsent with required on a live key', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: true }],
   ['putIfAbsent with a bad namespace', { op: 'putIfAbsent', ns: '-x', key: 'fresh', value: 'v', forever: true }],
+  ['delete of a live key', { op: 'delete', ns: 'orders', key: 'live' }],
+  ['delete of an expired key', { op: 'delete', ns: 'orders', key: 'expired' }],
+  ['delete of an absent key', { op: 'delete', ns: 'orders', key: 'nope' }],
+  ['delete with the right expect', { op: 'delete', ns: 'orders', key: 'live', expect: 101 }],
+  ['delete with a wrong expect', { op: 'delete', ns: 'orders', key: 'live', expect: 7 }],
+  ['delete with expect 0', { op: 'delete', ns: 'orders', key: 'live', expect: 0 }],
+  ['delete with required', { op: 'delete', ns: 'orders', key: 'nope', required: true }],
+  ['delete with a value', { op: 'delete', ns: 'orders', key: 'live', value: 1 }],
+  ['delete with an empty key', { op: 'delete', ns: 'orders', key: '' }],
+  ['delete with a bad namespace', { op: 'delete', ns: 'a b', key: 'live' }],
+  ['incr of a live counter', { op: 'incr', ns: 'orders', key: 'count', forever: true }],
+  ['incr of a live counter by a fraction', { op: 'incr', ns: 'orders', key: 'window', delta: -0.25, ttlSeconds: 60 }],
+  ['incr of a live value that is not a number', { op: 'incr', ns: 'orders', key: 'live', delta: 1, forever: true }],
+  ['incr of an expired counter', { op: 'incr', ns: 'orders', key: 'expired', delta: 3, ttlSeconds: 30 }],
+  ['incr of an absent counter', { op: 'incr', ns: 'orders', key: 'fresh', delta: 1e3, forever: true }],
+  ['incr within max', { op: 'incr', ns: 'orders', key: 'count', delta: 5, max: 15, forever: true }],
+  ['incr crossing max', { op: 'incr', ns: 'orders', key: 'count', delta: 6, max: 15, forever: true }],
+  ['incr crossing min', { op: 'incr', ns: 'orders', key: 'count', delta: -11, min: 0, forever: true }],
+  ['incr of an absent counter crossing max', { op: 'incr', ns: 'orders', key: 'fresh', delta: 5, max: 3, forever: true }],
+  ['incr of a live counter that creating would cross', { op: 'incr', ns: 'orders', key: 'count', delta: 1, min: 5, forever: true }],
+  ['incr of a live value that is not a number, creating would cross', { op: 'incr', ns: 'orders', key: 'live', delta: 1, min: 5, forever: true }],
+  ['incr of an expired counter that creating would cross', { op: 'incr', ns: 'orders', key: 'expired', delta: 1, min: 5, forever: true }],
+  ['incr with null bounds', { op: 'incr', ns: 'orders', key: 'count', min: null, max: null, forever: true }],
+  ['incr with min above max', { op: 'incr', ns: 'orders', key: 'count', min: 5, max: 1, forever: true }],
+  ['incr with a string bound', { op: 'incr', ns: 'orders', key: 'count', max: '5', forever: true }],
+  ['incr with a string delta', { op: 'incr', ns: 'orders', key: 'count', delta: '1', forever: true }],
+  ['incr with a null delta', { op: 'incr', ns: 'orders', key: 'count', delta: null, forever: true }],
+  ['incr with a value', { op: 'incr', ns: 'orders', key: 'count', value: 1, forever: true }],
+  ['incr with expect', { op: 'incr', ns: 'orders', key: 'count', expect: 104, forever: true }],
+  ['incr with required', { op: 'incr', ns: 'orders', key: 'count', required: true, forever: true }],
+  ['incr with neither expiry', { op: 'incr', ns: 'orders', key: 'count' }],
+  ['incr with both expiries', { op: 'incr', ns: 'orders', key: 'count', forever: true, ttlSeconds: 5 }],
+  ['incr with a fractional TTL', { op: 'incr', ns: 'orders', key: 'count', ttlSeconds: 0.5 }],
+  ['getMany of live, expired and absent keys', { op: 'getMany', ns: 'orders', keys: ['ttl', 'nope', 'live', 'expired', 'B', 'é'] }],
+  ['getMany of one key', { op: 'getMany', ns: 'orders', keys: ['live'] }],
+  ['getMany of no keys', { op: 'getMany', ns: 'orders', keys: [] }],
+  ['getMany with a key twice', { op: 'getMany', ns: 'orders', keys: ['live', 'ttl', 'live'] }],
+  ['getMany with keys not an array', { op: 'getMany', ns: 'orders', keys: 'live' }],
+  ['getMany with a numeric key', { op: 'getMany', ns: 'orders', keys: ['live', 5] }],
+  ['getMany with an empty key', { op: 'getMany', ns: 'orders', keys: ['live', ''] }],
+  ['getMany with a null key', { op: 'getMany', ns: 'orders', keys: [null] }],
+  ['getMany with a key of 513 bytes', { op: 'getMany', ns: 'orders', keys: ['k' + 'é'.repeat(256)] }],
+  ['getMany of more keys than a batch may hold', { op: 'getMany', ns: 'orders', keys: Array.from({ length: 1001 }, (_, i) => `k${i}`) }],
+  ['getMany with a key field too', { op: 'getMany', ns: 'orders', key: 'live', keys: ['ttl'] }],
+  ['getMany with a non-string key field', { op: 'getMany', ns: 'orders', key: 1, keys: ['ttl'] }],
+  ['getMany with required', { op: 'getMany', ns: 'orders', keys: ['ttl'], required: false }],
+  ['getMany with a bad namespace', { op: 'getMany', ns: ':x', keys: ['ttl'] }],
+  ['getMany with no keys field', { op: 'getMany', ns: 'orders' }],
   ['an unknown op', { op: 'fetch', ns: 'orders', key: 'live' }],
   ['an op that is not a string', { op: 1, ns: 'orders', key: 'live' }],
 ];
@@ -181,10 +234,78 @@ describe('the fast check answers exactly as the general validation', () => {
     expect(await run(ops, true)).toEqual(slow);
   });
 
+  test('the answer of an incr over a non-number says so, with the value that refused', async () => {
+    expect(await run([{ op: 'incr', ns: 'orders', key: 'live', forever: true }], true)).toEqual({
+      answer: [
+        {
+          index: 0, op: 'incr', key: 'live', applied: false, reason: 'type', found: true, value: { a: 1 },
+          version: 101, expiresAt: null, updatedAt: '2026-01-02T00:00:00.000Z',
+        },
+      ],
+    });
+  });
+
   test('a plainly valid get answers with the stored row', async () => {
     const fast = await run([{ op: 'get', ns: 'orders', key: 'live' }], true);
     expect(fast).toEqual({
       answer: [{ index: 0, op: 'get', found: true, key: 'live', value: { a: 1 }, version: 101, expiresAt: null, updatedAt: '2026-01-02T00:00:00.000Z' }],
+    });
+  });
+});
+
+// The path routes' entry (queen.kv_apply_one_v1, what GET/PUT/DELETE /api/v1/kv/:ns/*key call) against
+// the one-operation batch those routes sent before it, general path only. It reads the clock, so
+// timestamps that are not the fixtures' own are compared as "recent".
+describe('the path routes\' entry answers as the one-operation batch', () => {
+  const FIXED = new Set(['2026-01-02T00:00:00.000Z', '2026-06-01T12:00:10.000Z', '2026-06-01T11:00:00.000Z', null]);
+  const settle = (o: Outcome): Outcome =>
+    JSON.parse(JSON.stringify(o), (k, v) => ((k === 'updatedAt' || k === 'expiresAt') && !FIXED.has(v) ? 'recent' : v));
+
+  async function path(op: string, ns: string, key: string, body: object, viaEntry: boolean): Promise<Outcome> {
+    await client.query('BEGIN');
+    try {
+      await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [viaEntry ? 'on' : 'off']);
+      const { rows } = viaEntry
+        ? await client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', [TENANT, op, ns, key, JSON.stringify(body)])
+        : await client.query(
+            `SELECT queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false) -> 0 AS r`,
+            [TENANT, op, ns, key, JSON.stringify(body)],
+          );
+      return settle({ answer: normalise(rows[0].r) });
+    } catch (err) {
+      const e = err as { code?: string; message: string; detail?: string };
+      return { error: { code: e.code, message: e.message, detail: e.detail } };
+    } finally {
+      await client.query('ROLLBACK');
+    }
+  }
+
+  const routes: Array<[string, string, string, string, object]> = [
+    ['get of a live key', 'get', 'orders', 'live', {}],
+    ['get of an absent key', 'get', 'orders', 'nope', {}],
+    ['get with a bad namespace', 'get', '.orders', 'live', {}],
+    ['get of a key of 513 bytes', 'get', 'orders', 'k' + 'é'.repeat(256), {}],
+    ['put forever', 'put', 'orders', 'live', { value: { b: 2 }, forever: true }],
+    ['put with a TTL', 'put', 'orders', 'fresh', { value: 'v', ttlSeconds: 60 }],
+    ['put with expect', 'put', 'orders', 'live', { value: 1, forever: true, expect: 101 }],
+    ['put with a wrong expect, required', 'put', 'orders', 'live', { value: 1, forever: true, expect: 5, required: true }],
+    ['put with neither expiry', 'put', 'orders', 'live', { value: 1 }],
+    ['put with no value', 'put', 'orders', 'live', { forever: true }],
+    ['put with a body naming the namespace', 'put', 'orders', 'live', { value: 1, forever: true, namespace: 'x' }],
+    ['delete of a live key', 'delete', 'orders', 'live', {}],
+    ['delete of an absent key', 'delete', 'orders', 'nope', {}],
+    ['delete with expect', 'delete', 'orders', 'live', { expect: 101 }],
+    ['delete with an empty key', 'delete', 'orders', '', {}],
+  ];
+
+  test.each(routes)('%s', async (_name, op, ns, key, body) => {
+    const general = await path(op, ns, key, body, false);
+    expect(await path(op, ns, key, body, true)).toEqual(general);
+  });
+
+  test('the fast entry answers a plain put with the row it wrote', async () => {
+    expect(await path('put', 'orders', 'fresh', { value: [1], forever: true }, true)).toEqual({
+      answer: { index: 0, op: 'put', key: 'fresh', applied: true, found: true, value: [1], version: 'drawn', expiresAt: null, updatedAt: 'recent' },
     });
   });
 });
