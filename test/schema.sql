@@ -168,7 +168,7 @@ BEGIN
       CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
       -- '' for a key that is there but not a string: no fast path takes it.
       CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
-      v_op - '{op,ns,key}'::text[], p_now);
+      v_op, p_now, true);
     IF v_answer IS NOT NULL THEN
       RETURN jsonb_build_array(v_answer);
     END IF;
@@ -257,7 +257,7 @@ BEGIN
   END IF;
   RETURN to_jsonb(v_results);
 END $function$
-CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns text, p_key text, p_rest jsonb, p_now timestamp with time zone)
+CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns text, p_key text, p_rest jsonb, p_now timestamp with time zone, p_whole boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -266,16 +266,21 @@ DECLARE
   v_ok BOOLEAN;
 BEGIN
   IF NOT coalesce(p_ns ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_ns) <= 128, false)
+     OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
      OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
   END IF;
+  IF p_whole THEN
+    p_rest := p_rest - '{op,ns,key}'::text[];
+  END IF;
   IF p_op = 'getMany' THEN
-    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb
-       AND (SELECT count(*) BETWEEN 1 AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000)
-                   AND bool_and(jsonb_typeof(k) = 'string' AND k <> '""'::jsonb AND octet_length(k #>> '{}') <= 512)
-                   AND count(DISTINCT k) = count(*)
-              FROM jsonb_array_elements(p_rest->'keys') k) THEN
-      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a;
+    -- The keys: 1 to kv_max_batch distinct non-empty strings of at most 512 bytes.
+    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb THEN
+      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
+       WHERE (SELECT count(*) BETWEEN 1 AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000)
+                     AND bool_and(jsonb_typeof(k) = 'string' AND k <> '""'::jsonb AND octet_length(k #>> '{}') <= 512)
+                     AND count(DISTINCT k) = count(*)
+                FROM jsonb_array_elements(p_rest->'keys') k);
     END IF;
     RETURN v_answer;
   END IF;
@@ -322,13 +327,23 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant uuid, p_op text, p_ns 
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp()),
-                  queen.kv_apply_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body), false) -> 0)
+  SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
+                  queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
+                                       false, clock_timestamp()) -> 0)
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_transaction boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE sql
-AS $function$ SELECT queen.kv_apply_at_v1(p_tenant, p_ops, p_in_transaction, clock_timestamp()) $function$
+AS $function$
+  SELECT coalesce(
+    CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
+      nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
+        CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
+        CASE WHEN jsonb_typeof(p_ops->0->'ns') = 'string' THEN p_ops->0->>'ns' END,
+        CASE WHEN jsonb_typeof(p_ops->0->'key') = 'string' THEN p_ops->0->>'key' WHEN p_ops->0 ? 'key' THEN '' END,
+        p_ops->0, clock_timestamp(), true)), '[null]'::jsonb) END,
+    queen.kv_apply_at_v1(p_tenant, p_ops, p_in_transaction, clock_timestamp()))
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_check_key_v1(p_key jsonb, p_index integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -614,18 +629,13 @@ CREATE OR REPLACE FUNCTION queen.kv_get_many_v1(p_tenant uuid, p_index integer, 
  LANGUAGE sql
  STABLE
 AS $function$
-  WITH asked AS (
-    SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(p_keys) k
-  ), found AS (
-    SELECT kv FROM queen.kv kv
-     WHERE kv.tenant_id = p_tenant AND kv.namespace = p_ns
-       AND kv.key = ANY (ARRAY(SELECT key FROM asked)) AND queen.kv_live_v1(kv.expires_at, p_now)
-  )
-  SELECT jsonb_build_object(
+  SELECT json_build_object(
     'index', p_index, 'op', 'getMany',
-    'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json_v1(f.kv) ORDER BY (f.kv).key COLLATE "C") FROM found f), '[]'::jsonb),
-    'missing', coalesce((SELECT jsonb_agg(a.key ORDER BY a.key COLLATE "C") FROM asked a
-                          WHERE NOT EXISTS (SELECT 1 FROM found f WHERE (f.kv).key = a.key)), '[]'::jsonb))
+    'rows', coalesce(json_agg(queen.kv_row_json_v1(kv) ORDER BY a.key) FILTER (WHERE kv.key IS NOT NULL), '[]'),
+    'missing', coalesce(json_agg(a.key ORDER BY a.key) FILTER (WHERE kv.key IS NULL), '[]'))::jsonb
+    FROM (SELECT k COLLATE "C" AS key FROM jsonb_array_elements_text(p_keys) k) a
+    LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = a.key
+                         AND queen.kv_live_v1(kv.expires_at, p_now)
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix_v1(p_tenant uuid, o jsonb, p_now timestamp with time zone)
  RETURNS jsonb

@@ -309,3 +309,56 @@ describe('the path routes\' entry answers as the one-operation batch', () => {
     });
   });
 });
+
+// kv_apply_v1 tries the fast path in SQL that is inlined into the caller's statement. Its
+// arguments are folded while planning when the statement's parameters are constants (a named
+// statement's first executions), so an operations value of any shape must still reach the general
+// path's refusal, on custom and on generic plans alike; and what it answers must be the general
+// path's answer.
+describe('the entry point kv_apply_v1 answers as the general path', () => {
+  const settle = (o: Outcome): Outcome =>
+    JSON.parse(JSON.stringify(o), (k, v) =>
+      (k === 'updatedAt' || k === 'expiresAt') && typeof v === 'string' && !v.startsWith('2026-0') ? 'recent' : v,
+    );
+  const BATCH = `SELECT queen.kv_apply_v1($1::uuid, $2::jsonb -> 'operations', false) AS r`;
+
+  /** `name`: a statement of its own per case, so every case meets the custom plans of a fresh one. */
+  async function entry(body: unknown, fast: boolean, name: string): Promise<Outcome> {
+    await client.query('BEGIN');
+    try {
+      await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
+      const { rows } = await client.query({ name, text: BATCH, values: [TENANT, JSON.stringify(body)] });
+      return settle({ answer: normalise(rows[0].r) });
+    } catch (err) {
+      const e = err as { code?: string; message: string; detail?: string };
+      return { error: { code: e.code, message: e.message, detail: e.detail } };
+    } finally {
+      await client.query('ROLLBACK');
+    }
+  }
+
+  const bodies: Array<[string, unknown]> = [
+    ['operations an object', { operations: { op: 'get', ns: 'orders', key: 'live' } }],
+    ['operations a string', { operations: 'get' }],
+    ['operations a number', { operations: 5 }],
+    ['operations missing', {}],
+    ['operations empty', { operations: [] }],
+    ['an operation that is a string', { operations: ['key'] }],
+    ['an operation that is a number', { operations: [5] }],
+    ['an operation that is null', { operations: [null] }],
+    ['an operation that is an array', { operations: [[{ op: 'get', ns: 'orders', key: 'live' }]] }],
+    ['a get', { operations: [{ op: 'get', ns: 'orders', key: 'live' }] }],
+    ['a get with a numeric key', { operations: [{ op: 'get', ns: 'orders', key: 1 }] }],
+    ['a put', { operations: [{ op: 'put', ns: 'orders', key: 'live', value: 2, forever: true }] }],
+    ['an incr', { operations: [{ op: 'incr', ns: 'orders', key: 'count', delta: 2, ttlSeconds: 5 }] }],
+    ['a getMany', { operations: [{ op: 'getMany', ns: 'orders', keys: ['live', 'nope'] }] }],
+    ['a delete with expect', { operations: [{ op: 'delete', ns: 'orders', key: 'live', expect: 101, required: true }] }],
+    ['two operations', { operations: [{ op: 'get', ns: 'orders', key: 'live' }, { op: 'get', ns: 'orders', key: 'ttl' }] }],
+  ];
+
+  test.each(bodies.map(([name, body], i) => [name, body, i] as const))('%s', async (_name, body, i) => {
+    const general = await entry(body, false, `fast_path_test_general_${i}`);
+    // Seven times: the first executions of a named statement are planned with its parameters as constants.
+    for (let n = 0; n < 7; n++) expect(await entry(body, true, `fast_path_test_entry_${i}`)).toEqual(general);
+  });
+});
