@@ -3,8 +3,9 @@
 // difference is the procedure's cost per call (pg_stat_statements is not available on the embedded
 // server). Also a server-side loop (no protocol at all) for the same pairs.
 //   node dist/bench/kvProcedure.js            (embedded PostgreSQL, or DATABASE_URL)
-//   --calls=3000 (BENCH_CALLS), --compare=<git ref> (the same calls against that revision's sql/,
-//   in a second database, alternating), --only=get,put (statements whose name starts so)
+//   --calls=3000 (BENCH_CALLS), --compare=<git ref> (the same calls against that revision's sql/
+//   and that revision's statements from shared/sql/kv.ts, in a second database, alternating),
+//   --only=get,put (statements whose name starts so)
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
