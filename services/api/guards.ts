@@ -138,9 +138,6 @@ export class Guards {
     const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
     this.shedWindowMs = Math.max(1000, 2 * deps.config.kvAcquireTimeoutMs);
-    const update = () => this.updatePoolGauges();
-    for (const event of ['connect', 'acquire', 'release', 'remove'] as const) deps.kvPool.on(event as 'connect', update);
-    this.updatePoolGauges();
     // Every refusal series exists from boot, so an alert on any of them can be written before the first one.
     for (const code of REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
   }
@@ -148,12 +145,6 @@ export class Guards {
   /** The pool is past a burst: it has turned someone away lately and its queue is still as deep as the pool. */
   private saturated(): boolean {
     return this.deps.kvPool.waitingCount >= this.shedAt && performance.now() - this.lastAcquireTimeoutAt < this.shedWindowMs;
-  }
-
-  updatePoolGauges(): void {
-    const pool = this.deps.kvPool;
-    this.deps.metrics.kvPoolInUse.set(pool.totalCount - pool.idleCount);
-    this.deps.metrics.kvPoolWaiting.set(pool.waitingCount);
   }
 
   /**
@@ -215,7 +206,6 @@ export class Guards {
     this.checkKvQuota(tenant, cost);
     this.checkRate(tenant, cost.reads, cost.writes);
     if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
-      this.updatePoolGauges();
       this.refuse(
         new ApiError(
           'kv_unavailable',
@@ -274,10 +264,7 @@ export class Guards {
 
   private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, committed: () => void): Promise<T> {
     try {
-      const pending = run(tenant);
-      // The synchronous part of run() has queued on the pool by now: the gauge sees the waiter.
-      if (onKvPool) this.updatePoolGauges();
-      const result = await pending;
+      const result = await run(tenant);
       committed();
       return result;
     } catch (err) {
@@ -288,8 +275,6 @@ export class Guards {
       }
       // The original goes on: the route's own accounting and the one error handler read it.
       throw err;
-    } finally {
-      if (onKvPool) this.updatePoolGauges();
     }
   }
 
