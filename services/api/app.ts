@@ -35,8 +35,9 @@ export function createApp(deps: AppDeps): Express {
   app.set('etag', false);
   app.use(requestLog(log));
 
-  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
+  // The KV routes first: they carry the traffic whose rate somebody else's users decide.
   app.use(kvRoutes({ config, kvPool: pools.kv, metrics, guards: ops.guards }));
+  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log });

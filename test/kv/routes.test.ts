@@ -71,6 +71,28 @@ describe('GET', () => {
     expect(absent.headers.get('etag')).toBeNull();
   });
 
+  test('If-None-Match with the current ETag is a 304 with no body; an older one, or no-cache, reads the datum', async () => {
+    const first = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 1, forever: true });
+    const second = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 2, forever: true });
+    // Raw requests: through fetch (undici) the same call came back 200 with the body.
+    const get = (headers: Record<string, string>) => rawRequest(h.url, 'GET', '/api/v1/kv/g/etag', undefined, headers);
+    const same = await get({ 'if-none-match': `"${second.version}"` });
+    expect(same.status).toBe(304);
+    expect(same.body).toBeUndefined();
+    expect(same.headers.get('etag')).toBe(`"${second.version}"`);
+    const listed = await get({ 'if-none-match': `"1", W/"${second.version}"` });
+    expect(listed.status).toBe(304);
+    const stale = await get({ 'if-none-match': `"${first.version}"` });
+    expect(stale.status).toBe(200);
+    expect(stale.body).toMatchObject({ found: true, value: 2 });
+    const noCache = await get({ 'if-none-match': `"${second.version}"`, 'cache-control': 'no-cache' });
+    expect(noCache.status).toBe(200);
+    // An absent key has no ETag to match: If-None-Match: * does not turn "not found" into a 304.
+    const absent = await rawRequest(h.url, 'GET', '/api/v1/kv/g/etag-absent', undefined, { 'if-none-match': '*' });
+    expect(absent.status).toBe(200);
+    expect(absent.body).toMatchObject({ found: false });
+  });
+
   test('a stored null is found, with an ETag', async () => {
     const put = await h.one({ op: 'put', ns: 'g', key: 'null', value: null, forever: true });
     const res = await h.call('GET', '/api/v1/kv/g/null');

@@ -8,7 +8,7 @@ import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../guards';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { bodyText, isPlainObject, notModified, parseJson, rawBody, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
@@ -111,7 +111,11 @@ export function kvRoutes({ config, kvPool, metrics, guards }: KvRouteDeps): Rout
           values: [tenant, op, (req.params as Record<string, string>).ns, pathKey(req), op === 'get' ? '{}' : text],
         });
         const { body: answer, version } = rows[0];
-        if (op === 'get' && version !== null && version !== '0') res.set('ETag', `"${version}"`);
+        if (op === 'get' && version !== null && version !== '0') {
+          const etag = `"${version}"`;
+          res.setHeader('ETag', etag);
+          if (notModified(req, etag)) return void res.writeHead(304).end();
+        }
         sendJsonText(res, 200, answer);
       });
       metrics.kvOps.inc({ op, outcome: 'ok' });
