@@ -11,7 +11,7 @@ export function rawBody(config: Config): RequestHandler {
   return express.text({ type: () => true, limit: config.maxBodyBytes, defaultCharset: 'utf-8' });
 }
 
-export function bodyText(req: Request): string {
+export function bodyText(req: IncomingMessage & { body?: unknown }): string {
   return typeof req.body === 'string' ? req.body : '';
 }
 
@@ -30,10 +30,10 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export function tenantOf(config: Config, req: Request): string {
+export function tenantOf(config: Config, req: IncomingMessage): string {
   if (!config.tenancyHeader) return DEFAULT_TENANT;
-  const header = req.get('x-queen-tenant');
-  if (!header || !UUID.test(header.trim())) {
+  const header = req.headers['x-queen-tenant'];
+  if (typeof header !== 'string' || !UUID.test(header.trim())) {
     throw new ApiError('tenant_required', 'This cell takes the tenant from the x-queen-tenant header, a UUID.');
   }
   return header.trim().toLowerCase();
@@ -65,7 +65,7 @@ export function sendError(res: ServerResponse, err: ApiError): void {
 
 /** The one place a thrown thing becomes an answer. A 500 is a bug and is logged as one. */
 export function errorHandler(log: Logger) {
-  return (err: unknown, req: Request, res: Response, _next: NextFunction): void => {
+  return (err: unknown, req: IncomingMessage & { route?: { path?: string } }, res: ServerResponse, _next?: NextFunction): void => {
     const e = err as { type?: string; status?: number; statusCode?: number; message?: string };
     if (e && e.type === 'entity.too.large') {
       return sendError(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));

@@ -23,7 +23,7 @@ export function pathOnly(url: string | undefined): string {
 const QUIET = new Set(['/health', '/ready', '/metrics', '/metrics/prometheus']);
 
 export function requestLog(log: Logger) {
-  return (req: IncomingMessage, res: ServerResponse, next: () => void): void => {
+  return (req: IncomingMessage, res: ServerResponse): void => {
     const incoming = req.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     res.setHeader('x-request-id', id);
@@ -39,6 +39,5 @@ export function requestLog(log: Logger) {
       const completed = !req.readableAborted && res.writableFinished;
       log[level](line, failed ? 'request errored' : completed ? 'request completed' : 'request aborted');
     });
-    next();
   };
 }

@@ -149,6 +149,36 @@ describe('odd paths', () => {
     expect(typeof bad.body.error).toBe('string');
   });
 
+  test('a malformed percent-encoding in the namespace is 400 bad_request', async () => {
+    expectError(await rawRequest(h.url, 'GET', '/api/v1/kv/%E0%A4%A/k'), 400, 'bad_request');
+  });
+
+  test('paths match case-sensitively, and a method a path does not take is 404 not_found JSON', async () => {
+    await h.one({ op: 'put', ns: 'g', key: 'case', value: 1, forever: true });
+    expectError(await h.call('GET', '/API/V1/KV/g/case'), 404, 'not_found');
+    expectError(await h.call('POST', '/api/v1/kv/g/case', { value: 2, forever: true }), 404, 'not_found');
+    expectError(await h.call('PATCH', '/api/v1/kv/g/case', { value: 2, forever: true }), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kv'), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kv//case'), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kvx/g/case'), 404, 'not_found');
+    expect((await h.row('g', 'case'))?.value).toBe(1);
+  });
+
+  test('HEAD on a key answers the GET headers with no body', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'head', value: { a: 1 }, forever: true });
+    const res = await rawRequest(h.url, 'HEAD', '/api/v1/kv/g/head');
+    expect(res.status).toBe(200);
+    expect(res.text).toBe('');
+    expect(res.headers.get('etag')).toBe(`"${put.version}"`);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+  });
+
+  test('POST /api/v1/kv/ (a trailing slash) is the batch route', async () => {
+    const res = await h.call('POST', '/api/v1/kv/', { operations: [{ op: 'get', ns: 'g', key: 'head' }] });
+    expect(res.status).toBe(200);
+    expect(res.body.results[0]).toMatchObject({ op: 'get', found: true });
+  });
+
   test('%00 in a path key is 400 kv_invalid_key', async () => {
     expectError(await h.call('PUT', '/api/v1/kv/g/a%00b', { value: 1, forever: true }), 400, 'kv_invalid_key');
     expectError(await h.call('GET', '/api/v1/kv/g/a%00b'), 400, 'kv_invalid_key');
