@@ -2,7 +2,7 @@
 //   1. push throughput alone (POST /api/v1/push, a closed loop of PUSH_CONNECTIONS clients);
 //   2. the same push load while a KV flood of ten times the rate limits runs beside it (reads at
 //      10 x QUEEN_KV_READS_PER_SEC, writes at 10 x QUEEN_KV_WRITES_PER_SEC, from separate processes
-//      so the flood's load generator does not share the push generator's event loop);
+//      (floodLane.ts) so the flood's load generator does not share the push generator's event loop);
 //   3. push alone again, to show the cell did not drift between phases.
 // It prints both throughputs, the ratio (under flood / alone, alone being the mean of 1 and 3) and
 // what the flood was answered (mostly 429 rate_limited: the buckets sit in front of the pool).
@@ -32,7 +32,7 @@ const READS_PER_SEC = DEFAULTS.kvReadsPerSec;
 const WRITES_PER_SEC = DEFAULTS.kvWritesPerSec;
 const ROOT = path.resolve(__dirname, '..', '..');
 const MAIN = path.join(ROOT, 'dist', 'services', 'api', 'main.js');
-const AUTOCANNON_CLI = require.resolve('autocannon/autocannon.js');
+const FLOOD_LANE = path.join(__dirname, 'floodLane.js');
 
 /** CPU seconds (user + system) a process has used, from /proc; 0 when it is gone. */
 function cpuSeconds(pid: number | undefined): number {
@@ -145,24 +145,18 @@ function pushLoad(port: number): Promise<Phase> {
   });
 }
 
-/** One flood lane in its own process: autocannon's CLI at a fixed overall rate, JSON summary on stdout. */
+/** One flood lane in its own process (floodLane.ts): a fixed offered rate over 64 connections. */
 function floodLane(port: number, lane: 'reads' | 'writes', rate: number): Promise<any> {
-  const args =
-    lane === 'reads'
-      ? ['-m', 'GET', `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`]
-      : ['-m', 'PUT', '-H', 'content-type=application/json', '-b', JSON.stringify({ value: { n: 1 }, ttlSeconds: 300 }), `http://127.0.0.1:${port}/api/v1/kv/bench/flood-key`];
-  const child = spawn(process.execPath, [AUTOCANNON_CLI, '-j', '-c', '64', '-R', String(rate), '-d', String(SECONDS), ...args], {
-    stdio: ['ignore', 'pipe', 'ignore'],
-  });
+  const child = spawn(process.execPath, [FLOOD_LANE, String(port), lane, String(rate), String(SECONDS)], { stdio: ['ignore', 'pipe', 'inherit'] });
   let text = '';
   child.stdout!.on('data', (d) => (text += d));
-  let cpu = 0;
-  const sample = setInterval(() => (cpu = Math.max(cpu, cpuSeconds(child.pid))), 200);
   return new Promise((resolve, reject) => {
     child.once('exit', () => {
-      clearInterval(sample);
       try {
-        resolve({ ...JSON.parse(text), generatorCpuSeconds: cpu });
+        const r = JSON.parse(text);
+        const ok = Object.entries(r.byStatus as Record<string, number>).reduce((n, [status, count]) => n + (status.startsWith('2') ? count : 0), 0);
+        const answered = Object.values(r.byStatus as Record<string, number>).reduce((n, count) => n + count, 0);
+        resolve({ requests: { total: r.sent }, '2xx': ok, non2xx: answered - ok, unsent: r.unsent, errors: r.errors, generatorCpuSeconds: r.cpuSeconds });
       } catch (err) {
         reject(new Error(`the ${lane} flood printed no summary: ${String(err)}`));
       }
@@ -236,7 +230,9 @@ async function main(): Promise<void> {
     const alone2 = await pushLoad(port);
     out(`push alone again      ${alone2.okPerSec.toFixed(0)} pushes/s  (p99 ${alone2.p99Ms} ms, non-2xx ${alone2.non2xx})`);
 
-    const flood = (r: any) => `${(r.requests.total / SECONDS).toFixed(0)} req/s sent, ${(r['2xx'] / SECONDS).toFixed(0)}/s admitted, ${r.non2xx} refused`;
+    const flood = (r: any) =>
+      `${(r.requests.total / SECONDS).toFixed(0)} req/s sent, ${(r['2xx'] / SECONDS).toFixed(0)}/s admitted, ${r.non2xx} refused` +
+      (r.unsent ? `, ${r.unsent} not sent (all 64 connections busy)` : '') + (r.errors ? `, ${r.errors} transport errors` : '');
     out(`flood reads           ${flood(reads)}`);
     out(`flood writes          ${flood(writes)}`);
     const delta = Object.entries(refusedAfter)

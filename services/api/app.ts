@@ -1,5 +1,7 @@
-// The Express 5 app factory. Tests run it in-process; main.ts serves it under node:cluster.
-import express, { Express } from 'express';
+// What answers a request in one worker: the KV routes straight from node's request (routes/kv.ts
+// says why), everything else through Express 5. server.ts serves it; main.ts runs one per worker.
+import express from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
@@ -27,23 +29,26 @@ export interface AppDeps {
   metricsText?: () => Promise<string>;
 }
 
-export function createApp(deps: AppDeps): Express {
+export interface App {
+  handle(req: IncomingMessage, res: ServerResponse): void;
+  /** Called by the server's close before it waits for requests in flight: long polls answer now. */
+  close(): Promise<void>;
+}
+
+export function createApp(deps: AppDeps): App {
   const { config, pools, log, metrics, ops } = deps;
+  const logRequest = requestLog(log);
+  const kv = kvRoutes({ config, kvPool: pools.kv, metrics, log, guards: ops.guards, logRequest });
   const app = express();
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
-  app.use(requestLog(log));
-
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
-  app.use(kvRoutes({ config, kvPool: pools.kv, metrics, guards: ops.guards }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log });
   app.use(logSurface.router);
   app.use(transactionRoutes({ config, messagePool: pools.message, metrics, guards: ops.guards }));
-  // Called by the server's close before it waits for requests in flight: long polls answer now.
-  app.locals.close = () => logSurface.close();
   const metricsText = deps.metricsText ?? (() => metrics.register.metrics());
   app.get(['/metrics', '/metrics/prometheus'], async (_req, res) => {
     let text: string;
@@ -58,5 +63,12 @@ export function createApp(deps: AppDeps): Express {
 
   app.use(notFound);
   app.use(errorHandler(log));
-  return app;
+  return {
+    handle(req, res) {
+      if (kv(req, res)) return;
+      logRequest(req, res);
+      app(req, res);
+    },
+    close: () => logSurface.close(),
+  };
 }

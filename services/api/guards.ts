@@ -25,7 +25,6 @@
 //   timer schedule:  guards.timers(req, { where: 'route', schedules: 1 }, (tenant) => ...)
 //   timer reschedule guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => ...)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
-import type { Request } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
@@ -138,9 +137,6 @@ export class Guards {
     const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
     this.shedWindowMs = Math.max(1000, 2 * deps.config.kvAcquireTimeoutMs);
-    const update = () => this.updatePoolGauges();
-    for (const event of ['connect', 'acquire', 'release', 'remove'] as const) deps.kvPool.on(event as 'connect', update);
-    this.updatePoolGauges();
     // Every refusal series exists from boot, so an alert on any of them can be written before the first one.
     for (const code of REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
   }
@@ -150,38 +146,23 @@ export class Guards {
     return this.deps.kvPool.waitingCount >= this.shedAt && performance.now() - this.lastAcquireTimeoutAt < this.shedWindowMs;
   }
 
-  updatePoolGauges(): void {
-    const pool = this.deps.kvPool;
-    this.deps.metrics.kvPoolInUse.set(pool.totalCount - pool.idleCount);
-    this.deps.metrics.kvPoolWaiting.set(pool.waitingCount);
-  }
-
   /**
-   * The flood's cheap exit, before Express: a KV route call that is certainly refused by rung 1 or
-   * rung 4 is answered here from the raw request, with no routing, no body read and no error
-   * handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
+   * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or rung 4 is
+   * answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
+   * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
    * does not spend is the message path's. It only ever answers what guards.kv() would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
    * aside and the full path decides. It never takes a token.
    */
-  preflight(req: IncomingMessage, res: ServerResponse): boolean {
-    const url = req.url ?? '';
-    if (!url.startsWith('/api/v1/kv')) return false;
+  preflight(req: IncomingMessage, res: ServerResponse, call: 'batch' | 'get' | 'put' | 'delete'): boolean {
     const { config, switches, book, metrics } = this.deps;
-    let kind: 'batch' | 'read' | 'write';
-    if (url === '/api/v1/kv' && req.method === 'POST') kind = 'batch';
-    else if (url.startsWith('/api/v1/kv/') && url.indexOf('/', 11) > 11) {
-      if (req.method === 'GET') kind = 'read';
-      else if (req.method === 'PUT' || req.method === 'DELETE') kind = 'write';
-      else return false;
-    } else return false;
-
+    const kind = call === 'batch' ? 'batch' : call === 'get' ? 'read' : 'write';
     if (!switches.kv) {
       return this.answerEarly(res, 503, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', PAUSED_RETRY_AFTER_SECONDS);
     }
     let tenant: string;
     try {
-      tenant = tenantOf(config, { get: (h: string) => req.headers[h.toLowerCase()] } as unknown as Request);
+      tenant = tenantOf(config, req);
     } catch {
       return false;
     }
@@ -189,7 +170,7 @@ export class Guards {
     // The cheapest call of this kind: one read, one write, or (a batch) one operation of either.
     const decision = this.limiter.minimumWait(tenant, kind);
     if (decision.retryAfterSeconds === 0) return false;
-    metrics.kvOps.inc({ op: kind === 'batch' ? 'unknown' : req.method === 'GET' ? 'get' : req.method === 'PUT' ? 'put' : 'delete', outcome: 'refused' });
+    metrics.kvOps.inc({ op: call === 'batch' ? 'unknown' : call, outcome: 'refused' });
     return this.answerEarly(res, 429, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
   }
 
@@ -206,7 +187,7 @@ export class Guards {
   }
 
   /** A standalone KV call (POST /api/v1/kv and the path routes) or the wire's `kv` array alone. */
-  async kv<T>(req: Request, opts: { where: Where; ops: unknown | (() => unknown) }, run: (tenant: string) => Promise<T>): Promise<T> {
+  async kv<T>(req: IncomingMessage, opts: { where: Where; ops: unknown | (() => unknown) }, run: (tenant: string) => Promise<T>): Promise<T> {
     const { config, switches, book } = this.deps;
     this.refuseIf(!switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', opts.where);
     const tenant = tenantOf(config, req);
@@ -215,7 +196,6 @@ export class Guards {
     this.checkKvQuota(tenant, cost);
     this.checkRate(tenant, cost.reads, cost.writes);
     if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
-      this.updatePoolGauges();
       this.refuse(
         new ApiError(
           'kv_unavailable',
@@ -229,7 +209,7 @@ export class Guards {
 
   /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
   async timers<T>(
-    req: Request,
+    req: IncomingMessage,
     opts: { where: Where; schedules?: number; reschedules?: number; payloadBytes?: number },
     run: (tenant: string) => Promise<T>,
   ): Promise<T> {
@@ -253,7 +233,7 @@ export class Guards {
    * A paused switch is a permanent 403 here, never 503: a client retrying a bundle would spin on
    * the hot path with messages in its hands.
    */
-  async wire<T>(req: Request, opts: { kv?: unknown; timers?: unknown }, run: (tenant: string) => Promise<T>): Promise<T> {
+  async wire<T>(req: IncomingMessage, opts: { kv?: unknown; timers?: unknown }, run: (tenant: string) => Promise<T>): Promise<T> {
     const { config, switches, book } = this.deps;
     const kvOps = Array.isArray(opts.kv) ? opts.kv : [];
     const { schedules, reschedules } = timerCounts(opts.timers);
@@ -274,10 +254,7 @@ export class Guards {
 
   private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, committed: () => void): Promise<T> {
     try {
-      const pending = run(tenant);
-      // The synchronous part of run() has queued on the pool by now: the gauge sees the waiter.
-      if (onKvPool) this.updatePoolGauges();
-      const result = await pending;
+      const result = await run(tenant);
       committed();
       return result;
     } catch (err) {
@@ -288,8 +265,6 @@ export class Guards {
       }
       // The original goes on: the route's own accounting and the one error handler read it.
       throw err;
-    } finally {
-      if (onKvPool) this.updatePoolGauges();
     }
   }
 

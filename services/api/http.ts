@@ -1,6 +1,7 @@
 // What every route shares: the JSON body reader, the error answer, the tenant.
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import express from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, coerceError, PreconditionFailed } from '../../shared/errors';
 import { DEFAULT_TENANT, Config } from '../../shared/config';
 import type { Logger } from '../../shared/log';
@@ -10,7 +11,7 @@ export function rawBody(config: Config): RequestHandler {
   return express.text({ type: () => true, limit: config.maxBodyBytes, defaultCharset: 'utf-8' });
 }
 
-export function bodyText(req: Request): string {
+export function bodyText(req: IncomingMessage & { body?: unknown }): string {
   return typeof req.body === 'string' ? req.body : '';
 }
 
@@ -29,27 +30,42 @@ export function isPlainObject(v: unknown): v is Record<string, unknown> {
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export function tenantOf(config: Config, req: Request): string {
+export function tenantOf(config: Config, req: IncomingMessage): string {
   if (!config.tenancyHeader) return DEFAULT_TENANT;
-  const header = req.get('x-queen-tenant');
-  if (!header || !UUID.test(header.trim())) {
+  const header = req.headers['x-queen-tenant'];
+  if (typeof header !== 'string' || !UUID.test(header.trim())) {
     throw new ApiError('tenant_required', 'This cell takes the tenant from the x-queen-tenant header, a UUID.');
   }
   return header.trim().toLowerCase();
 }
 
-export function sendJsonText(res: Response, status: number, text: string): void {
-  res.status(status).type('application/json').send(text);
+/**
+ * A JSON body PostgreSQL already rendered, written once with node's own writeHead/end: Express's
+ * send() would parse the Content-Type back, look the charset up and re-set headers on every answer.
+ */
+export function sendJsonText(res: ServerResponse, status: number, text: string): void {
+  res.writeHead(status, { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
 }
 
-export function sendError(res: Response, err: ApiError): void {
-  if (err.extra.retryAfterSeconds !== undefined) res.set('Retry-After', String(err.extra.retryAfterSeconds));
-  res.status(err.status).json(err.body());
+/**
+ * A GET whose If-None-Match names the ETag it would get: 304, no body. The ETag saves bandwidth,
+ * never the read (seeds/kv-routes.md): the database was asked either way.
+ */
+export function notModified(req: IncomingMessage, etag: string): boolean {
+  const wanted = req.headers['if-none-match'];
+  if (!wanted || /(?:^|,)\s*no-cache\s*(?:,|$)/.test(req.headers['cache-control'] ?? '')) return false;
+  return wanted.trim() === '*' || wanted.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
+}
+
+export function sendError(res: ServerResponse, err: ApiError): void {
+  if (err.extra.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(err.extra.retryAfterSeconds));
+  sendJsonText(res, err.status, JSON.stringify(err.body()));
 }
 
 /** The one place a thrown thing becomes an answer. A 500 is a bug and is logged as one. */
 export function errorHandler(log: Logger) {
-  return (err: unknown, req: Request, res: Response, _next: NextFunction): void => {
+  return (err: unknown, req: IncomingMessage & { route?: { path?: string } }, res: ServerResponse, _next?: NextFunction): void => {
     const e = err as { type?: string; status?: number; statusCode?: number; message?: string };
     if (e && e.type === 'entity.too.large') {
       return sendError(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));

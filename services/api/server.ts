@@ -55,8 +55,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const server = http.createServer((req, res) => {
     // A request that arrives during the drain is answered and its connection closed after it.
     if (draining) res.shouldKeepAlive = false;
-    // A KV call certainly refused by a switch or a bucket is answered before Express (guards.preflight).
-    if (!guards.preflight(req, res)) app(req, res);
+    app.handle(req, res);
   });
   server.keepAliveTimeout = 65_000;
   await new Promise<void>((resolve, reject) => {
@@ -76,7 +75,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
         ready = false;
         draining = true;
         const started = Date.now();
-        await (app.locals.close as (() => Promise<void>) | undefined)?.();
+        await app.close();
         await new Promise<void>((resolve) => {
           // Keep-alive connections whose in-flight request finishes after close() become idle
           // later; closing the idle ones every 100 ms ends them without cutting any response.

@@ -119,10 +119,10 @@ export function expectError(res: JsonResponse, status: number, code: string, ind
  * A request whose path goes on the wire byte for byte. fetch normalises URLs (it drops a bare
  * trailing `?`), which would hide exactly the inputs some tests are about.
  */
-export function rawRequest(base: string, method: string, path: string, body?: string): Promise<JsonResponse> {
+export function rawRequest(base: string, method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<JsonResponse> {
   const { hostname, port } = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = http.request({ hostname, port, method, path, headers: body === undefined ? {} : { 'content-type': 'application/json' } }, (res) => {
+    const req = http.request({ hostname, port, method, path, headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers } }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => {

@@ -71,6 +71,28 @@ describe('GET', () => {
     expect(absent.headers.get('etag')).toBeNull();
   });
 
+  test('If-None-Match with the current ETag is a 304 with no body; an older one, or no-cache, reads the datum', async () => {
+    const first = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 1, forever: true });
+    const second = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 2, forever: true });
+    // Raw requests: through fetch (undici) the same call came back 200 with the body.
+    const get = (headers: Record<string, string>) => rawRequest(h.url, 'GET', '/api/v1/kv/g/etag', undefined, headers);
+    const same = await get({ 'if-none-match': `"${second.version}"` });
+    expect(same.status).toBe(304);
+    expect(same.body).toBeUndefined();
+    expect(same.headers.get('etag')).toBe(`"${second.version}"`);
+    const listed = await get({ 'if-none-match': `"1", W/"${second.version}"` });
+    expect(listed.status).toBe(304);
+    const stale = await get({ 'if-none-match': `"${first.version}"` });
+    expect(stale.status).toBe(200);
+    expect(stale.body).toMatchObject({ found: true, value: 2 });
+    const noCache = await get({ 'if-none-match': `"${second.version}"`, 'cache-control': 'no-cache' });
+    expect(noCache.status).toBe(200);
+    // An absent key has no ETag to match: If-None-Match: * does not turn "not found" into a 304.
+    const absent = await rawRequest(h.url, 'GET', '/api/v1/kv/g/etag-absent', undefined, { 'if-none-match': '*' });
+    expect(absent.status).toBe(200);
+    expect(absent.body).toMatchObject({ found: false });
+  });
+
   test('a stored null is found, with an ETag', async () => {
     const put = await h.one({ op: 'put', ns: 'g', key: 'null', value: null, forever: true });
     const res = await h.call('GET', '/api/v1/kv/g/null');
@@ -125,6 +147,36 @@ describe('odd paths', () => {
     expect(bad.status).toBeGreaterThanOrEqual(400);
     expect(bad.status).toBeLessThan(500);
     expect(typeof bad.body.error).toBe('string');
+  });
+
+  test('a malformed percent-encoding in the namespace is 400 bad_request', async () => {
+    expectError(await rawRequest(h.url, 'GET', '/api/v1/kv/%E0%A4%A/k'), 400, 'bad_request');
+  });
+
+  test('paths match case-sensitively, and a method a path does not take is 404 not_found JSON', async () => {
+    await h.one({ op: 'put', ns: 'g', key: 'case', value: 1, forever: true });
+    expectError(await h.call('GET', '/API/V1/KV/g/case'), 404, 'not_found');
+    expectError(await h.call('POST', '/api/v1/kv/g/case', { value: 2, forever: true }), 404, 'not_found');
+    expectError(await h.call('PATCH', '/api/v1/kv/g/case', { value: 2, forever: true }), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kv'), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kv//case'), 404, 'not_found');
+    expectError(await h.call('GET', '/api/v1/kvx/g/case'), 404, 'not_found');
+    expect((await h.row('g', 'case'))?.value).toBe(1);
+  });
+
+  test('HEAD on a key answers the GET headers with no body', async () => {
+    const put = await h.one({ op: 'put', ns: 'g', key: 'head', value: { a: 1 }, forever: true });
+    const res = await rawRequest(h.url, 'HEAD', '/api/v1/kv/g/head');
+    expect(res.status).toBe(200);
+    expect(res.text).toBe('');
+    expect(res.headers.get('etag')).toBe(`"${put.version}"`);
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+  });
+
+  test('POST /api/v1/kv/ (a trailing slash) is the batch route', async () => {
+    const res = await h.call('POST', '/api/v1/kv/', { operations: [{ op: 'get', ns: 'g', key: 'head' }] });
+    expect(res.status).toBe(200);
+    expect(res.body.results[0]).toMatchObject({ op: 'get', found: true });
   });
 
   test('%00 in a path key is 400 kv_invalid_key', async () => {

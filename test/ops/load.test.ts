@@ -23,14 +23,14 @@ afterAll(() => api.close());
 
 test('three times the read limit: admitted within 10% of the limit, the rest 429 with Retry-After', async () => {
   // The server's own clock: the instant each call reached this worker (preflight is the first thing
-  // the HTTP server runs). The test process shares its event loop with the server, so when the
+  // the KV routes run). The test process shares its event loop with the server, so when the
   // machine is busy the sender stalls; the limit is judged on the instants the server saw.
   const { guards } = api.server.ops;
   const arrivals: number[] = [];
   const preflight = guards.preflight.bind(guards);
-  guards.preflight = (req, res) => {
+  guards.preflight = (req, res, kind) => {
     if (req.url?.startsWith('/api/v1/kv/load/')) arrivals.push(performance.now());
-    return preflight(req, res);
+    return preflight(req, res, kind);
   };
 
   const total = OFFERED * SECONDS;
