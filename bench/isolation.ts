@@ -77,7 +77,7 @@ async function database(): Promise<{ url: string; postmasterPid?: number; stop()
   let dir: string | undefined;
   if (!adminUrl) {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-isolation-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort() });
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort(), throwaway: true });
     adminUrl = embedded.url;
   }
   const name = `queen_bench_isolation_${process.pid}`;

@@ -521,7 +521,7 @@ async function main(): Promise<void> {
     // Walkable, so that as root the postgres user reaches the data folder where we put it.
     fs.chmodSync(dataDir, 0o755);
     log(`starting embedded PostgreSQL in ${dataDir}`);
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort() });
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort(), throwaway: true });
     databaseUrl = embedded.url;
   }
   const ctx: Ctx = { databaseUrl };

@@ -161,7 +161,7 @@ async function main(): Promise<void> {
   if (!url) {
     scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
     fs.chmodSync(scratch, 0o755); // as root, the postgres user must reach the data folder
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort() });
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
     url = embedded.url;
   }
   try {

@@ -246,7 +246,7 @@ async function main(): Promise<void> {
   let dataDir: string | undefined;
   if (!url) {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-timers-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort() });
+    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort(), throwaway: true });
     url = embedded.url;
   }
   const admin = new Client({ connectionString: url });

@@ -171,7 +171,7 @@ async function setup(): Promise<Setup> {
   let dataDir: string | undefined;
   if (!databaseUrl) {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-tx-'));
-    const pg = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'data'), port: await freePort() });
+    const pg = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'data'), port: await freePort(), throwaway: true });
     databaseUrl = pg.url;
     stopPg = pg.stop;
   } else {

@@ -28,12 +28,20 @@ test('a second start reuses the data folder and finds what the first one wrote',
   const first = await startEmbeddedPostgres({ dataDir, port: await freePort() });
   await query(first.url, 'CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)');
   await first.stop();
-  const second = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  const second = await startEmbeddedPostgres({ dataDir, port: await freePort(), throwaway: true });
   try {
     expect(await query(second.url, 'SELECT v FROM kept')).toEqual([{ v: 42 }]);
   } finally {
     await second.stop();
   }
+});
+
+test('a throwaway server leaves nothing behind, wherever it kept its data (as root: a copy under the temp folder)', async () => {
+  const pg = await startEmbeddedPostgres({ dataDir: path.join(dir, 'throwaway'), port: await freePort(), throwaway: true });
+  expect(fs.existsSync(path.join(pg.dataDir, 'PG_VERSION'))).toBe(true);
+  await pg.stop();
+  expect(fs.existsSync(pg.dataDir)).toBe(false);
+  if (pg.dataDir !== path.join(dir, 'throwaway')) expect(fs.existsSync(path.dirname(pg.dataDir))).toBe(false);
 });
 
 test('a stale postmaster.pid left by a dead server is removed and the start goes on', async () => {
@@ -45,7 +53,7 @@ test('a stale postmaster.pid left by a dead server is removed and the start goes
   fs.writeFileSync(path.join(actual, 'postmaster.pid'), '999999999\n' + actual + '\n');
   const warnings: string[] = [];
   const log = { warn: (_o: unknown, m: string) => warnings.push(m), info: () => undefined, debug: () => undefined } as any;
-  const again = await startEmbeddedPostgres({ dataDir, port: await freePort(), log });
+  const again = await startEmbeddedPostgres({ dataDir, port: await freePort(), log, throwaway: true });
   try {
     expect(warnings.some((w) => /stale postmaster.pid/.test(w))).toBe(true);
     expect(await query(again.url, 'SELECT 1 AS one')).toEqual([{ one: 1 }]);
@@ -56,7 +64,7 @@ test('a stale postmaster.pid left by a dead server is removed and the start goes
 
 test('a data folder held by a running server is refused with a sentence', async () => {
   const dataDir = path.join(dir, 'busy');
-  const pg = await startEmbeddedPostgres({ dataDir, port: await freePort() });
+  const pg = await startEmbeddedPostgres({ dataDir, port: await freePort(), throwaway: true });
   try {
     await expect(startEmbeddedPostgres({ dataDir, port: await freePort() })).rejects.toThrow(/in use by a running PostgreSQL/);
   } finally {

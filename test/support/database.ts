@@ -51,6 +51,7 @@ export async function startTestServer(): Promise<TestServer> {
   const pg = await startEmbeddedPostgres({
     dataDir: path.join(dataDir, 'data'),
     port: await freePort(),
+    throwaway: true,
     settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' },
   });
   return {
