@@ -1,7 +1,8 @@
 // What answers a request in one worker: the KV routes straight from node's request (routes/kv.ts
 // says why), everything else through Express 5. server.ts serves it; main.ts runs one per worker.
-import express from 'express';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import express, { Express } from 'express';
+import http, { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
@@ -31,6 +32,9 @@ export interface AppDeps {
 
 export interface App {
   handle(req: IncomingMessage, res: ServerResponse): void;
+  /** The classes the HTTP server builds each request and response from (expressShaped below). */
+  IncomingMessage: typeof IncomingMessage;
+  ServerResponse: typeof ServerResponse;
   /** Called by the server's close before it waits for requests in flight: long polls answer now. */
   close(): Promise<void>;
 }
@@ -70,5 +74,26 @@ export function createApp(deps: AppDeps): App {
       app(req, res);
     },
     close: () => logSurface.close(),
+    ...expressShaped(app),
   };
+}
+
+/**
+ * Request and response classes born with Express's prototypes. Express's app.handle sets the
+ * prototype of every request and response it routes (Object.setPrototypeOf); V8 answers by migrating
+ * the object to a new map, after which property accesses in node's http code, in Express and in ours
+ * miss their inline caches and optimized code is thrown away and rebuilt. A perf profile of the API
+ * under push load was LookupIterator, LoadIC misses, MigrateToMap and TurboFan recompiling. When the
+ * object already has that prototype, Express's set changes nothing.
+ */
+function expressShaped(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
+  function Request(this: IncomingMessage, socket: Socket) {
+    http.IncomingMessage.call(this, socket);
+  }
+  Request.prototype = app.request;
+  function Response(this: ServerResponse, req: IncomingMessage, options?: object) {
+    (http.ServerResponse as unknown as (this: ServerResponse, req: IncomingMessage, options?: object) => void).call(this, req, options);
+  }
+  Response.prototype = app.response;
+  return { IncomingMessage: Request as unknown as typeof IncomingMessage, ServerResponse: Response as unknown as typeof ServerResponse };
 }

@@ -52,7 +52,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   let ready = true;
   let draining = false;
   const app = createApp({ config, pools, log, metrics, isReady: () => ready, metricsText, ops });
-  const server = http.createServer((req, res) => {
+  const server = http.createServer({ IncomingMessage: app.IncomingMessage, ServerResponse: app.ServerResponse }, (req, res) => {
     // A request that arrives during the drain is answered and its connection closed after it.
     if (draining) res.shouldKeepAlive = false;
     app.handle(req, res);
