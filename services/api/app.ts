@@ -2,7 +2,6 @@
 // says why), everything else through Express 5. server.ts serves it; main.ts runs one per worker.
 import express, { Express } from 'express';
 import http, { IncomingMessage, ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
@@ -87,13 +86,19 @@ export function createApp(deps: AppDeps): App {
  * object already has that prototype, Express's set changes nothing.
  */
 function expressShaped(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
-  function Request(this: IncomingMessage, socket: Socket) {
-    http.IncomingMessage.call(this, socket);
+  class Request extends http.IncomingMessage {}
+  class Response extends http.ServerResponse {}
+  // Express's per-app request and response objects become these classes' prototypes: the same
+  // chain and the same own properties (`app`), set once at boot; Express then sets the prototype
+  // each request and response already has.
+  for (const [cls, proto] of [
+    [Request, app.request],
+    [Response, app.response],
+  ] as const) {
+    Object.setPrototypeOf(cls.prototype, Object.getPrototypeOf(proto));
+    Object.defineProperties(cls.prototype, Object.getOwnPropertyDescriptors(proto));
   }
-  Request.prototype = app.request;
-  function Response(this: ServerResponse, req: IncomingMessage, options?: object) {
-    (http.ServerResponse as unknown as (this: ServerResponse, req: IncomingMessage, options?: object) => void).call(this, req, options);
-  }
-  Response.prototype = app.response;
-  return { IncomingMessage: Request as unknown as typeof IncomingMessage, ServerResponse: Response as unknown as typeof ServerResponse };
+  app.request = Request.prototype as unknown as Express['request'];
+  app.response = Response.prototype as unknown as Express['response'];
+  return { IncomingMessage: Request, ServerResponse: Response as unknown as typeof ServerResponse };
 }
