@@ -657,3 +657,75 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
 END $$;
+
+-- The push fast path: one item, plainly valid, to a queue and partition that already exist (given
+-- as values: queue and partition as text, the partition already defaulted; transactionId as text,
+-- '' when the item has none). Why it pays: a push is a transaction of its own, and plpgsql sets up
+-- every expression and nested call it evaluates once per transaction, so the general path's cost
+-- is its number of statements and calls (validation twice, ensure-partition twice, the lock twice),
+-- not their work. Here: one guard, one lock (partition row, FOR NO KEY UPDATE, held to commit, so
+-- seq order is still commit order), one statement that stores the message unless the partition
+-- already holds its transactionId (taken after the lock, so the check sees every committed push)
+-- and bumps last_seq, the NOTIFY, the answer; what log_push_v1 does, with log_push_items_v1's answer.
+-- Returns NULL, having done nothing, for anything else (a name or transactionId the general path
+-- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off): the general
+-- path then decides, refusals included, so every rule keeps one definition. The names' test is
+-- log_name_ok_v1's pattern with the bound as a length (a {0,127} bound builds a large automaton).
+-- test/log/fastPath.test.ts holds both paths to the same answers and rows.
+CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
+  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
+) RETURNS JSONB LANGUAGE plpgsql AS $$
+DECLARE
+  v_pid UUID;
+  v_last BIGINT;
+  v_txid TEXT;
+  v_status TEXT;
+BEGIN
+  IF NOT coalesce(p_queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_queue) <= 128
+                  AND p_partition ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_partition) <= 128
+                  AND octet_length(p_transaction_id) <= 256, false)
+     OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+    RETURN NULL;
+  END IF;
+  SELECT p.id, p.last_seq INTO v_pid, v_last
+    FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+   WHERE q.name = p_queue AND p.name = p_partition
+     FOR NO KEY UPDATE OF p;
+  IF v_pid IS NULL THEN
+    RETURN NULL;
+  END IF;
+  v_txid := CASE WHEN p_transaction_id = '' THEN gen_random_uuid()::text ELSE p_transaction_id END;
+  WITH stored AS (
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+    VALUES (v_pid, v_last + 1, v_txid, p_payload)
+    ON CONFLICT (partition_id, transaction_id) DO NOTHING
+    RETURNING seq
+  )
+  UPDATE queen.partitions p SET last_seq = s.seq FROM stored s WHERE p.id = v_pid
+  RETURNING 'queued' INTO v_status;
+  IF v_status IS NOT NULL THEN
+    PERFORM pg_notify('queen_log', p_queue);
+  END IF;
+  RETURN jsonb_build_array(jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                                              'partition', p_partition, 'status', coalesce(v_status, 'duplicate')));
+END $$;
+
+-- POST /api/v1/push's entry: one item tries the fast path, in SQL the planner inlines into the
+-- route's statement (a named statement, planned once per connection), sparing a plpgsql call; a
+-- declined fast path has done nothing and log_push_items_v1 answers as it always did. Only
+-- functions that cannot fail on any jsonb appear in the fast path's arguments (with a parameter as
+-- a constant the planner may evaluate them while planning, CASE or not). An item without a
+-- transactionId passes '' (one with an empty string passes NULL: declined, refused by the general path).
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT coalesce(
+    CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
+      queen.log_push_fast_v1(
+        CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
+        CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
+          WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
+        p_items->0->'payload',
+        CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
+          WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)
+    END,
+    queen.log_push_items_v1(p_items))
+$$;
