@@ -1,6 +1,7 @@
-// queen.log_push_fast_v1 (one plainly valid item to an existing queue and partition, through
-// queen.log_push_request_v1, the entry POST /api/v1/push calls) is a shortcut; log_push_items_v1
-// stays the one definition of every rule. This suite holds the paths to the same answers and the
+// queen.log_push_fast_v1 is a shortcut: one plainly valid item to an existing queue and partition
+// (through queen.log_push_request_v1, the entry POST /api/v1/push calls), and each item of a
+// request log_push_items_v1 has validated and locked; log_push_items_v1's checks and log_push_v1
+// stay the one definition of every rule. This suite holds the paths to the same answers and the
 // same rows: every push below runs once with the shortcut off (SET LOCAL queen.log_fast_path = off)
 // and once with it on, from the same state, through the route's own statement, and what a caller
 // sees (the answer's text, byte for byte, or the refusal's SQLSTATE, message and detail) and what
@@ -36,7 +37,8 @@ afterAll(async () => {
   await db.drop();
 });
 
-type Outcome = { answer: string; rows: unknown; path: 'fast' | 'general' } | { error: { code?: string; message: string; detail?: string } };
+type Path = 'fast' | 'items, each fast' | 'general';
+type Outcome = { answer: string; rows: unknown; path: Path } | { error: { code?: string; message: string; detail?: string } };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -57,11 +59,12 @@ async function run(body: string, fast: boolean): Promise<Outcome> {
     await client.query(`SELECT set_config('queen.log_fast_path', $1, true)`, [fast ? 'on' : 'off']);
     // Generated transactionIds and the ids of partitions created here differ between the runs.
     const fixed = new Set((await client.query(`SELECT id::text FROM queen.partitions`)).rows.map((r) => r.id));
-    const generalCalls = `SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_push_items_v1'::regproc), 0)::int AS n`;
-    const callsBefore = (await client.query(generalCalls)).rows[0].n as number;
+    const generalCalls = `SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_push_items_v1'::regproc), 0)::int AS items,
+                                 coalesce(pg_stat_get_xact_function_calls('queen.log_push_v1'::regproc), 0)::int AS one`;
+    const callsBefore = (await client.query(generalCalls)).rows[0];
     const { rows } = await client.query({ text: LOG_PUSH.text, values: [body] });
     const answer = rows[0].results as string;
-    const callsAfter = (await client.query(generalCalls)).rows[0].n as number;
+    const callsAfter = (await client.query(generalCalls)).rows[0];
     const generated = new Set<string>();
     const parsed = JSON.parse(answer);
     for (const a of parsed) {
@@ -70,7 +73,7 @@ async function run(body: string, fast: boolean): Promise<Outcome> {
     }
     let text = answer;
     for (const g of generated) text = text.split(g).join('generated');
-    return { answer: text, rows: await state(generated), path: callsAfter === callsBefore ? 'fast' : 'general' };
+    return { answer: text, rows: await state(generated), path: callsAfter.items === callsBefore.items ? 'fast' : callsAfter.one === callsBefore.one ? 'items, each fast' : 'general' };
   } catch (err) {
     const e = err as { code?: string; message: string; detail?: string };
     return { error: { code: e.code, message: e.message, detail: e.detail } };
@@ -80,8 +83,10 @@ async function run(body: string, fast: boolean): Promise<Outcome> {
 }
 
 const item = (fields: Record<string, unknown>) => JSON.stringify({ items: [fields] });
-// [name, request body text, the path the shortcut takes when on ('refused': the general path, refusing)]
-const cases: Array<[string, string, 'fast' | 'general' | 'refused']> = [
+// [name, request body text, the path taken with the shortcut on: 'fast' (log_push_request_v1 alone),
+// 'items, each fast' (log_push_items_v1 validating and creating, the fast path storing each item),
+// 'general' (log_push_v1 storing), 'refused' (the general path, refusing)]
+const cases: Array<[string, string, Path | 'refused']> = [
   ['a plain item to an existing queue', item({ queue: 'orders', payload: { a: 1 } }), 'fast'],
   ['to an existing named partition', item({ queue: 'orders', partition: 'p1', payload: [1, 2] }), 'fast'],
   ['partition "Default" spelled out', item({ queue: 'orders', partition: 'Default', payload: 1 }), 'fast'],
@@ -102,8 +107,8 @@ const cases: Array<[string, string, 'fast' | 'general' | 'refused']> = [
   ['an unknown field in the body', '{"items":[{"queue":"orders","payload":1}],"other":1}', 'fast'],
   ['a queue of 128 characters', item({ queue: long(128), payload: 1 }), 'fast'],
   ['a partition of 128 characters, punctuation', item({ queue: 'a_b.c:d-e', partition: long(128, 'p'), payload: 1 }), 'fast'],
-  ['a new queue', item({ queue: 'fresh', payload: 1 }), 'general'],
-  ['a new partition of an existing queue', item({ queue: 'orders', partition: 'p9', payload: 1 }), 'general'],
+  ['a new queue', item({ queue: 'fresh', payload: 1 }), 'items, each fast'],
+  ['a new partition of an existing queue', item({ queue: 'orders', partition: 'p9', payload: 1 }), 'items, each fast'],
   ['a queue of 129 characters', item({ queue: long(129), payload: 1 }), 'refused'],
   ['a queue starting with a dot', item({ queue: '.orders', payload: 1 }), 'refused'],
   ['a queue with a trailing newline', item({ queue: 'orders\n', payload: 1 }), 'refused'],
@@ -122,9 +127,10 @@ const cases: Array<[string, string, 'fast' | 'general' | 'refused']> = [
   ['items that are not an array', '{"items":{"queue":"orders","payload":1}}', 'refused'],
   ['items missing', '{}', 'refused'],
   ['a body that is an array', '[{"queue":"orders","payload":1}]', 'refused'],
-  ['two items', JSON.stringify({ items: [{ queue: 'orders', payload: 1 }, { queue: 'orders', partition: 'p1', payload: 2 }] }), 'general'],
+  ['two items', JSON.stringify({ items: [{ queue: 'orders', payload: 1 }, { queue: 'orders', partition: 'p1', payload: 2 }] }), 'items, each fast'],
+  ['three items, a new queue among them, partition null and absent', JSON.stringify({ items: [{ queue: 'orders', payload: 1, partition: null }, { queue: 'fresh', payload: 2, transactionId: 'dup-1' }, { queue: 'orders', payload: 3, transactionId: 'dup-1' }] }), 'items, each fast'],
   ['two items, the second refused', JSON.stringify({ items: [{ queue: 'orders', payload: 1 }, { queue: '', payload: 2 }] }), 'refused'],
-  ['two items with one transactionId', JSON.stringify({ items: [{ queue: 'orders', payload: 1, transactionId: 't' }, { queue: 'orders', payload: 2, transactionId: 't' }] }), 'general'],
+  ['two items with one transactionId', JSON.stringify({ items: [{ queue: 'orders', payload: 1, transactionId: 't' }, { queue: 'orders', payload: 2, transactionId: 't' }] }), 'items, each fast'],
 ];
 
 describe('the push fast path answers exactly as the general path', () => {
