@@ -1450,16 +1450,11 @@ BEGIN
     RETURN NULL;
   END IF;
   v_txid := CASE WHEN p_transaction_id = '' THEN gen_random_uuid()::text ELSE p_transaction_id END;
-  WITH stored AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    VALUES (v_pid, v_last + 1, v_txid, p_payload)
-    ON CONFLICT (partition_id, transaction_id) DO NOTHING
-    RETURNING seq
-  )
-  UPDATE queen.partitions p SET last_seq = s.seq FROM stored s WHERE p.id = v_pid
-  RETURNING 'queued' INTO v_status;
-  IF v_status IS NOT NULL THEN
+  IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
+    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_pid;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_last + 1, v_txid, p_payload);
     PERFORM pg_notify('queen_log', p_queue);
+    v_status := 'queued';
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
                             'partition', p_partition, 'status', coalesce(v_status, 'duplicate'));
