@@ -665,9 +665,10 @@ END $$;
 
 -- The push fast path: one item, plainly valid, to a queue and partition that already exist (given
 -- as values: queue and partition as text, the partition already defaulted; transactionId as text,
--- '' when the item has none); a request of one item alone (log_push_request_v1), or each item of a
--- request log_push_items_v1 has validated, created and locked. Answers that item's element. Why it pays: a push is a transaction of its own, and plpgsql sets up
--- every expression and nested call it evaluates once per transaction, so the general path's cost
+-- '' when the item has none): a request of one item alone (log_push_request_v1), or each item of a
+-- request log_push_items_v1 has validated, created and locked. Answers that item's element.
+-- Why it pays: a push is a transaction of its own, and plpgsql sets up every expression and
+-- nested call it evaluates once per transaction, so the general path's cost
 -- is its number of statements and calls (validation twice, ensure-partition twice, the lock twice),
 -- not their work. Here: one guard, one lock (partition row, FOR NO KEY UPDATE, held to commit, so
 -- seq order is still commit order), then log_push_v1's own statements: the duplicate check (after
