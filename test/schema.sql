@@ -1426,6 +1426,39 @@ BEGIN
       LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_pid UUID;
+  v_last BIGINT;
+  v_txid TEXT;
+  v_status TEXT;
+BEGIN
+  IF NOT coalesce(p_queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_queue) <= 128
+                  AND p_partition ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_partition) <= 128
+                  AND octet_length(p_transaction_id) <= 256, false)
+     OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+    RETURN NULL;
+  END IF;
+  SELECT p.id, p.last_seq INTO v_pid, v_last
+    FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+   WHERE q.name = p_queue AND p.name = p_partition
+     FOR NO KEY UPDATE OF p;
+  IF v_pid IS NULL THEN
+    RETURN NULL;
+  END IF;
+  v_txid := CASE WHEN p_transaction_id = '' THEN gen_random_uuid()::text ELSE p_transaction_id END;
+  IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
+    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_pid;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_last + 1, v_txid, p_payload);
+    PERFORM pg_notify('queen_log', p_queue);
+    v_status := 'queued';
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                            'partition', p_partition, 'status', coalesce(v_status, 'duplicate'));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items jsonb, p_index integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1455,12 +1488,33 @@ BEGIN
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
   END LOOP;
   PERFORM queen.log_lock_partitions_v1(p_items);
+  -- Each item validated above and its partition created and locked: the fast path takes it (one
+  -- call instead of log_push_v1's three, its expressions set up once for all the items), unless
+  -- queen.log_fast_path = off, and then log_push_v1 does, as it always did.
   FOR i IN 0 .. v_n - 1 LOOP
     v_item := p_items->i;
-    v_out := v_out || queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId');
+    v_out := v_out || coalesce(
+      queen.log_push_fast_v1(v_item->>'queue', coalesce(v_item->>'partition', 'Default'), v_item->'payload', coalesce(v_item->>'transactionId', '')),
+      queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce(
+    CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
+      nullif(jsonb_build_array(queen.log_push_fast_v1(
+        CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
+        CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
+          WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
+        p_items->0->'payload',
+        CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
+          WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)), '[null]'::jsonb)
+    END,
+    queen.log_push_items_v1(p_items))
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -8,10 +8,13 @@ export const LOG_CONFIGURE = {
   text: `SELECT queen.log_configure_v1($1::jsonb)::text AS body`,
 };
 
-/** POST /api/v1/push: the body's items, pushed in request order. */
+/**
+ * POST /api/v1/push: the body's items, pushed in request order. The items are read once (OFFSET 0
+ * keeps the subquery): the entry function is inlined and names them several times.
+ */
 export const LOG_PUSH = {
-  name: 'log_push_items_v1',
-  text: `SELECT queen.log_push_items_v1($1::jsonb -> 'items')::text AS results`,
+  name: 'log_push_request_v1',
+  text: `SELECT queen.log_push_request_v1(s.items)::text AS results FROM (SELECT $1::jsonb -> 'items' AS items OFFSET 0) s`,
 };
 
 /** GET /api/v1/pop: $1 queue, $2 partition (NULL: any), $3 consumer group, $4 batch. */
