@@ -20,6 +20,7 @@ import { Client } from 'pg';
 import { withDatabase } from '../test/support/database';
 import { DEFAULTS } from '../shared/config';
 import { freePort, startEmbeddedPostgres, EmbeddedPostgres } from '../shared/embeddedPostgres';
+import { median } from './lib/procedure';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const autocannon = require('autocannon');
@@ -66,11 +67,6 @@ function machineBusy(): { busy: number; total: number } {
   const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
   const total = f.reduce((a, b) => a + b, 0);
   return { busy: total - f[3] - f[4], total };
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 function out(line = ''): void {

@@ -6,13 +6,8 @@
 //   --calls=3000 (BENCH_CALLS), --compare=<git ref> (the same calls against that revision's sql/
 //   and that revision's statements from shared/sql/kv.ts, in a second database, alternating),
 //   --only=get,put (statements whose name starts so)
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { execFileSync } from 'node:child_process';
-import { Client } from 'pg';
-import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../shared/sql/kv';
+import { Backend, backendUsPerCall, databaseAt, median, statementAt, withServer } from './lib/procedure';
 
 const CALLS = Number(process.argv.find((a) => a.startsWith('--calls='))?.slice(8) ?? process.env.BENCH_CALLS ?? 3000);
 const TENANT = '00000000-0000-0000-0000-000000000001';
@@ -80,91 +75,31 @@ const PAIRS: Pair[] = [
   },
 ];
 
-/** Nanoseconds a process has run on a CPU (schedstat: ns resolution, unlike /proc/<pid>/stat). */
-function cpuNs(pid: number): number {
-  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
-}
-
-interface Lane {
-  client: Client;
-  pid: number;
+interface Lane extends Backend {
   statements: Statements;
 }
 
-/** Server CPU µs per call of the backend serving this connection (when it is on this machine). */
 async function block(lane: Lane, make: (s: Statements) => Q, calls: number): Promise<number> {
-  const c0 = cpuNs(lane.pid);
-  for (let i = 0; i < calls; i++) await lane.client.query(make(lane.statements));
-  return (cpuNs(lane.pid) - c0) / 1000 / calls;
-}
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-
-/** The sql/ files of a git revision, or of the working tree. */
-function schemaOf(ref: string | undefined): string[] {
-  const dir = path.resolve(__dirname, '..', '..', 'sql');
-  if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
-  const root = path.resolve(__dirname, '..', '..');
-  const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: root }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
-  return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: root }).toString());
-}
-
-/**
- * The statements of shared/sql/kv.ts at a revision: each `export const X = { name: '...', text: `...` }`.
- * Read as text, not imported, so a revision whose statements take other parameters still compares.
- */
-function statementsOf(ref: string | undefined): Statements {
-  if (!ref) return { KV_APPLY_BATCH, KV_APPLY_ONE };
-  const root = path.resolve(__dirname, '..', '..');
-  const source = execFileSync('git', ['show', `${ref}:shared/sql/kv.ts`], { cwd: root }).toString();
-  const read = (constant: string) => {
-    const m = new RegExp(`export const ${constant} = \\{\\s*name: '([^']+)',\\s*text: \`([^\`]*)\``).exec(source);
-    if (!m) throw new Error(`${ref}:shared/sql/kv.ts has no ${constant} of the expected shape`);
-    return { name: m[1], text: m[2] };
-  };
-  return { KV_APPLY_BATCH: read('KV_APPLY_BATCH'), KV_APPLY_ONE: read('KV_APPLY_ONE') };
+  return backendUsPerCall(lane, calls, () => lane.client.query(make(lane.statements)));
 }
 
 async function database(url: string, name: string, ref: string | undefined): Promise<Lane> {
-  const files = schemaOf(ref);
-  const admin = new Client({ connectionString: url });
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  const client = new Client({ connectionString: u.toString(), options: '-c queen.kv_max_batch=1000 -c queen.kv_prefix_limit=1000 -c queen.kv_max_read_bytes=4194304' });
-  await client.connect();
-  await client.query('BEGIN');
-  for (const f of files) await client.query(f);
-  await client.query('COMMIT');
+  const backend = await databaseAt(url, name, ref, '-c queen.kv_max_batch=1000 -c queen.kv_prefix_limit=1000 -c queen.kv_max_read_bytes=4194304');
+  const { client } = backend;
   await client.query(
     `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'bench', 'k' || g, $2::jsonb, nextval('queen.kv_version_seq') FROM generate_series(0, ${KEYS - 1}) g`,
     [TENANT, VALUE],
   );
   await client.query(`INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'bench', 'hot-' || g, '0', nextval('queen.kv_version_seq') FROM generate_series(0, 99) g`, [TENANT]);
   await client.query('VACUUM ANALYZE queen.kv');
-  const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-  return { client, pid, statements: statementsOf(ref) };
+  const statements = ref ? { KV_APPLY_BATCH: statementAt(ref, 'kv.ts', 'KV_APPLY_BATCH'), KV_APPLY_ONE: statementAt(ref, 'kv.ts', 'KV_APPLY_ONE') } : { KV_APPLY_BATCH, KV_APPLY_ONE };
+  return { ...backend, statements };
 }
 
 async function main(): Promise<void> {
   const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
   const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
-  let embedded: EmbeddedPostgres | undefined;
-  let scratch: string | undefined;
-  let url = process.env.DATABASE_URL;
-  if (!url) {
-    scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
-    fs.chmodSync(scratch, 0o755); // as root, the postgres user must reach the data folder
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-    url = embedded.url;
-  }
-  try {
+  await withServer(async (url) => {
     const now = await database(url, 'queen_bench_proc_b', undefined);
     const before = compare ? await database(url, 'queen_bench_proc_a', compare) : undefined;
     // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on all of them.
@@ -204,10 +139,7 @@ async function main(): Promise<void> {
     }
     await now.client.end();
     await before?.client.end();
-  } finally {
-    await embedded?.stop();
-    if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((err) => {

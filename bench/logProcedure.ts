@@ -5,20 +5,14 @@
 //   --calls=3000 (BENCH_CALLS), --compare=<git ref> (the same calls against that revision's sql/
 //   and that revision's LOG_PUSH, in a second database, alternating), --only=one,ten (cases whose
 //   name starts so)
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { execFileSync } from 'node:child_process';
-import { Client } from 'pg';
-import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
 import { LOG_PUSH } from '../shared/sql/log';
+import { Backend, backendUsPerCall, databaseAt, median, Statement, statementAt, withServer } from './lib/procedure';
 
 const CALLS = Number(process.argv.find((a) => a.startsWith('--calls='))?.slice(8) ?? process.env.BENCH_CALLS ?? 3000);
 const PAYLOAD = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
 const tag = Date.now().toString(36);
 let counter = 0;
 
-type Statement = { name: string; text: string };
 type Q = Statement & { values: unknown[] };
 interface Case {
   name: string;
@@ -34,86 +28,29 @@ const CASES: Case[] = [
   { name: 'ten items, one queue', body: () => `{"items":[${Array.from({ length: 10 }, () => item('bench')).join(',')}]}` },
 ];
 
-/** Nanoseconds a process has run on a CPU (schedstat: ns resolution, unlike /proc/<pid>/stat). */
-function cpuNs(pid: number): number {
-  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
-}
-
-interface Lane {
-  client: Client;
-  pid: number;
+interface Lane extends Backend {
   push: Statement;
 }
 
 const query = (lane: Lane, c: Case): Q => ({ ...lane.push, values: [c.body()] });
 
-/** Server CPU µs per call of the backend serving this connection (when it is on this machine). */
 async function block(lane: Lane, c: Case, calls: number): Promise<number> {
-  const c0 = cpuNs(lane.pid);
-  for (let i = 0; i < calls; i++) await lane.client.query(query(lane, c));
-  return (cpuNs(lane.pid) - c0) / 1000 / calls;
-}
-
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
-};
-
-/** The sql/ files of a git revision, or of the working tree. */
-function schemaOf(ref: string | undefined): string[] {
-  const dir = path.resolve(__dirname, '..', '..', 'sql');
-  if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
-  const root = path.resolve(__dirname, '..', '..');
-  const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: root }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
-  return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: root }).toString());
-}
-
-/** LOG_PUSH of shared/sql/log.ts at a revision, read as text (not imported). */
-function statementOf(ref: string | undefined): Statement {
-  if (!ref) return LOG_PUSH;
-  const root = path.resolve(__dirname, '..', '..');
-  const source = execFileSync('git', ['show', `${ref}:shared/sql/log.ts`], { cwd: root }).toString();
-  const m = /export const LOG_PUSH = \{\s*name: '([^']+)',\s*text: `([^`]*)`/.exec(source);
-  if (!m) throw new Error(`${ref}:shared/sql/log.ts has no LOG_PUSH of the expected shape`);
-  return { name: m[1], text: m[2] };
+  return backendUsPerCall(lane, calls, () => lane.client.query(query(lane, c)));
 }
 
 async function database(url: string, name: string, ref: string | undefined): Promise<Lane> {
-  const files = schemaOf(ref);
-  const admin = new Client({ connectionString: url });
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const u = new URL(url);
-  u.pathname = `/${name}`;
-  const client = new Client({ connectionString: u.toString() });
-  await client.connect();
-  await client.query('BEGIN');
-  for (const f of files) await client.query(f);
-  await client.query('COMMIT');
-  const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
-  const lane = { client, pid, push: statementOf(ref) };
+  const lane = { ...(await databaseAt(url, name, ref)), push: ref ? statementAt(ref, 'log.ts', 'LOG_PUSH') : LOG_PUSH };
   // Every queue and partition exists before measuring: the steady state, not first use.
-  for (let i = 0; i < 100; i++) await client.query(query(lane, CASES[1]));
-  await client.query(query(lane, CASES[0]));
-  await client.query(query(lane, CASES[3]));
+  for (let i = 0; i < 100; i++) await lane.client.query(query(lane, CASES[1]));
+  await lane.client.query(query(lane, CASES[0]));
+  await lane.client.query(query(lane, CASES[3]));
   return lane;
 }
 
 async function main(): Promise<void> {
   const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
   const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
-  let embedded: EmbeddedPostgres | undefined;
-  let scratch: string | undefined;
-  let url = process.env.DATABASE_URL;
-  if (!url) {
-    scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-log-'));
-    fs.chmodSync(scratch, 0o755); // as root, the postgres user must reach the data folder
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-    url = embedded.url;
-  }
-  try {
+  await withServer(async (url) => {
     const now = await database(url, 'queen_bench_log_b', undefined);
     const before = compare ? await database(url, 'queen_bench_log_a', compare) : undefined;
     // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on both.
@@ -151,10 +88,7 @@ async function main(): Promise<void> {
     }
     await now.client.end();
     await before?.client.end();
-  } finally {
-    await embedded?.stop();
-    if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((err) => {

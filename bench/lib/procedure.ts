@@ -1,0 +1,87 @@
+// What bench/kvProcedure.ts and bench/logProcedure.ts share: a PostgreSQL to measure on, a database
+// with the schema of a chosen git revision, the statements the API sent at that revision, and the
+// backend's CPU per call.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { Client } from 'pg';
+import { startEmbeddedPostgres, freePort } from '../../shared/embeddedPostgres';
+
+export type Statement = { name: string; text: string };
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+
+/** Nanoseconds a process has run on a CPU (schedstat: ns resolution, unlike /proc/<pid>/stat). */
+function cpuNs(pid: number): number {
+  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+}
+
+/** One connection and the pid of the backend serving it (on this machine: the server is local). */
+export interface Backend {
+  client: Client;
+  pid: number;
+}
+
+/** The backend's CPU µs per call over `calls` sequential calls: commit waits and neighbours do not count. */
+export async function backendUsPerCall(backend: Backend, calls: number, call: () => Promise<unknown>): Promise<number> {
+  const c0 = cpuNs(backend.pid);
+  for (let i = 0; i < calls; i++) await call();
+  return (cpuNs(backend.pid) - c0) / 1000 / calls;
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+}
+
+/** The sql/ files of a git revision, or of the working tree. */
+function schemaOf(ref: string | undefined): string[] {
+  const dir = path.join(ROOT, 'sql');
+  if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
+  const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: ROOT }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
+  return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: ROOT }).toString());
+}
+
+/**
+ * A statement of shared/sql/<file> at a revision (`export const X = { name: '...', text: `...` }`),
+ * read as text rather than imported, so a revision whose statements take other parameters still compares.
+ */
+export function statementAt(ref: string, file: string, constant: string): Statement {
+  const source = execFileSync('git', ['show', `${ref}:shared/sql/${file}`], { cwd: ROOT }).toString();
+  const m = new RegExp(`export const ${constant} = \\{\\s*name: '([^']+)',\\s*text: \`([^\`]*)\``).exec(source);
+  if (!m) throw new Error(`${ref}:shared/sql/${file} has no ${constant} of the expected shape`);
+  return { name: m[1], text: m[2] };
+}
+
+/** A fresh database `name` with the schema of `ref` (the working tree when undefined), and a connection to it. */
+export async function databaseAt(url: string, name: string, ref: string | undefined, options?: string): Promise<Backend> {
+  const files = schemaOf(ref);
+  const admin = new Client({ connectionString: url });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const u = new URL(url);
+  u.pathname = `/${name}`;
+  const client = new Client({ connectionString: u.toString(), options });
+  await client.connect();
+  await client.query('BEGIN');
+  for (const f of files) await client.query(f);
+  await client.query('COMMIT');
+  const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+  return { client, pid };
+}
+
+/** DATABASE_URL, else an embedded PostgreSQL in a temp folder for the length of `run`. */
+export async function withServer(run: (url: string) => Promise<void>): Promise<void> {
+  if (process.env.DATABASE_URL) return run(process.env.DATABASE_URL);
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-proc-'));
+  const embedded = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
+  try {
+    await run(embedded.url);
+  } finally {
+    await embedded.stop();
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
+}
