@@ -10,11 +10,10 @@
 -- queen.log_apply_v1 and queen.log_ack_batch_v1 so two bundles can never wait on each other in a
 -- circle. Pop takes one partition_consumers row with SKIP LOCKED and waits on nothing.
 
--- Queue, partition and consumer-group names: the KV namespace alphabet, so a name is safe in a URL
--- path segment, a log line and a NOTIFY payload.
+-- Queue, partition and consumer-group names: queen.name_ok_v1, and never NULL.
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name TEXT) RETURNS BOOLEAN
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT p_name IS NOT NULL AND p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+  SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
 $$;
 
 CREATE OR REPLACE FUNCTION queen.log_uuid_ok_v1(p_text TEXT) RETURNS BOOLEAN
@@ -677,7 +676,7 @@ END $$;
 -- Returns NULL, having done nothing, for anything else (a name or transactionId the general path
 -- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off): the general
 -- path then decides, refusals included, so every rule keeps one definition. The names' test is
--- log_name_ok_v1's pattern with the bound as a length (a {0,127} bound builds a large automaton).
+-- queen.name_ok_v1, the one definition of a name.
 -- test/log/fastPath.test.ts holds both paths to the same answers and rows.
 CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
   p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
@@ -688,8 +687,7 @@ DECLARE
   v_txid TEXT;
   v_status TEXT;
 BEGIN
-  IF NOT coalesce(p_queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_queue) <= 128
-                  AND p_partition ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_partition) <= 128
+  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition)
                   AND octet_length(p_transaction_id) <= 256, false)
      OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;

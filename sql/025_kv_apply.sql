@@ -113,7 +113,7 @@ BEGIN
   IF v_ns IS NULL OR v_ns = 'null'::jsonb OR v_ns = '""'::jsonb THEN
     PERFORM queen.fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
   END IF;
-  IF jsonb_typeof(v_ns) <> 'string' OR NOT (v_ns #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$' THEN
+  IF jsonb_typeof(v_ns) <> 'string' OR NOT queen.name_ok_v1(v_ns #>> '{}') THEN
     PERFORM queen.fail_v1('kv_invalid_namespace', format(
       'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
       p_index, left(v_ns::text, 140)), p_index);
@@ -551,6 +551,16 @@ BEGIN
                             '_bytes', v_spent);
 END $$;
 
+-- The fast paths' test of a write's expiry: exactly one of forever: true or a whole ttlSeconds from 1
+-- to 3155760000. A subset of kv_check_op_v1's rule (which also says why when it is not); NULL or
+-- false means "not plainly valid": the general path decides. One SQL expression, inlined.
+CREATE OR REPLACE FUNCTION queen.kv_plain_expiry_v1(p_op JSONB) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
+              ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
+                   AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END
+$$;
+
 -- The fast check, for batches of several operations (one operation alone takes kv_apply_fast_v1,
 -- below): a get, put or putIfAbsent whose shape is plainly valid is normalised here into exactly
 -- what kv_check_op_v1 would return for it, with a handful of expressions instead of about forty
@@ -562,7 +572,7 @@ CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op JSONB, p_index INT, p_
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_op->>'ns') <= 128
+                      AND jsonb_typeof(p_op->'ns') = 'string' AND queen.name_ok_v1(p_op->>'ns')
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
@@ -576,9 +586,7 @@ BEGIN
   END IF;
   IF v_name IN ('put', 'putIfAbsent') AND (p_op - '{op,ns,key,value,forever,ttlSeconds}'::text[]) = '{}'::jsonb
      AND p_op ? 'value' AND octet_length((p_op->'value')::text) <= 65536
-     AND (CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
-               ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
-                    AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END) THEN
+     AND queen.kv_plain_expiry_v1(p_op) THEN
     RETURN jsonb_build_object(
       'i', p_index, 'op', v_name, 'kind', 'put', 'ns', p_op->'ns', 'key', p_op->'key', 'required', false,
       'expiresAt', CASE WHEN p_op ? 'ttlSeconds' THEN p_now + make_interval(secs => (p_op->>'ttlSeconds')::numeric::double precision) END,
@@ -600,16 +608,14 @@ END $$;
 -- both or neither expiry, ...) and kv_check_op_v1 then decides, refusals included, so every refusal
 -- keeps exactly one definition. The guard must stay a subset of what kv_check_op_v1 accepts;
 -- test/kv/fastPath.test.ts holds both paths to the same answers (SET queen.kv_fast_path = off
--- turns this off). The namespace test is kv_check_op_v1's pattern with the bound as a length:
--- {0,127} makes the regex engine build a large automaton on every call.
+-- turns this off). The namespace test is queen.name_ok_v1, the one definition of a name.
 CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(
   p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_rest JSONB, p_now TIMESTAMPTZ, p_whole BOOLEAN
 ) RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
   v_answer JSONB;
-  v_ok BOOLEAN;
 BEGIN
-  IF NOT coalesce(p_ns ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_ns) <= 128, false)
+  IF NOT coalesce(queen.name_ok_v1(p_ns), false)
      OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
      OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
@@ -641,11 +647,7 @@ BEGIN
     RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
   END IF;
   -- put, putIfAbsent and incr: exactly one expiry, valid.
-  v_ok := CASE WHEN p_rest ? 'forever' THEN p_rest->'forever' = 'true'::jsonb AND NOT p_rest ? 'ttlSeconds'
-               ELSE jsonb_typeof(p_rest->'ttlSeconds') = 'number'
-                    AND (p_rest->>'ttlSeconds')::numeric = trunc((p_rest->>'ttlSeconds')::numeric)
-                    AND (p_rest->>'ttlSeconds')::numeric > 0 AND (p_rest->>'ttlSeconds')::numeric <= 3155760000 END;
-  IF v_ok IS NOT TRUE THEN
+  IF queen.kv_plain_expiry_v1(p_rest) IS NOT TRUE THEN
     RETURN NULL;
   END IF;
   IF p_op IN ('put', 'putIfAbsent') THEN

@@ -178,9 +178,9 @@ BEGIN
     -- AND stops at a false but not at a NULL, so no term below may raise on what an earlier one let through.
     IF jsonb_array_length(p_ops) = 1 AND jsonb_typeof(v_op) = 'object'
        AND v_op -> 'op' = '"schedule"'::jsonb
-       AND jsonb_typeof(v_op -> 'queue') = 'string' AND (v_op ->> 'queue') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+       AND jsonb_typeof(v_op -> 'queue') = 'string' AND queen.name_ok_v1(v_op ->> 'queue')
        AND (NOT v_op ? 'partition' OR v_op -> 'partition' = 'null'::jsonb
-            OR (jsonb_typeof(v_op -> 'partition') = 'string' AND (v_op ->> 'partition') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'))
+            OR (jsonb_typeof(v_op -> 'partition') = 'string' AND queen.name_ok_v1(v_op ->> 'partition')))
        AND v_op ? 'payload'
        AND octet_length((v_op -> 'payload')::text) <= coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536)
        AND (NOT v_op ? 'timerKey' OR v_op -> 'timerKey' = 'null'::jsonb)

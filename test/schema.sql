@@ -263,9 +263,8 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns
 AS $function$
 DECLARE
   v_answer JSONB;
-  v_ok BOOLEAN;
 BEGIN
-  IF NOT coalesce(p_ns ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_ns) <= 128, false)
+  IF NOT coalesce(queen.name_ok_v1(p_ns), false)
      OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
      OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
@@ -297,11 +296,7 @@ BEGIN
     RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
   END IF;
   -- put, putIfAbsent and incr: exactly one expiry, valid.
-  v_ok := CASE WHEN p_rest ? 'forever' THEN p_rest->'forever' = 'true'::jsonb AND NOT p_rest ? 'ttlSeconds'
-               ELSE jsonb_typeof(p_rest->'ttlSeconds') = 'number'
-                    AND (p_rest->>'ttlSeconds')::numeric = trunc((p_rest->>'ttlSeconds')::numeric)
-                    AND (p_rest->>'ttlSeconds')::numeric > 0 AND (p_rest->>'ttlSeconds')::numeric <= 3155760000 END;
-  IF v_ok IS NOT TRUE THEN
+  IF queen.kv_plain_expiry_v1(p_rest) IS NOT TRUE THEN
     RETURN NULL;
   END IF;
   IF p_op IN ('put', 'putIfAbsent') THEN
@@ -401,7 +396,7 @@ BEGIN
   IF v_ns IS NULL OR v_ns = 'null'::jsonb OR v_ns = '""'::jsonb THEN
     PERFORM queen.fail_v1('kv_ns_required', format('Operation %s needs ns, the namespace.', p_index), p_index);
   END IF;
-  IF jsonb_typeof(v_ns) <> 'string' OR NOT (v_ns #>> '{}') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$' THEN
+  IF jsonb_typeof(v_ns) <> 'string' OR NOT queen.name_ok_v1(v_ns #>> '{}') THEN
     PERFORM queen.fail_v1('kv_invalid_namespace', format(
       'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
       p_index, left(v_ns::text, 140)), p_index);
@@ -589,7 +584,7 @@ CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer
 AS $function$
 DECLARE
   v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-                      AND jsonb_typeof(p_op->'ns') = 'string' AND (p_op->>'ns') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_op->>'ns') <= 128
+                      AND jsonb_typeof(p_op->'ns') = 'string' AND queen.name_ok_v1(p_op->>'ns')
                       AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
                  THEN p_op->>'op' END;
 BEGIN
@@ -603,9 +598,7 @@ BEGIN
   END IF;
   IF v_name IN ('put', 'putIfAbsent') AND (p_op - '{op,ns,key,value,forever,ttlSeconds}'::text[]) = '{}'::jsonb
      AND p_op ? 'value' AND octet_length((p_op->'value')::text) <= 65536
-     AND (CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
-               ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
-                    AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END) THEN
+     AND queen.kv_plain_expiry_v1(p_op) THEN
     RETURN jsonb_build_object(
       'i', p_index, 'op', v_name, 'kind', 'put', 'ns', p_op->'ns', 'key', p_op->'key', 'required', false,
       'expiresAt', CASE WHEN p_op ? 'ttlSeconds' THEN p_now + make_interval(secs => (p_op->>'ttlSeconds')::numeric::double precision) END,
@@ -747,6 +740,15 @@ CREATE OR REPLACE FUNCTION queen.kv_live_v1(timestamp with time zone, timestamp 
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT $1 IS NULL OR $1 > $2 $function$
+CREATE OR REPLACE FUNCTION queen.kv_plain_expiry_v1(p_op jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
+              ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
+                   AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_prefix_upper_v1(p_prefix text)
  RETURNS text
  LANGUAGE plpgsql
@@ -1329,7 +1331,7 @@ CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
-  SELECT p_name IS NOT NULL AND p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+  SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
@@ -1436,8 +1438,7 @@ DECLARE
   v_txid TEXT;
   v_status TEXT;
 BEGIN
-  IF NOT coalesce(p_queue ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_queue) <= 128
-                  AND p_partition ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_partition) <= 128
+  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition)
                   AND octet_length(p_transaction_id) <= 256, false)
      OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
@@ -1564,6 +1565,13 @@ CREATE OR REPLACE FUNCTION queen.log_uuid_ok_v1(p_text text)
 AS $function$
   SELECT p_text IS NOT NULL AND p_text ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
 $function$
+CREATE OR REPLACE FUNCTION queen.name_ok_v1(p_name text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_name) <= 128
+$function$
 CREATE OR REPLACE FUNCTION queen.sweeper_gauges_v1()
  RETURNS jsonb
  LANGUAGE sql
@@ -1685,9 +1693,9 @@ BEGIN
     -- AND stops at a false but not at a NULL, so no term below may raise on what an earlier one let through.
     IF jsonb_array_length(p_ops) = 1 AND jsonb_typeof(v_op) = 'object'
        AND v_op -> 'op' = '"schedule"'::jsonb
-       AND jsonb_typeof(v_op -> 'queue') = 'string' AND (v_op ->> 'queue') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'
+       AND jsonb_typeof(v_op -> 'queue') = 'string' AND queen.name_ok_v1(v_op ->> 'queue')
        AND (NOT v_op ? 'partition' OR v_op -> 'partition' = 'null'::jsonb
-            OR (jsonb_typeof(v_op -> 'partition') = 'string' AND (v_op ->> 'partition') ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$'))
+            OR (jsonb_typeof(v_op -> 'partition') = 'string' AND queen.name_ok_v1(v_op ->> 'partition')))
        AND v_op ? 'payload'
        AND octet_length((v_op -> 'payload')::text) <= coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536)
        AND (NOT v_op ? 'timerKey' OR v_op -> 'timerKey' = 'null'::jsonb)
