@@ -1,6 +1,7 @@
 // A flip reaches every worker of a cluster (through the primary) within a second, and survives a
 // restart when mirrored. The built API runs as an operator runs it, with two workers; each request
 // goes on a new connection, so the kernel hands successive requests to different workers.
+import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
 import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
@@ -46,17 +47,30 @@ test('a flip reaches both workers within a second, and a mirrored flip survives 
   const before = await untilBothWorkers((s) => s.kv === true, 10_000);
   expect(before.size).toBe(2);
 
-  const flipped = await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: false, timersSchedule: false });
-  expect(flipped.status).toBe(200);
-  expect(flipped.body).toMatchObject({ kv: false, timersSchedule: false, timersFire: true, mirrored: true });
+  // Hold queen.system_state so that the database cannot be the messenger (its NOTIFY follows the
+  // write, which waits on this lock): a sibling that flips now heard it from the primary (IPC).
+  const holder = new Client({ connectionString: db.url });
+  await holder.connect();
+  try {
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE queen.system_state IN SHARE MODE');
+    const flipping = fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: false, timersSchedule: false });
+    const after = await untilBothWorkers((s) => s.kv === false && s.timersSchedule === false, 1000);
+    expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
+    const changes = () => api!.output().split('\n').filter((l) => l.includes('switches: kv/timers state changed'));
+    for (let i = 0; i < 200 && !changes().some((l) => l.includes('"source":"cluster"')); i++) await new Promise((r) => setTimeout(r, 10));
+    expect(changes().some((l) => l.includes('"source":"operator"'))).toBe(true);
+    expect(changes().some((l) => l.includes('"source":"cluster"'))).toBe(true);
+    expect(changes().some((l) => l.includes('"source":"database"'))).toBe(false);
 
-  const after = await untilBothWorkers((s) => s.kv === false && s.timersSchedule === false, 1000);
-  expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
-  // The sibling heard it from the primary (IPC), not only from the database's NOTIFY.
-  const changes = () => api!.output().split('\n').filter((l) => l.includes('switches: kv/timers state changed'));
-  for (let i = 0; i < 100 && !changes().some((l) => l.includes('"source":"cluster"')); i++) await new Promise((r) => setTimeout(r, 10));
-  expect(changes().some((l) => l.includes('"source":"operator"'))).toBe(true);
-  expect(changes().some((l) => l.includes('"source":"cluster"'))).toBe(true);
+    // Let the write through: the answer says the row was written.
+    await holder.query('COMMIT');
+    const flipped = await flipping;
+    expect(flipped.status).toBe(200);
+    expect(flipped.body).toMatchObject({ kv: false, timersSchedule: false, timersFire: true, mirrored: true });
+  } finally {
+    await holder.end();
+  }
 
   // The routes of both workers refuse: every fresh connection gets 503.
   for (let i = 0; i < 6; i++) {
