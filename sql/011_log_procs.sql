@@ -710,22 +710,45 @@ BEGIN
                             'partition', p_partition, 'status', coalesce(v_status, 'duplicate'));
 END $$;
 
--- POST /api/v1/push's entry: one item tries the fast path, in SQL the planner inlines into the
--- route's statement (a named statement, planned once per connection), sparing a plpgsql call; a
--- declined fast path has done nothing and log_push_items_v1 answers as it always did. Only
--- functions that cannot fail on any jsonb appear in the fast path's arguments (with a parameter as
--- a constant the planner may evaluate them while planning, CASE or not). An item without a
--- transactionId passes '' (one with an empty string passes NULL: declined, refused by the general path).
-CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT coalesce(
-    CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
-      nullif(jsonb_build_array(queen.log_push_fast_v1(
-        CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
-        CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
-          WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
-        p_items->0->'payload',
-        CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
-          WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)), '[null]'::jsonb)
-    END,
-    queen.log_push_items_v1(p_items))
+-- One request's items through the fast path when they are a single item: its answer, or NULL when
+-- the shape is anything else or the fast path declined (having done nothing). SQL the planner
+-- inlines into its callers. Only functions that cannot fail on any jsonb appear in the fast path's
+-- arguments (with a parameter as a constant the planner may evaluate them while planning, CASE or
+-- not). An item without a transactionId passes '' (one with an empty string passes NULL: declined,
+-- refused by the general path).
+CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
+    queen.log_push_fast_v1(
+      CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
+      CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
+        WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
+      p_items->0->'payload',
+      CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
+        WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)
+  END
 $$;
+
+-- POST /api/v1/push's entry: one item tries the fast path (inlined into the route's statement, a
+-- named statement planned once per connection, sparing a plpgsql call); a declined fast path has
+-- done nothing and log_push_items_v1 answers as it always did.
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_items)), '[null]'::jsonb),
+                  queen.log_push_items_v1(p_items))
+$$;
+
+-- One-item pushes to one partition that an API worker gathered while an earlier push to that
+-- partition was in flight (services/api/pushCoalescer.ts says why): each request's body in turn
+-- through the fast path, in one transaction, so one lock and one commit serve them all. Answers one
+-- row per body, in order: that request's results array, or NULL where the fast path declined
+-- (having done nothing); the API then sends that request alone, down the general path.
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS SETOF TEXT
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_body JSONB;
+  v_result JSONB;
+BEGIN
+  FOR v_body IN SELECT t.body FROM jsonb_array_elements(p_bodies) WITH ORDINALITY AS t(body, n) ORDER BY t.n LOOP
+    v_result := queen.log_push_one_fast_v1(v_body->'items');
+    RETURN NEXT CASE WHEN v_result IS NOT NULL THEN jsonb_build_array(v_result)::text END;
+  END LOOP;
+END $$;

@@ -1428,6 +1428,19 @@ BEGIN
       LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies jsonb)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_body JSONB;
+  v_result JSONB;
+BEGIN
+  FOR v_body IN SELECT t.body FROM jsonb_array_elements(p_bodies) WITH ORDINALITY AS t(body, n) ORDER BY t.n LOOP
+    v_result := queen.log_push_one_fast_v1(v_body->'items');
+    RETURN NEXT CASE WHEN v_result IS NOT NULL THEN jsonb_build_array(v_result)::text END;
+  END LOOP;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1500,21 +1513,26 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
+    queen.log_push_fast_v1(
+      CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
+      CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
+        WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
+      p_items->0->'payload',
+      CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
+        WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)
+  END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items jsonb)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT coalesce(
-    CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
-      nullif(jsonb_build_array(queen.log_push_fast_v1(
-        CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
-        CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
-          WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
-        p_items->0->'payload',
-        CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
-          WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)), '[null]'::jsonb)
-    END,
-    queen.log_push_items_v1(p_items))
+  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_items)), '[null]'::jsonb),
+                  queen.log_push_items_v1(p_items))
 $function$
 CREATE OR REPLACE FUNCTION queen.log_push_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb

@@ -1,5 +1,5 @@
-// What answers a request in one worker: the KV routes straight from node's request (routes/kv.ts
-// says why), everything else through Express 5. server.ts serves it; main.ts runs one per worker.
+// What answers a request in one worker: the KV routes and the push straight from node's request
+// (routes/kv.ts says why), everything else through Express 5. server.ts serves it; main.ts runs one per worker.
 import express, { Express } from 'express';
 import http, { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../../shared/config';
@@ -13,7 +13,7 @@ import { systemRoutes } from './routes/system';
 import type { OpsHandles } from './server';
 import { requestLog } from './requestLog';
 import { ApiError } from '../../shared/errors';
-import { logRoutes } from './routes/log';
+import { logRoutes, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
 import { timerRoutes } from './routes/timers';
 
@@ -42,6 +42,7 @@ export function createApp(deps: AppDeps): App {
   const { config, pools, log, metrics, ops } = deps;
   const logRequest = requestLog(log);
   const kv = kvRoutes({ config, kvPool: pools.kv, metrics, log, guards: ops.guards, logRequest });
+  const push = pushRoute({ config, messagePool: pools.message, log, logRequest });
   const app = express();
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
@@ -68,7 +69,7 @@ export function createApp(deps: AppDeps): App {
   app.use(errorHandler(log));
   return {
     handle(req, res) {
-      if (kv(req, res)) return;
+      if (kv(req, res) || push(req, res)) return;
       logRequest(req, res);
       app(req, res);
     },

@@ -17,6 +17,16 @@ export const LOG_PUSH = {
   text: `SELECT queen.log_push_request_v1(s.items)::text AS results FROM (SELECT $1::jsonb -> 'items' AS items OFFSET 0) s`,
 };
 
+/**
+ * Concurrent one-item pushes to one partition, gathered by services/api/pushCoalescer.ts: $1 is a
+ * JSON array of the request bodies, as the clients wrote them. One row per body, in order: its
+ * results array, or NULL where the fast path declined.
+ */
+export const LOG_PUSH_COALESCED = {
+  name: 'log_push_coalesced_v1',
+  text: `SELECT queen.log_push_coalesced_v1($1::jsonb) AS results`,
+};
+
 /** GET /api/v1/pop: $1 queue, $2 partition (NULL: any), $3 consumer group, $4 batch. */
 export const LOG_POP = {
   name: 'log_pop_v1',

@@ -18,8 +18,8 @@ export function configure(base: string, queue: string, options: Record<string, u
   return call(base, 'POST', '/api/v1/configure', { queue, options });
 }
 
-export function push(base: string, items: Array<Record<string, unknown>>) {
-  return call(base, 'POST', '/api/v1/push', { items });
+export function push(base: string, items: Array<Record<string, unknown>>, path = '/api/v1/push') {
+  return call(base, 'POST', path, { items });
 }
 
 export interface PopOptions {

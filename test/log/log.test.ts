@@ -59,6 +59,19 @@ describe('push', () => {
     expect(res.text).toContain('"big": 12345678901234567890');
     expect(res.text).toContain('"tiny": 0.1000000000000000055511151231257827');
   });
+
+  test('the push answers its exact path, a query string allowed; another spelling or method is 404; an empty body is 400', async () => {
+    const res = await push(api.url, [{ queue: 'spellings', payload: { n: 1 } }], '/api/v1/push?source=test');
+    expect([res.status, res.body.results?.[0]?.status]).toEqual([200, 'queued']);
+    for (const [method, path] of [['POST', '/api/v1/push/'], ['POST', '/API/V1/Push'], ['POST', '/api/v1/pushes'], ['GET', '/api/v1/push']]) {
+      const refused = await call(api.url, method, path, method === 'GET' ? undefined : { items: [{ queue: 'spellings', payload: { n: 2 } }] });
+      expect([method, path, refused.status, refused.body.error]).toEqual([method, path, 404, 'not_found']);
+    }
+    const empty = await call(api.url, 'POST', '/api/v1/push', '');
+    expect([empty.status, empty.body.error]).toEqual([400, 'invalid_json']);
+    const messages = await pop(api.url, 'spellings', { batch: 10 });
+    expect(messages.map((m) => m.payload)).toEqual([{ n: 1 }]);
+  });
 });
 
 describe('pop and leases', () => {

@@ -2,12 +2,14 @@
 // lease extend. Shapes at the boundary; the rules are in sql/011_log_procs.sql. The log uses the
 // message pool, never the dedicated KV pool.
 import { Router, Request, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
 import { ApiError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
-import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP, LOG_PUSH } from '../../../shared/sql/log';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
+import { bodyText, errorHandler, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
 export interface LogRouteDeps {
@@ -52,7 +54,7 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
   return Number(text);
 }
 
-function objectBody(req: Request): string {
+function objectBody(req: IncomingMessage): string {
   const text = bodyText(req);
   if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
   return text;
@@ -66,11 +68,6 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   router.post('/api/v1/configure', body, async (req, res) => {
     const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [objectBody(req)] });
     sendJsonText(res, 200, rows[0].body);
-  });
-
-  router.post('/api/v1/push', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_PUSH, values: [objectBody(req)] });
-    sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
   });
 
   const pop = async (req: Request, res: Response) => {
@@ -142,4 +139,37 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   });
 
   return { router, close: () => signal.close() };
+}
+
+const PUSH = '/api/v1/push';
+
+/**
+ * POST /api/v1/push as a request listener, answered before Express like the KV routes (routes/kv.ts
+ * says why): the message path is the one the cell exists for. True when it took the request. Only
+ * the exact path (a query string allowed) is taken; any other spelling Express still routes.
+ */
+export function pushRoute({ config, messagePool, log, logRequest }: LogRouteDeps & {
+  logRequest: (req: IncomingMessage, res: ServerResponse) => void;
+}): (req: IncomingMessage, res: ServerResponse) => boolean {
+  const readBody = rawBody(config);
+  const answerError = errorHandler(log);
+  const coalescer = new PushCoalescer(messagePool);
+  const push = async (req: IncomingMessage, res: ServerResponse) => {
+    const text = bodyText(req);
+    const body = parseJson(text);
+    if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+    sendJsonText(res, 200, `{"ok":true,"results":${await coalescer.push(text, body)}}`);
+  };
+  return (req, res) => {
+    const url = req.url ?? '';
+    if (req.method !== 'POST' || !url.startsWith(PUSH) || (url.length > PUSH.length && url[PUSH.length] !== '?')) return false;
+    logRequest(req, res);
+    readBody(req as never, res as never, (err?: unknown) => {
+      if (err) return answerError(err, req, res);
+      Promise.resolve()
+        .then(() => push(req, res))
+        .catch((e: unknown) => answerError(e, req, res));
+    });
+    return true;
+  };
 }

@@ -1,0 +1,117 @@
+// Group commit for pushes (services/api/pushCoalescer.ts): one-item pushes to a partition that
+// arrive while a push to it is in flight go together in one transaction, and each is still answered
+// on its own, with its own refusals. Calls made in one tick are deterministic: the first is in
+// flight before the others are made. Messages of one transaction share its xmin.
+import { Pool } from 'pg';
+import { PushCoalescer } from '../../services/api/pushCoalescer';
+import { createTestDatabase } from '../support/database';
+import { startTestApi, TestApi } from '../support/api';
+import { push } from './helpers';
+
+let db: { url: string; drop(): Promise<void> };
+let pool: Pool;
+let coalescer: PushCoalescer;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  pool = new Pool({ connectionString: db.url, max: 10 });
+  coalescer = new PushCoalescer(pool);
+});
+afterAll(async () => {
+  await pool.end();
+  await db.drop();
+});
+
+const body = (queue: string, extra: Record<string, unknown> = {}, partition?: string) => {
+  const b = { items: [{ queue, ...(partition ? { partition } : {}), payload: { n: 1 }, ...extra }] };
+  return [JSON.stringify(b), b] as const;
+};
+const pushAll = (bodies: (readonly [string, Record<string, unknown>])[]) =>
+  bodies.map(([text, b]) => coalescer.push(text, b).then((r) => JSON.parse(r)[0], (err) => ({ err: err.code ?? String(err) })));
+
+async function rows(queue: string, on: Pool = pool): Promise<{ seq: number; tx: string; xmin: string; payload: any }[]> {
+  const { rows } = await on.query(
+    `SELECT m.seq::int, m.transaction_id AS tx, m.xmin::text AS xmin, m.payload FROM queen.messages m
+       JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+      WHERE q.name = $1 ORDER BY m.seq`,
+    [queue],
+  );
+  return rows;
+}
+
+test('pushes made while one is in flight go in one transaction, each answered its own, in order', async () => {
+  await Promise.all(pushAll([body('gather')]));
+  const answers = await Promise.all(pushAll(Array.from({ length: 10 }, (_, i) => body('gather', { transactionId: `t${i}`, payload: { i } }))));
+  expect(answers.map((a) => [a.transactionId, a.status])).toEqual(Array.from({ length: 10 }, (_, i) => [`t${i}`, 'queued']));
+  const stored = (await rows('gather')).slice(1);
+  expect(stored.map((r) => [r.seq, r.tx, r.payload.i])).toEqual(Array.from({ length: 10 }, (_, i) => [i + 2, `t${i}`, i]));
+  // The first went alone; the nine that came while it was in flight shared one commit.
+  expect(new Set(stored.slice(1).map((r) => r.xmin)).size).toBe(1);
+  expect(stored[1].xmin).not.toBe(stored[0].xmin);
+});
+
+test('a transactionId twice in one gathering is queued once and answered duplicate the second time', async () => {
+  await Promise.all(pushAll([body('dupes')]));
+  const answers = await Promise.all(pushAll([body('dupes'), body('dupes', { transactionId: 'same' }), body('dupes', { transactionId: 'same' })]));
+  expect(answers.map((a) => a.status)).toEqual(['queued', 'queued', 'duplicate']);
+  expect((await rows('dupes')).filter((r) => r.tx === 'same')).toHaveLength(1);
+});
+
+test('pushes to other partitions and multi-item pushes are not held back by a partition in flight', async () => {
+  await Promise.all(pushAll([body('apart'), body('apart', {}, 'p2')]));
+  const multi = { items: [{ queue: 'apart', payload: 1 }, { queue: 'apart', payload: 2 }] };
+  const answers = await Promise.all([
+    ...pushAll([body('apart'), body('apart', {}, 'p2'), body('apart')]),
+    coalescer.push(JSON.stringify(multi), multi).then((r) => JSON.parse(r)),
+  ]);
+  expect(answers.slice(0, 3).map((a) => [a.partition, a.status])).toEqual([['Default', 'queued'], ['p2', 'queued'], ['Default', 'queued']]);
+  expect(answers[3].map((a: any) => a.status)).toEqual(['queued', 'queued']);
+  const stored = await rows('apart');
+  // Only the third push waited for the first: the p2 push and the multi-item push each went alone.
+  const xmins = stored.map((r) => r.xmin);
+  expect(new Set(xmins).size).toBe(xmins.length - 1);
+});
+
+test('a body PostgreSQL refuses as data fails alone; the others of its gathering are queued', async () => {
+  await Promise.all(pushAll([body('poison')]));
+  const nul = '{"items":[{"queue":"poison","payload":"a\\u0000b"}]}';
+  const huge = '{"items":[{"queue":"poison","payload":1e999999}]}';
+  const answers = await Promise.all([
+    ...pushAll([body('poison', { transactionId: 'before' })]),
+    coalescer.push(nul, JSON.parse(nul)).catch((err) => ({ err: err.code })),
+    coalescer.push(huge, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
+    ...pushAll([body('poison', { transactionId: 'after' })]),
+  ]);
+  expect(answers.map((a: any) => a.err ?? a.status)).toEqual(['queued', '22P05', '22003', 'queued']);
+  expect((await rows('poison')).map((r) => r.tx).slice(1).sort()).toEqual(['after', 'before']);
+});
+
+test('a gathering for a partition that does not exist yet falls back to the general path, which creates it', async () => {
+  const answers = await Promise.all(pushAll([body('fresh-queue'), body('fresh-queue'), body('fresh-queue', { transactionId: '' })]));
+  expect(answers.map((a) => a.err ?? a.status)).toEqual(['queued', 'queued', 'QK400']);
+  expect(await rows('fresh-queue')).toHaveLength(2);
+});
+
+describe('over HTTP', () => {
+  let api: TestApi;
+  let apiDb: Pool;
+  beforeAll(async () => {
+    api = await startTestApi();
+    apiDb = new Pool({ connectionString: api.databaseUrl, max: 1 });
+  });
+  afterAll(async () => {
+    await apiDb.end();
+    await api.close();
+  });
+
+  test('60 concurrent pushes to one partition: every one answered queued, seqs contiguous, a malformed one refused alone', async () => {
+    await push(api.url, [{ queue: 'http-gather', payload: 0 }]);
+    const bad = fetch(`${api.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"items":[{"queue":"http-gather","payload":"\\u0000"}]}' });
+    const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => push(api.url, [{ queue: 'http-gather', payload: { i }, transactionId: `h${i}` }])));
+    expect(answers.map((a) => [a.status, a.body.results[0].status])).toEqual(Array(60).fill([200, 'queued']));
+    const refused = await bad;
+    expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, 'invalid_json']);
+    const stored = await rows('http-gather', apiDb);
+    expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
+    expect(stored.slice(1).map((r) => r.tx).sort()).toEqual(Array.from({ length: 60 }, (_, i) => `h${i}`).sort());
+  });
+});
