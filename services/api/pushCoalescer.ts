@@ -10,13 +10,18 @@
 // nothing in flight for its partition goes at once, so a quiet cell adds no latency. Each request
 // keeps its own rules: the fast path takes each body in turn; a body it declines (the partition does
 // not exist yet, a name the general path would refuse) is sent alone afterwards, as is every body
-// of a gathering PostgreSQL refused as data (invalid jsonb text, an out-of-range number: class 22),
-// so one malformed request never answers for the others.
+// of a gathering PostgreSQL refused for what one body held (invalid jsonb text, a number out of
+// range, nesting past the stack depth: SQLSTATE classes 22, 23 and 54; the statement rolled back,
+// so nothing is pushed twice), so one malformed request never answers for the others. Any other
+// failure (the pool, the connection, a timeout) is every waiting request's answer.
 import type { Pool } from 'pg';
 import { LOG_PUSH, LOG_PUSH_COALESCED } from '../../shared/sql/log';
 
 /** At most this many requests, or about this many bytes of bodies, go in one statement. */
 export const COALESCE_LIMITS = { requests: 100, bytes: 1 << 20 } as const;
+
+/** SQLSTATE classes a body's content can cause: data exception, integrity, program limit. */
+const REFUSED_FOR_A_BODY = /^(22|23|54)[0-9A-Z]{3}$/;
 
 interface Waiting {
   text: string;
@@ -68,7 +73,7 @@ export class PushCoalescer {
       .query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [`[${batch.map((w) => w.text).join(',')}]`] })
       .then(
         ({ rows }) => batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!))),
-        (err: { code?: string }) => batch.forEach((w) => (typeof err?.code === 'string' && err.code.startsWith('22') ? sendAlone(w) : w.reject(err))),
+        (err: { code?: string }) => batch.forEach((w) => (REFUSED_FOR_A_BODY.test(err?.code ?? '') ? sendAlone(w) : w.reject(err))),
       )
       .finally(() => this.next(partition));
   }

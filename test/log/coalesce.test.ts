@@ -75,13 +75,16 @@ test('a body PostgreSQL refuses as data fails alone; the others of its gathering
   await Promise.all(pushAll([body('poison')]));
   const nul = '{"items":[{"queue":"poison","payload":"a\\u0000b"}]}';
   const huge = '{"items":[{"queue":"poison","payload":1e999999}]}';
+  const deep = `{"items":[{"queue":"poison","payload":${'['.repeat(50_000)}${']'.repeat(50_000)}}]}`;
   const answers = await Promise.all([
     ...pushAll([body('poison', { transactionId: 'before' })]),
+    // The gathering's statement fails on the first of them in text order (here the 54: a program limit).
+    coalescer.push(deep, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
     coalescer.push(nul, JSON.parse(nul)).catch((err) => ({ err: err.code })),
     coalescer.push(huge, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
     ...pushAll([body('poison', { transactionId: 'after' })]),
   ]);
-  expect(answers.map((a: any) => a.err ?? a.status)).toEqual(['queued', '22P05', '22003', 'queued']);
+  expect(answers.map((a: any) => a.err ?? a.status)).toEqual(['queued', '54001', '22P05', '22003', 'queued']);
   expect((await rows('poison')).map((r) => r.tx).slice(1).sort()).toEqual(['after', 'before']);
 });
 
