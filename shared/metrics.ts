@@ -28,6 +28,14 @@ export function createMetrics(register = new client.Registry()) {
     kvRefusals: counter('queen_kv_refusals_total', 'KV and timer requests refused by a rung, a limit or the pool, by error code.', ['code'] as const),
     kvPoolInUse: gauge('queen_kv_pool_in_use', 'Connections of the dedicated KV pool checked out now.'),
     kvPoolWaiting: gauge('queen_kv_pool_waiting', 'Requests waiting for a connection of the dedicated KV pool.'),
+    // The message log (API): how many one-item pushes each push statement to a partition carried
+    // (services/api/pushCoalescer.ts): 1 is a push that went alone; more is group commit at work.
+    logPushGathering: new client.Histogram({
+      name: 'queen_log_push_gathering_size',
+      help: 'One-item pushes per push statement to a partition: 1 went alone, more were committed together (group commit).',
+      buckets: [1, 2, 4, 8, 16, 32, 64, 100],
+      registers: r,
+    }),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Prune (sweeper)

@@ -42,7 +42,7 @@ export function createApp(deps: AppDeps): App {
   const { config, pools, log, metrics, ops } = deps;
   const logRequest = requestLog(log);
   const kv = kvRoutes({ config, kvPool: pools.kv, metrics, log, guards: ops.guards, logRequest });
-  const push = pushRoute({ config, messagePool: pools.message, log, logRequest });
+  const push = pushRoute({ config, messagePool: pools.message, log, metrics, logRequest });
   const app = express();
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.

@@ -43,7 +43,11 @@ export class PushCoalescer {
   /** Partitions with a push in flight from this worker, and the pushes waiting on each. */
   private readonly inFlight = new Map<string, Waiting[]>();
 
-  constructor(private readonly pool: Pool) {}
+  /** `onStatement` hears how many pushes each statement to a partition carried (a metric). */
+  constructor(
+    private readonly pool: Pool,
+    private readonly onStatement: (pushes: number) => void = () => undefined,
+  ) {}
 
   /** A push's results array as JSON text. `text` is the request body; `body` is it parsed (an object). */
   push(text: string, body: Record<string, unknown>): Promise<string> {
@@ -52,6 +56,7 @@ export class PushCoalescer {
     const waiting = this.inFlight.get(partition);
     if (waiting) return new Promise((resolve, reject) => waiting.push({ text, resolve, reject }));
     this.inFlight.set(partition, []);
+    this.onStatement(1);
     return this.alone(text).finally(() => this.next(partition));
   }
 
@@ -69,6 +74,7 @@ export class PushCoalescer {
     while (n < waiting.length && n < COALESCE_LIMITS.requests && bytes + waiting[n].text.length <= COALESCE_LIMITS.bytes) bytes += waiting[n++].text.length;
     const batch = waiting.splice(0, Math.max(n, 1));
     const sendAlone = (w: Waiting) => this.alone(w.text).then(w.resolve, w.reject);
+    this.onStatement(batch.length);
     this.pool
       .query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [`[${batch.map((w) => w.text).join(',')}]`] })
       .then(

@@ -116,5 +116,10 @@ describe('over HTTP', () => {
     const stored = await rows('http-gather', apiDb);
     expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
     expect(stored.slice(1).map((r) => r.tx).sort()).toEqual(Array.from({ length: 60 }, (_, i) => `h${i}`).sort());
+    // The operator's view: every push counted once in a statement, and fewer statements than pushes.
+    const metrics = await (await fetch(`${api.url}/metrics`)).text();
+    const value = (name: string) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1]);
+    expect(value('queen_log_push_gathering_size_sum')).toBe(62);
+    expect(value('queen_log_push_gathering_size_count')).toBeLessThan(62);
   });
 });

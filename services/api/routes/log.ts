@@ -7,6 +7,7 @@ import type { Pool } from 'pg';
 import { ApiError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
+import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
 import { bodyText, errorHandler, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
@@ -148,12 +149,13 @@ const PUSH = '/api/v1/push';
  * says why): the message path is the one the cell exists for. True when it took the request. Only
  * the exact path (a query string allowed) is taken; any other spelling Express still routes.
  */
-export function pushRoute({ config, messagePool, log, logRequest }: LogRouteDeps & {
+export function pushRoute({ config, messagePool, log, metrics, logRequest }: LogRouteDeps & {
+  metrics: Metrics;
   logRequest: (req: IncomingMessage, res: ServerResponse) => void;
 }): (req: IncomingMessage, res: ServerResponse) => boolean {
   const readBody = rawBody(config);
   const answerError = errorHandler(log);
-  const coalescer = new PushCoalescer(messagePool);
+  const coalescer = new PushCoalescer(messagePool, (pushes) => metrics.logPushGathering.observe(pushes));
   const push = async (req: IncomingMessage, res: ServerResponse) => {
     const text = bodyText(req);
     const body = parseJson(text);
