@@ -55,10 +55,12 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
   return Number(text);
 }
 
-function objectBody(req: IncomingMessage): string {
+/** The body's text (what travels to PostgreSQL) and, for routing only, the object it parses to. */
+function objectBody(req: IncomingMessage): { text: string; body: Record<string, unknown> } {
   const text = bodyText(req);
-  if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
-  return text;
+  const body = parseJson(text);
+  if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  return { text, body };
 }
 
 export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes {
@@ -67,7 +69,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   const signal = new PushSignal(config.databaseUrl, log);
 
   router.post('/api/v1/configure', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [objectBody(req)] });
+    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [objectBody(req).text] });
     sendJsonText(res, 200, rows[0].body);
   });
 
@@ -112,12 +114,12 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
   router.post('/api/v1/ack', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [objectBody(req)] });
+    const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [objectBody(req).text] });
     sendJsonText(res, 200, rows[0].body);
   });
 
   router.post('/api/v1/ack/batch', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [objectBody(req)] });
+    const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [objectBody(req).text] });
     // ok is true only when every ack applied; each element says how its own ack went.
     sendJsonText(res, 200, `{"ok":${rows[0].ok === true},"results":${rows[0].results}}`);
   });
@@ -147,7 +149,8 @@ const PUSH = '/api/v1/push';
 /**
  * POST /api/v1/push as a request listener, answered before Express like the KV routes (routes/kv.ts
  * says why): the message path is the one the cell exists for. True when it took the request. Only
- * the exact path (a query string allowed) is taken; any other spelling Express still routes.
+ * the exact path is taken, a query string allowed; Express has no push route, so any other
+ * spelling is 404 there, as for the KV paths.
  */
 export function pushRoute({ config, messagePool, log, metrics, logRequest }: LogRouteDeps & {
   metrics: Metrics;
@@ -157,9 +160,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
   const answerError = errorHandler(log);
   const coalescer = new PushCoalescer(messagePool, (pushes) => metrics.logPushGathering.observe(pushes));
   const push = async (req: IncomingMessage, res: ServerResponse) => {
-    const text = bodyText(req);
-    const body = parseJson(text);
-    if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+    const { text, body } = objectBody(req);
     sendJsonText(res, 200, `{"ok":true,"results":${await coalescer.push(text, body)}}`);
   };
   return (req, res) => {
