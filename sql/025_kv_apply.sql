@@ -298,6 +298,18 @@ DROP FUNCTION IF EXISTS queen.kv_incr_v1(UUID, JSONB, TIMESTAMPTZ);
 DROP FUNCTION IF EXISTS queen.kv_get_v1(UUID, JSONB, TIMESTAMPTZ);
 DROP FUNCTION IF EXISTS queen.kv_get_many_v1(UUID, JSONB, TIMESTAMPTZ);
 
+-- The answer of a write that wrote nothing (a precondition lost, a delete of no row), from the row
+-- there now: `p_live_reason` when that row is live, `absent` when there is none or it has expired.
+-- LANGUAGE sql returning a set, so that it is inlined into the caller's statement (as
+-- kv_get_key_v1 is). Shared by kv_put_key_v1's two conditional branches and kv_delete_key_v1.
+CREATE OR REPLACE FUNCTION queen.kv_unapplied_answer_v1(
+  p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_live_reason TEXT, p_now TIMESTAMPTZ
+) RETURNS SETOF JSONB LANGUAGE sql STABLE AS $$
+  SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+           CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN p_live_reason ELSE 'absent' END, kv, p_now)
+    FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key
+$$;
+
 -- put (unconditional, expect 0, expect N). Returns the write answer.
 CREATE OR REPLACE FUNCTION queen.kv_put_key_v1(
   p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_value JSONB, p_expires TIMESTAMPTZ,
@@ -331,8 +343,7 @@ BEGIN
     WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF NOT FOUND THEN
-      SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'exists', kv, p_now) INTO v_answer
-        FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+      SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'exists', p_now) a;
     END IF;
     RETURN v_answer;
   END IF;
@@ -344,10 +355,7 @@ BEGIN
      AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect
   RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
   IF NOT FOUND THEN
-    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
-             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
-      INTO v_answer
-      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+    SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'version', p_now) a;
   END IF;
   RETURN v_answer;
 END $$;
@@ -396,10 +404,7 @@ BEGIN
               CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN 'absent' END, NULL::queen.kv, p_now)
     INTO v_answer;
   IF NOT FOUND THEN
-    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
-             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
-      INTO v_answer
-      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+    SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'version', p_now) a;
   END IF;
   RETURN v_answer;
 END $$;

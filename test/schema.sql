@@ -570,10 +570,7 @@ BEGIN
               CASE WHEN NOT queen.kv_live_v1(k.expires_at, p_now) THEN 'absent' END, NULL::queen.kv, p_now)
     INTO v_answer;
   IF NOT FOUND THEN
-    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
-             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
-      INTO v_answer
-      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+    SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'version', p_now) a;
   END IF;
   RETURN v_answer;
 END $function$
@@ -817,8 +814,7 @@ BEGIN
     WHERE NOT queen.kv_live_v1(k.expires_at, p_now)
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF NOT FOUND THEN
-      SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false, 'exists', kv, p_now) INTO v_answer
-        FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+      SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'exists', p_now) a;
     END IF;
     RETURN v_answer;
   END IF;
@@ -830,10 +826,7 @@ BEGIN
      AND queen.kv_live_v1(k.expires_at, p_now) AND k.version = p_expect
   RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
   IF NOT FOUND THEN
-    SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
-             CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN 'version' ELSE 'absent' END, kv, p_now)
-      INTO v_answer
-      FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key;
+    SELECT a INTO v_answer FROM queen.kv_unapplied_answer_v1(p_tenant, p_index, p_op, p_ns, p_key, 'version', p_now) a;
   END IF;
   RETURN v_answer;
 END $function$
@@ -876,6 +869,15 @@ CREATE OR REPLACE FUNCTION queen.kv_ts_v1(timestamp with time zone)
  STABLE PARALLEL SAFE
 AS $function$
   SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$function$
+CREATE OR REPLACE FUNCTION queen.kv_unapplied_answer_v1(p_tenant uuid, p_index integer, p_op text, p_ns text, p_key text, p_live_reason text, p_now timestamp with time zone)
+ RETURNS SETOF jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
+           CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN p_live_reason ELSE 'absent' END, kv, p_now)
+    FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v1()
  RETURNS integer

@@ -11,6 +11,24 @@ export function rawBody(config: Config): RequestHandler {
   return express.text({ type: () => true, limit: config.maxBodyBytes, defaultCharset: 'utf-8' });
 }
 
+/**
+ * For the routes answered before Express (routes/kv.ts says why): reads the body as rawBody does
+ * (its limit and refusals), then runs `answer`; a synchronous throw, a rejection and a body that
+ * could not be read all take the same way out, the one error handler.
+ */
+export function answerWithBody(config: Config, log: Logger) {
+  const readBody = rawBody(config);
+  const answerError = errorHandler(log);
+  return (req: IncomingMessage, res: ServerResponse, answer: () => Promise<void>): void => {
+    readBody(req as never, res as never, (err?: unknown) => {
+      if (err) return answerError(err, req, res);
+      Promise.resolve()
+        .then(answer)
+        .catch((e: unknown) => answerError(e, req, res));
+    });
+  };
+}
+
 export function bodyText(req: IncomingMessage & { body?: unknown }): string {
   return typeof req.body === 'string' ? req.body : '';
 }

@@ -43,18 +43,32 @@ function normalise(answer: unknown): unknown {
   return JSON.parse(JSON.stringify(answer), (k, v) => (k === 'version' && typeof v === 'number' && ![0, 101, 102, 103, 104, 105].includes(v) ? 'drawn' : v));
 }
 
-async function run(ops: unknown, fast: boolean): Promise<Outcome> {
+/** `work` in a transaction with the KV fast path on or off, rolled back whatever happens. */
+async function rolledBack<T>(fast: boolean, work: () => Promise<T>): Promise<T> {
   await client.query('BEGIN');
   try {
     await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
-    const { rows } = await client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3) AS r', [TENANT, JSON.stringify(ops), NOW]);
-    return { answer: normalise(rows[0].r) };
-  } catch (err) {
-    const e = err as { code?: string; message: string; detail?: string };
-    return { error: { code: e.code, message: e.message, detail: e.detail } };
+    return await work();
   } finally {
     await client.query('ROLLBACK');
   }
+}
+
+/** What a statement answered (its column `r`), or the error PostgreSQL refused it with; rolled back. */
+function outcome(fast: boolean, query: () => Promise<{ rows: { r: unknown }[] }>, settle = (o: Outcome) => o): Promise<Outcome> {
+  return rolledBack(fast, async () => {
+    try {
+      const { rows } = await query();
+      return settle({ answer: normalise(rows[0].r) });
+    } catch (err) {
+      const e = err as { code?: string; message: string; detail?: string };
+      return { error: { code: e.code, message: e.message, detail: e.detail } };
+    }
+  });
+}
+
+function run(ops: unknown, fast: boolean): Promise<Outcome> {
+  return outcome(fast, () => client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3) AS r', [TENANT, JSON.stringify(ops), NOW]));
 }
 
 const big = 'x'.repeat(65536 - 2); // as jsonb text "xxx…" is exactly 65536 bytes
@@ -204,20 +218,15 @@ describe('the fast check answers exactly as the general validation', () => {
       { op: 'put', ns: 'orders', key: 'expired', value: 8, forever: true },
       { op: 'put', ns: 'orders', key: 'new', value: 7, forever: true },
     ];
-    const rowsAfter = async (fast: boolean) => {
-      await client.query('BEGIN');
-      try {
-        await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
+    const rowsAfter = (fast: boolean) =>
+      rolledBack(fast, async () => {
         await client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3)', [TENANT, JSON.stringify(ops), NOW]);
         const { rows } = await client.query(
           `SELECT namespace, key, value, expires_at, created_at, updated_at FROM queen.kv WHERE tenant_id = $1 ORDER BY namespace, key`,
           [TENANT],
         );
         return rows;
-      } finally {
-        await client.query('ROLLBACK');
-      }
-    };
+      });
     const slow = await rowsAfter(false);
     expect(slow.find((r) => r.key === 'expired')?.created_at.toISOString()).toBe('2026-06-01T12:00:00.123Z');
     expect(slow.find((r) => r.key === 'live')?.created_at.toISOString()).toBe('2026-01-01T00:00:00.000Z');
@@ -261,24 +270,21 @@ describe('the path routes\' entry answers as the one-operation batch', () => {
   const settle = (o: Outcome): Outcome =>
     JSON.parse(JSON.stringify(o), (k, v) => ((k === 'updatedAt' || k === 'expiresAt') && !FIXED.has(v) ? 'recent' : v));
 
-  async function path(op: string, ns: string, key: string, body: object, viaEntry: boolean): Promise<Outcome> {
-    await client.query('BEGIN');
-    try {
-      await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [viaEntry ? 'on' : 'off']);
-      const { rows } = viaEntry
-        ? await client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', [TENANT, op, ns, key, JSON.stringify(body)])
-        : await client.query(
-            `SELECT queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false) -> 0 AS r`,
-            [TENANT, op, ns, key, JSON.stringify(body)],
-          );
-      return settle({ answer: normalise(rows[0].r) });
-    } catch (err) {
-      const e = err as { code?: string; message: string; detail?: string };
-      return { error: { code: e.code, message: e.message, detail: e.detail } };
-    } finally {
-      await client.query('ROLLBACK');
-    }
+  function path(op: string, ns: string, key: string, body: object, viaEntry: boolean): Promise<Outcome> {
+    const values = [TENANT, op, ns, key, JSON.stringify(body)];
+    return outcome(
+      viaEntry,
+      () =>
+        viaEntry
+          ? client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', values)
+          : client.query(
+              `SELECT queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false) -> 0 AS r`,
+              values,
+            ),
+      settle,
+    );
   }
+
 
   const routes: Array<[string, string, string, string, object]> = [
     ['get of a live key', 'get', 'orders', 'live', {}],
@@ -323,19 +329,10 @@ describe('the entry point kv_apply_v1 answers as the general path', () => {
   const BATCH = `SELECT queen.kv_apply_v1($1::uuid, $2::jsonb -> 'operations', false) AS r`;
 
   /** `name`: a statement of its own per case, so every case meets the custom plans of a fresh one. */
-  async function entry(body: unknown, fast: boolean, name: string): Promise<Outcome> {
-    await client.query('BEGIN');
-    try {
-      await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
-      const { rows } = await client.query({ name, text: BATCH, values: [TENANT, JSON.stringify(body)] });
-      return settle({ answer: normalise(rows[0].r) });
-    } catch (err) {
-      const e = err as { code?: string; message: string; detail?: string };
-      return { error: { code: e.code, message: e.message, detail: e.detail } };
-    } finally {
-      await client.query('ROLLBACK');
-    }
+  function entry(body: unknown, fast: boolean, name: string): Promise<Outcome> {
+    return outcome(fast, () => client.query({ name, text: BATCH, values: [TENANT, JSON.stringify(body)] }), settle);
   }
+
 
   const bodies: Array<[string, unknown]> = [
     ['operations an object', { operations: { op: 'get', ns: 'orders', key: 'live' } }],

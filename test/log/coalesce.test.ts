@@ -96,15 +96,10 @@ test('a gathering for a partition that does not exist yet falls back to the gene
 
 describe('over HTTP', () => {
   let api: TestApi;
-  let apiDb: Pool;
   beforeAll(async () => {
     api = await startTestApi();
-    apiDb = new Pool({ connectionString: api.databaseUrl, max: 1 });
   });
-  afterAll(async () => {
-    await apiDb.end();
-    await api.close();
-  });
+  afterAll(() => api.close());
 
   test('60 concurrent pushes to one partition: every one answered queued, seqs contiguous, a malformed one refused alone', async () => {
     await push(api.url, [{ queue: 'http-gather', payload: 0 }]);
@@ -113,7 +108,7 @@ describe('over HTTP', () => {
     expect(answers.map((a) => [a.status, a.body.results[0].status])).toEqual(Array(60).fill([200, 'queued']));
     const refused = await bad;
     expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, 'invalid_json']);
-    const stored = await rows('http-gather', apiDb);
+    const stored = await rows('http-gather', api.server.pools.message);
     expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
     expect(stored.slice(1).map((r) => r.tx).sort()).toEqual(Array.from({ length: 60 }, (_, i) => `h${i}`).sort());
     // The operator's view: every push counted once in a statement, and fewer statements than pushes.

@@ -16,7 +16,7 @@ import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../guards';
-import { bodyText, errorHandler, isPlainObject, notModified, parseJson, rawBody, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, notModified, parseJson, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
@@ -106,8 +106,7 @@ function refuseNulKeys(text: string, ops: unknown): void {
 
 /** The KV surface as a request listener: true when it took the request. */
 export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: KvRouteDeps): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const readBody = rawBody(config);
-  const answerError = errorHandler(log);
+  const withBody = answerWithBody(config, log);
 
   async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
@@ -182,13 +181,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
           return one(req, res, route.call, route.ns, route.key);
       }
     };
-    readBody(req as never, res as never, (err?: unknown) => {
-      if (err) return answerError(err, req, res);
-      // A synchronous throw and a rejection take the same way out: the one error handler.
-      Promise.resolve()
-        .then(answer)
-        .catch((e: unknown) => answerError(e, req, res));
-    });
+    withBody(req, res, answer);
     return true;
   };
 }

@@ -9,7 +9,7 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
-import { bodyText, errorHandler, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
@@ -156,8 +156,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
   metrics: Metrics;
   logRequest: (req: IncomingMessage, res: ServerResponse) => void;
 }): (req: IncomingMessage, res: ServerResponse) => boolean {
-  const readBody = rawBody(config);
-  const answerError = errorHandler(log);
+  const withBody = answerWithBody(config, log);
   const coalescer = new PushCoalescer(messagePool, (pushes) => metrics.logPushGathering.observe(pushes));
   const push = async (req: IncomingMessage, res: ServerResponse) => {
     const { text, body } = objectBody(req);
@@ -167,12 +166,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
     const url = req.url ?? '';
     if (req.method !== 'POST' || !url.startsWith(PUSH) || (url.length > PUSH.length && url[PUSH.length] !== '?')) return false;
     logRequest(req, res);
-    readBody(req as never, res as never, (err?: unknown) => {
-      if (err) return answerError(err, req, res);
-      Promise.resolve()
-        .then(() => push(req, res))
-        .catch((e: unknown) => answerError(e, req, res));
-    });
+    withBody(req, res, () => push(req, res));
     return true;
   };
 }
