@@ -82,6 +82,10 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   expect(shed.body.message).toMatch(/standalone KV writes are shed/);
   expect(shed.headers.get('retry-after')).toBe('1');
   expect(settled.filter(Boolean)).toHaveLength(0);
+  // The shedding order: KV writes inside the transaction wire run on the message pool, so while the
+  // held writes still occupy every KV connection and standalone writes are shed, they go on.
+  const wire = await call(api.url, 'POST', '/api/v1/transaction', { operations: [], kv: [{ op: 'put', ns: 'pool', key: 'wire', value: 1, forever: true }] });
+  expect([wire.status, wire.body.ok]).toEqual([200, true]);
   for (const r of await Promise.all(queued)) expect([r.status, r.body.error]).toEqual([503, 'kv_unavailable']);
 
   // Let go: the held writes complete, and the pool serves again.
