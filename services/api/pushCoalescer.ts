@@ -75,12 +75,17 @@ export class PushCoalescer {
     const batch = waiting.splice(0, Math.max(n, 1));
     const sendAlone = (w: Waiting) => this.alone(w.text).then(w.resolve, w.reject);
     this.onStatement(batch.length);
-    this.pool
-      .query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [`[${batch.map((w) => w.text).join(',')}]`] })
-      .then(
-        ({ rows }) => batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!))),
-        (err: { code?: string }) => batch.forEach((w) => (REFUSED_FOR_A_BODY.test(err?.code ?? '') ? sendAlone(w) : w.reject(err))),
-      )
-      .finally(() => this.next(partition));
+    // What gathered meanwhile goes before this gathering is answered: the partition's next
+    // statement is the message path's critical path; the answers are not.
+    this.pool.query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [`[${batch.map((w) => w.text).join(',')}]`] }).then(
+      ({ rows }) => {
+        this.next(partition);
+        batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!)));
+      },
+      (err: { code?: string }) => {
+        this.next(partition);
+        batch.forEach((w) => (REFUSED_FOR_A_BODY.test(err?.code ?? '') ? sendAlone(w) : w.reject(err)));
+      },
+    );
   }
 }
