@@ -662,33 +662,41 @@ BEGIN
   RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
 END $$;
 
--- The push fast path: one item, plainly valid, to a queue and partition that already exist (given
--- as values: queue and partition as text, the partition already defaulted; transactionId as text,
--- '' when the item has none): a request of one item alone (log_push_request_v1), or each item of a
--- request log_push_items_v1 has validated, created and locked. Answers that item's element.
+-- The push fast path: plainly valid items, in order, to one queue and partition that already exist
+-- (given as values: queue and partition as text, the partition already defaulted; each item's
+-- payload and transactionId, '' when the item has none). Its callers: a request of one item alone
+-- (log_push_request_v1, through log_push_fast_v1), each item of a request log_push_items_v1 has
+-- validated, created and locked (the same), and the one-item requests an API worker gathered for
+-- one partition (log_push_coalesced_v1). Answers one element per item.
 -- Why it pays: a push is a transaction of its own, and plpgsql sets up every expression and
 -- nested call it evaluates once per transaction, so the general path's cost
 -- is its number of statements and calls (validation twice, ensure-partition twice, the lock twice),
--- not their work. Here: one guard, one lock (partition row, FOR NO KEY UPDATE, held to commit, so
--- seq order is still commit order), then log_push_v1's own statements: the duplicate check (after
--- the lock, so it sees every committed push), last_seq, the message, the NOTIFY, the answer. (One
--- INSERT ... ON CONFLICT DO NOTHING feeding the UPDATE measured the same, 2026-11-30.)
--- Returns NULL, having done nothing, for anything else (a name or transactionId the general path
--- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off): the general
--- path then decides, refusals included, so every rule keeps one definition. The names' test is
--- queen.name_ok_v1, the one definition of a name.
+-- not their work. Here: one guard and one lock (partition row, FOR NO KEY UPDATE, held to commit,
+-- so seq order is still commit order) for all the items; per item, log_push_v1's duplicate check
+-- (after the lock, so it sees every committed push and the items before it) and the message; then
+-- last_seq once and the NOTIFY once. For a gathering that is what pays: four pushes in one statement
+-- took 0.61-0.77 ms against 0.80-0.91 when each item locked, bumped last_seq and notified on its
+-- own, eight 0.68-1.04 against 0.83-1.45 (pgbench, one client, 2026-11-30). (One INSERT ... ON
+-- CONFLICT DO NOTHING feeding the UPDATE measured the same as the duplicate check, 2026-11-30; one
+-- set-based INSERT for all the items cost 0.2 ms more a call than it saved below eight items.)
+-- Answers NULL, having done nothing, when the fast path does not apply (a name the general path
+-- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off), and a NULL
+-- element, that item skipped, for a transactionId the general path might refuse (empty, or over
+-- 256 bytes): the general path then decides, refusals included, so every rule keeps one
+-- definition. The names' test is queen.name_ok_v1, the one definition of a name.
 -- test/log/fastPath.test.ts holds both paths to the same answers and rows.
-CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
-  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
-) RETURNS JSONB LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(
+  p_queue TEXT, p_partition TEXT, p_payloads JSONB[], p_transaction_ids TEXT[]
+) RETURNS JSONB[] LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID;
   v_last BIGINT;
+  v_seq BIGINT;
   v_txid TEXT;
-  v_status TEXT;
+  v_out JSONB[] := '{}';
+  i INT;
 BEGIN
-  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition)
-                  AND octet_length(p_transaction_id) <= 256, false)
+  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition), false)
      OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
   END IF;
@@ -699,16 +707,39 @@ BEGIN
   IF v_pid IS NULL THEN
     RETURN NULL;
   END IF;
-  v_txid := CASE WHEN p_transaction_id = '' THEN gen_random_uuid()::text ELSE p_transaction_id END;
-  IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
-    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_pid;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_last + 1, v_txid, p_payload);
+  v_seq := v_last;
+  FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
+    v_txid := p_transaction_ids[i];
+    IF NOT coalesce(octet_length(v_txid) <= 256, false) THEN
+      v_out := v_out || NULL::jsonb;
+      CONTINUE;
+    END IF;
+    IF v_txid = '' THEN
+      v_txid := gen_random_uuid()::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
+      v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                                           'partition', p_partition, 'status', 'duplicate');
+      CONTINUE;
+    END IF;
+    v_seq := v_seq + 1;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
+    v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                                         'partition', p_partition, 'status', 'queued');
+  END LOOP;
+  IF v_seq > v_last THEN
+    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
     PERFORM pg_notify('queen_log', p_queue);
-    v_status := 'queued';
   END IF;
-  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                            'partition', p_partition, 'status', coalesce(v_status, 'duplicate'));
+  RETURN v_out;
 END $$;
+
+-- One item: the fast path above with one element.
+CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
+  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
+) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT (queen.log_push_fast_many_v1(p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
+$$;
 
 -- One request's items through the fast path when they are a single item: its answer, or NULL when
 -- the shape is anything else or the fast path declined (having done nothing). SQL the planner
@@ -737,18 +768,48 @@ CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSON
 $$;
 
 -- One-item pushes to one partition that an API worker gathered while an earlier push to that
--- partition was in flight (services/api/pushCoalescer.ts says why): each request's body in turn
--- through the fast path, in one transaction, so one lock and one commit serve them all. Answers one
--- row per body, in order: that request's results array, or NULL where the fast path declined
--- (having done nothing); the API then sends that request alone, down the general path.
+-- partition was in flight (services/api/pushCoalescer.ts says why): the bodies whose one item goes
+-- to the first such body's queue and partition, through the fast path in one call, so one lock and
+-- one commit serve them all. Answers one row per body, in order: that request's results array, or
+-- NULL where the fast path declined it (a shape or transactionId it does not take, another
+-- partition, having done nothing for it); the API then sends that request alone, down the general
+-- path.
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS SETOF TEXT
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_body JSONB;
-  v_result JSONB;
+  v_item JSONB;
+  v_queue TEXT;
+  v_partition TEXT;
+  v_taken INT[] := '{}';
+  v_payloads JSONB[] := '{}';
+  v_txids TEXT[] := '{}';
+  v_answers JSONB[];
+  v_n INT := jsonb_array_length(p_bodies);
+  v_at INT;
+  i INT;
 BEGIN
-  FOR v_body IN SELECT t.body FROM jsonb_array_elements(p_bodies) WITH ORDINALITY AS t(body, n) ORDER BY t.n LOOP
-    v_result := queen.log_push_one_fast_v1(v_body->'items');
-    RETURN NEXT CASE WHEN v_result IS NOT NULL THEN jsonb_build_array(v_result)::text END;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_bodies->i->'items';
+    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'array' OR v_item->1 IS NOT NULL;
+    v_item := v_item->0;
+    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item->'queue') IS DISTINCT FROM 'string'
+               OR coalesce(jsonb_typeof(v_item->'partition'), 'null') NOT IN ('null', 'string')
+               OR coalesce(jsonb_typeof(v_item->'transactionId'), 'null') NOT IN ('null', 'string');
+    IF v_queue IS NULL THEN
+      v_queue := v_item->>'queue';
+      v_partition := coalesce(v_item->>'partition', 'Default');
+    END IF;
+    CONTINUE WHEN v_item->>'queue' <> v_queue OR coalesce(v_item->>'partition', 'Default') <> v_partition;
+    v_taken := v_taken || i;
+    v_payloads := v_payloads || (v_item->'payload');
+    v_txids := v_txids || CASE coalesce(jsonb_typeof(v_item->'transactionId'), 'null')
+                            WHEN 'null' THEN '' ELSE nullif(v_item->>'transactionId', '') END;
+  END LOOP;
+  IF v_queue IS NOT NULL THEN
+    v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_at := array_position(v_taken, i);
+    RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at])::text END;
   END LOOP;
 END $$;

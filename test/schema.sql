@@ -1435,26 +1435,55 @@ CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies jsonb)
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_body JSONB;
-  v_result JSONB;
+  v_item JSONB;
+  v_queue TEXT;
+  v_partition TEXT;
+  v_taken INT[] := '{}';
+  v_payloads JSONB[] := '{}';
+  v_txids TEXT[] := '{}';
+  v_answers JSONB[];
+  v_n INT := jsonb_array_length(p_bodies);
+  v_at INT;
+  i INT;
 BEGIN
-  FOR v_body IN SELECT t.body FROM jsonb_array_elements(p_bodies) WITH ORDINALITY AS t(body, n) ORDER BY t.n LOOP
-    v_result := queen.log_push_one_fast_v1(v_body->'items');
-    RETURN NEXT CASE WHEN v_result IS NOT NULL THEN jsonb_build_array(v_result)::text END;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_item := p_bodies->i->'items';
+    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'array' OR v_item->1 IS NOT NULL;
+    v_item := v_item->0;
+    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item->'queue') IS DISTINCT FROM 'string'
+               OR coalesce(jsonb_typeof(v_item->'partition'), 'null') NOT IN ('null', 'string')
+               OR coalesce(jsonb_typeof(v_item->'transactionId'), 'null') NOT IN ('null', 'string');
+    IF v_queue IS NULL THEN
+      v_queue := v_item->>'queue';
+      v_partition := coalesce(v_item->>'partition', 'Default');
+    END IF;
+    CONTINUE WHEN v_item->>'queue' <> v_queue OR coalesce(v_item->>'partition', 'Default') <> v_partition;
+    v_taken := v_taken || i;
+    v_payloads := v_payloads || (v_item->'payload');
+    v_txids := v_txids || CASE coalesce(jsonb_typeof(v_item->'transactionId'), 'null')
+                            WHEN 'null' THEN '' ELSE nullif(v_item->>'transactionId', '') END;
+  END LOOP;
+  IF v_queue IS NOT NULL THEN
+    v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_at := array_position(v_taken, i);
+    RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at])::text END;
   END LOOP;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
- RETURNS jsonb
+CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
+ RETURNS jsonb[]
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_pid UUID;
   v_last BIGINT;
+  v_seq BIGINT;
   v_txid TEXT;
-  v_status TEXT;
+  v_out JSONB[] := '{}';
+  i INT;
 BEGIN
-  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition)
-                  AND octet_length(p_transaction_id) <= 256, false)
+  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition), false)
      OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
     RETURN NULL;
   END IF;
@@ -1465,16 +1494,38 @@ BEGIN
   IF v_pid IS NULL THEN
     RETURN NULL;
   END IF;
-  v_txid := CASE WHEN p_transaction_id = '' THEN gen_random_uuid()::text ELSE p_transaction_id END;
-  IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
-    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_pid;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_last + 1, v_txid, p_payload);
+  v_seq := v_last;
+  FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
+    v_txid := p_transaction_ids[i];
+    IF NOT coalesce(octet_length(v_txid) <= 256, false) THEN
+      v_out := v_out || NULL::jsonb;
+      CONTINUE;
+    END IF;
+    IF v_txid = '' THEN
+      v_txid := gen_random_uuid()::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
+      v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                                           'partition', p_partition, 'status', 'duplicate');
+      CONTINUE;
+    END IF;
+    v_seq := v_seq + 1;
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
+    v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
+                                         'partition', p_partition, 'status', 'queued');
+  END LOOP;
+  IF v_seq > v_last THEN
+    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
     PERFORM pg_notify('queen_log', p_queue);
-    v_status := 'queued';
   END IF;
-  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                            'partition', p_partition, 'status', coalesce(v_status, 'duplicate'));
+  RETURN v_out;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT (queen.log_push_fast_many_v1(p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items jsonb, p_index integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql

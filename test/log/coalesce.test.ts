@@ -94,6 +94,31 @@ test('a gathering for a partition that does not exist yet falls back to the gene
   expect(await rows('fresh-queue')).toHaveLength(2);
 });
 
+test('in a gathering, a body the fast path declines is answered alone by the general path; the rest share one commit', async () => {
+  await Promise.all(pushAll([body('declined')]));
+  const answers = await Promise.all(
+    pushAll([
+      body('declined'),
+      body('declined', { transactionId: 'one' }),
+      body('declined', { transactionId: '' }),
+      body('declined', { transactionId: 'x'.repeat(300) }),
+      body('declined', { transactionId: 'two' }),
+    ]),
+  );
+  expect(answers.map((a) => a.err ?? a.status)).toEqual(['queued', 'queued', 'QK400', 'QK400', 'queued']);
+  const stored = (await rows('declined')).slice(2);
+  expect(stored.map((r) => [r.seq, r.tx])).toEqual([[3, 'one'], [4, 'two']]);
+  expect(stored[0].xmin).toBe(stored[1].xmin);
+});
+
+test('log_push_coalesced_v1 takes only the first body\'s partition: a body for another answers NULL and stores nothing', async () => {
+  await Promise.all(pushAll([body('mixed'), body('mixed', {}, 'other')]));
+  const bodies = [body('mixed', { transactionId: 'a' }), body('mixed', { transactionId: 'b' }, 'other'), body('mixed', { transactionId: 'c' })];
+  const { rows: answers } = await pool.query('SELECT queen.log_push_coalesced_v1($1::jsonb) AS r', [`[${bodies.map(([t]) => t).join(',')}]`]);
+  expect(answers.map((a) => a.r && JSON.parse(a.r)[0].transactionId)).toEqual(['a', null, 'c']);
+  expect((await rows('mixed')).map((r) => r.tx).filter((tx) => tx.length === 1)).toEqual(['a', 'c']);
+});
+
 describe('over HTTP', () => {
   let api: TestApi;
   beforeAll(async () => {
