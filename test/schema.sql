@@ -1534,7 +1534,14 @@ DECLARE
   v_n INT;
   v_item JSONB;
   v_out JSONB[] := '{}';
+  v_queue TEXT;
+  v_partition TEXT;
+  v_payloads JSONB[];
+  v_txids TEXT[];
+  v_run JSONB[];
   i INT;
+  j INT;
+  k INT;
 BEGIN
   IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
     PERFORM queen.fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
@@ -1555,14 +1562,29 @@ BEGIN
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
   END LOOP;
   PERFORM queen.log_lock_partitions_v1(p_items);
-  -- Each item validated above and its partition created and locked: the fast path takes it (one
-  -- call instead of log_push_v1's three, its expressions set up once for all the items), unless
-  -- queen.log_fast_path = off, and then log_push_v1 does, as it always did.
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_item := p_items->i;
-    v_out := v_out || coalesce(
-      queen.log_push_fast_v1(v_item->>'queue', coalesce(v_item->>'partition', 'Default'), v_item->'payload', coalesce(v_item->>'transactionId', '')),
-      queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
+  -- Each item validated above and its partition created and locked: the fast path takes each run
+  -- of consecutive items to one partition in one call (its expressions set up once, last_seq and
+  -- the NOTIFY once a run), unless queen.log_fast_path = off, and then log_push_v1 does, as it
+  -- always did. (Validated items are all the fast path's: it answers a whole run or none of it.)
+  i := 0;
+  WHILE i < v_n LOOP
+    v_queue := p_items->i->>'queue';
+    v_partition := coalesce(p_items->i->>'partition', 'Default');
+    v_payloads := '{}';
+    v_txids := '{}';
+    j := i;
+    WHILE j < v_n AND p_items->j->>'queue' = v_queue AND coalesce(p_items->j->>'partition', 'Default') = v_partition LOOP
+      v_payloads := v_payloads || (p_items->j->'payload');
+      v_txids := v_txids || coalesce(p_items->j->>'transactionId', '');
+      j := j + 1;
+    END LOOP;
+    v_run := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+    FOR k IN i .. j - 1 LOOP
+      v_item := p_items->k;
+      v_out := v_out || coalesce(v_run[k - i + 1],
+        queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
+    END LOOP;
+    i := j;
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$

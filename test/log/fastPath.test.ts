@@ -131,6 +131,11 @@ const cases: Array<[string, string, Path | 'refused']> = [
   ['three items, a new queue among them, partition null and absent', JSON.stringify({ items: [{ queue: 'orders', payload: 1, partition: null }, { queue: 'fresh', payload: 2, transactionId: 'dup-1' }, { queue: 'orders', payload: 3, transactionId: 'dup-1' }] }), 'items, each fast'],
   ['two items, the second refused', JSON.stringify({ items: [{ queue: 'orders', payload: 1 }, { queue: '', payload: 2 }] }), 'refused'],
   ['two items with one transactionId', JSON.stringify({ items: [{ queue: 'orders', payload: 1, transactionId: 't' }, { queue: 'orders', payload: 2, transactionId: 't' }] }), 'items, each fast'],
+  [
+    'a run of two, another partition, then the first again with the run\'s transactionId',
+    JSON.stringify({ items: [{ queue: 'orders', payload: 1 }, { queue: 'orders', payload: 2, transactionId: 'r' }, { queue: 'orders', partition: 'p1', payload: 3 }, { queue: 'orders', payload: 4, transactionId: 'r' }] }),
+    'items, each fast',
+  ],
 ];
 
 describe('the push fast path answers exactly as the general path', () => {
