@@ -715,6 +715,7 @@ DECLARE
   v_last BIGINT;
   v_seq BIGINT;
   v_txid TEXT;
+  v_status TEXT;
   v_out JSONB[] := '{}';
   i INT;
 BEGIN
@@ -740,14 +741,14 @@ BEGIN
       v_txid := gen_random_uuid()::text;
     END IF;
     IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
-      v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                                           'partition', p_partition, 'status', 'duplicate');
-      CONTINUE;
+      v_status := 'duplicate';
+    ELSE
+      v_seq := v_seq + 1;
+      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
+      v_status := 'queued';
     END IF;
-    v_seq := v_seq + 1;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
     v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                                         'partition', p_partition, 'status', 'queued');
+                                         'partition', p_partition, 'status', v_status);
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
@@ -763,21 +764,33 @@ CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
   SELECT (queen.log_push_fast_many_v1(p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
 $$;
 
+-- How the fast path reads a push request's items (the one-item request alone, and each body of a
+-- gathering): the item when the items are one object, else NULL; its queue when a string; its
+-- partition when a string, 'Default' when absent or null; its transactionId '' when absent or
+-- null, the string when a non-empty string. NULL anywhere else: the fast path declines and the
+-- general path decides, refusals included. SQL the planner inlines into its callers, and only
+-- functions that cannot fail on any jsonb (with a parameter as a constant the planner may evaluate
+-- them while planning, CASE or not).
+CREATE OR REPLACE FUNCTION queen.log_fast_item_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN p_items->0 END
+$$;
+CREATE OR REPLACE FUNCTION queen.log_fast_queue_v1(p_item JSONB) RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN jsonb_typeof(p_item->'queue') = 'string' THEN p_item->>'queue' END
+$$;
+CREATE OR REPLACE FUNCTION queen.log_fast_partition_v1(p_item JSONB) RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE coalesce(jsonb_typeof(p_item->'partition'), 'null') WHEN 'null' THEN 'Default' WHEN 'string' THEN p_item->>'partition' END
+$$;
+CREATE OR REPLACE FUNCTION queen.log_fast_transaction_id_v1(p_item JSONB) RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE coalesce(jsonb_typeof(p_item->'transactionId'), 'null') WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_item->>'transactionId', '') END
+$$;
+
 -- One request's items through the fast path when they are a single item: its answer, or NULL when
--- the shape is anything else or the fast path declined (having done nothing). SQL the planner
--- inlines into its callers. Only functions that cannot fail on any jsonb appear in the fast path's
--- arguments (with a parameter as a constant the planner may evaluate them while planning, CASE or
--- not). An item without a transactionId passes '' (one with an empty string passes NULL: declined,
--- refused by the general path).
+-- the shape is anything else or the fast path declined (having done nothing). Inlined into its
+-- caller, as are the readers above.
 CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
-    queen.log_push_fast_v1(
-      CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
-      CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
-        WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
-      p_items->0->'payload',
-      CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
-        WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)
+  SELECT CASE WHEN queen.log_fast_item_v1(p_items) IS NOT NULL THEN
+    queen.log_push_fast_v1(queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
+                           p_items->0->'payload', queen.log_fast_transaction_id_v1(p_items->0))
   END
 $$;
 
@@ -800,6 +813,8 @@ CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS S
 LANGUAGE plpgsql AS $$
 DECLARE
   v_item JSONB;
+  v_q TEXT;
+  v_p TEXT;
   v_queue TEXT;
   v_partition TEXT;
   v_taken INT[] := '{}';
@@ -811,21 +826,19 @@ DECLARE
   i INT;
 BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
-    v_item := p_bodies->i->'items';
-    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'array' OR v_item->1 IS NOT NULL;
-    v_item := v_item->0;
-    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item->'queue') IS DISTINCT FROM 'string'
-               OR coalesce(jsonb_typeof(v_item->'partition'), 'null') NOT IN ('null', 'string')
-               OR coalesce(jsonb_typeof(v_item->'transactionId'), 'null') NOT IN ('null', 'string');
+    v_item := queen.log_fast_item_v1(p_bodies->i->'items');
+    v_q := queen.log_fast_queue_v1(v_item);
+    v_p := queen.log_fast_partition_v1(v_item);
+    CONTINUE WHEN v_q IS NULL OR v_p IS NULL;
     IF v_queue IS NULL THEN
-      v_queue := v_item->>'queue';
-      v_partition := coalesce(v_item->>'partition', 'Default');
+      v_queue := v_q;
+      v_partition := v_p;
     END IF;
-    CONTINUE WHEN v_item->>'queue' <> v_queue OR coalesce(v_item->>'partition', 'Default') <> v_partition;
+    CONTINUE WHEN v_q <> v_queue OR v_p <> v_partition;
     v_taken := v_taken || i;
     v_payloads := v_payloads || (v_item->'payload');
-    v_txids := v_txids || CASE coalesce(jsonb_typeof(v_item->'transactionId'), 'null')
-                            WHEN 'null' THEN '' ELSE nullif(v_item->>'transactionId', '') END;
+    -- NULL (a transactionId the fast path does not take): that element is declined.
+    v_txids := v_txids || queen.log_fast_transaction_id_v1(v_item);
   END LOOP;
   IF v_queue IS NOT NULL THEN
     v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);

@@ -1260,6 +1260,34 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_fast_item_v1(p_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN p_items->0 END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_fast_partition_v1(p_item jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE coalesce(jsonb_typeof(p_item->'partition'), 'null') WHEN 'null' THEN 'Default' WHEN 'string' THEN p_item->>'partition' END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_fast_queue_v1(p_item jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE WHEN jsonb_typeof(p_item->'queue') = 'string' THEN p_item->>'queue' END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_fast_transaction_id_v1(p_item jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE coalesce(jsonb_typeof(p_item->'transactionId'), 'null') WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_item->>'transactionId', '') END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(p_partition uuid, p_group text, p_retry_limit integer, p_now timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -1436,6 +1464,8 @@ CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies jsonb)
 AS $function$
 DECLARE
   v_item JSONB;
+  v_q TEXT;
+  v_p TEXT;
   v_queue TEXT;
   v_partition TEXT;
   v_taken INT[] := '{}';
@@ -1447,21 +1477,19 @@ DECLARE
   i INT;
 BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
-    v_item := p_bodies->i->'items';
-    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'array' OR v_item->1 IS NOT NULL;
-    v_item := v_item->0;
-    CONTINUE WHEN jsonb_typeof(v_item) IS DISTINCT FROM 'object' OR jsonb_typeof(v_item->'queue') IS DISTINCT FROM 'string'
-               OR coalesce(jsonb_typeof(v_item->'partition'), 'null') NOT IN ('null', 'string')
-               OR coalesce(jsonb_typeof(v_item->'transactionId'), 'null') NOT IN ('null', 'string');
+    v_item := queen.log_fast_item_v1(p_bodies->i->'items');
+    v_q := queen.log_fast_queue_v1(v_item);
+    v_p := queen.log_fast_partition_v1(v_item);
+    CONTINUE WHEN v_q IS NULL OR v_p IS NULL;
     IF v_queue IS NULL THEN
-      v_queue := v_item->>'queue';
-      v_partition := coalesce(v_item->>'partition', 'Default');
+      v_queue := v_q;
+      v_partition := v_p;
     END IF;
-    CONTINUE WHEN v_item->>'queue' <> v_queue OR coalesce(v_item->>'partition', 'Default') <> v_partition;
+    CONTINUE WHEN v_q <> v_queue OR v_p <> v_partition;
     v_taken := v_taken || i;
     v_payloads := v_payloads || (v_item->'payload');
-    v_txids := v_txids || CASE coalesce(jsonb_typeof(v_item->'transactionId'), 'null')
-                            WHEN 'null' THEN '' ELSE nullif(v_item->>'transactionId', '') END;
+    -- NULL (a transactionId the fast path does not take): that element is declined.
+    v_txids := v_txids || queen.log_fast_transaction_id_v1(v_item);
   END LOOP;
   IF v_queue IS NOT NULL THEN
     v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
@@ -1480,6 +1508,7 @@ DECLARE
   v_last BIGINT;
   v_seq BIGINT;
   v_txid TEXT;
+  v_status TEXT;
   v_out JSONB[] := '{}';
   i INT;
 BEGIN
@@ -1505,14 +1534,14 @@ BEGIN
       v_txid := gen_random_uuid()::text;
     END IF;
     IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
-      v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                                           'partition', p_partition, 'status', 'duplicate');
-      CONTINUE;
+      v_status := 'duplicate';
+    ELSE
+      v_seq := v_seq + 1;
+      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
+      v_status := 'queued';
     END IF;
-    v_seq := v_seq + 1;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
     v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                                         'partition', p_partition, 'status', 'queued');
+                                         'partition', p_partition, 'status', v_status);
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
@@ -1592,14 +1621,9 @@ CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items jsonb)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT CASE WHEN jsonb_typeof(p_items) = 'array' AND p_items->1 IS NULL AND jsonb_typeof(p_items->0) = 'object' THEN
-    queen.log_push_fast_v1(
-      CASE WHEN jsonb_typeof(p_items->0->'queue') = 'string' THEN p_items->0->>'queue' END,
-      CASE coalesce(jsonb_typeof(p_items->0->'partition'), 'null')
-        WHEN 'null' THEN 'Default' WHEN 'string' THEN p_items->0->>'partition' END,
-      p_items->0->'payload',
-      CASE coalesce(jsonb_typeof(p_items->0->'transactionId'), 'null')
-        WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_items->0->>'transactionId', '') END)
+  SELECT CASE WHEN queen.log_fast_item_v1(p_items) IS NOT NULL THEN
+    queen.log_push_fast_v1(queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
+                           p_items->0->'payload', queen.log_fast_transaction_id_v1(p_items->0))
   END
 $function$
 CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items jsonb)

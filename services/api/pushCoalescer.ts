@@ -8,8 +8,8 @@
 // partition wait here, and go together as one statement (queen.log_push_coalesced_v1) when it
 // returns: one lock, one commit, each request still answered its own results. A push that finds
 // nothing in flight for its partition goes at once, so a quiet cell adds no latency. Each request
-// keeps its own rules: the fast path takes each body in turn; a body it declines (the partition does
-// not exist yet, a name the general path would refuse) is sent alone afterwards, as is every body
+// keeps its own rules: the fast path takes the bodies in one call; a body it declines (the partition
+// does not exist yet, a name or transactionId the general path would refuse) is sent alone afterwards, as is every body
 // of a gathering PostgreSQL refused for what one body held (invalid jsonb text, a number out of
 // range, nesting past the stack depth: SQLSTATE classes 22, 23 and 54; the statement rolled back,
 // so nothing is pushed twice), so one malformed request never answers for the others. Any other
