@@ -15,16 +15,19 @@ export const SWITCHES_READ = {
 
 /**
  * Writes the given switch rows ($1 is a jsonb object key -> true/false) and announces them in the
- * same statement: NOTIFY is delivered at commit, so a listener never re-reads before the row is there.
+ * same statement, the rows and the flip's token ($2) as the payload: NOTIFY is delivered at commit,
+ * in commit order, so a listener that applies payloads as they come ends where the table ends.
  */
 export const SWITCHES_WRITE = {
-  name: 'system_switches_write_v1',
+  name: 'system_switches_write_v2',
   text: `WITH written AS (
            INSERT INTO queen.system_state (key, value, updated_at)
            SELECT e.key, e.value, now() FROM jsonb_each($1::jsonb) AS e
            ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at
            RETURNING key)
-         SELECT count(*)::int AS written, pg_notify('queen_system_state', 'kv-timers') AS notified FROM written`,
+         SELECT count(*)::int AS written,
+                pg_notify('queen_system_state', jsonb_build_object('token', $2::text, 'rows', $1::jsonb)::text) AS notified
+           FROM written`,
 };
 
 /** Every grant and limit: configuration, small, read in full on a short cadence. */

@@ -1,4 +1,5 @@
 // Rung 1: the operator's kill switches on the KV routes, the GET/POST surface, the mirror row.
+import { Client } from 'pg';
 import { call, kv, startTestApi, TestApi } from '../support/api';
 import { metric, put, sql } from './helpers';
 
@@ -92,6 +93,51 @@ test('a row written by another cell reaches this worker through NOTIFY', async (
   expect(status).toBe(503);
   await flip({ kv: true });
   expect((await kv(api.url, [put('c')])).status).toBe(200);
+});
+
+test('each flip holds from the moment it is answered, however quickly the operator flips back', async () => {
+  // A flip's own announcement (NOTIFY) reaches the listener later than the answer; an older one
+  // arriving after a newer flip must not undo it, not even for a moment.
+  const seen: string[] = [];
+  for (let i = 0; i < 60; i++) {
+    await flip({ kv: false });
+    seen.push(`off ${(await kv(api.url, [put('f')])).status}`);
+    await flip({ kv: true });
+    seen.push(`on ${(await kv(api.url, [put('f')])).status}`);
+  }
+  expect(seen.filter((s) => s !== 'off 503' && s !== 'on 200')).toEqual([]);
+});
+
+test('an announcement committed before a flip does not undo it, even when it arrives after', async () => {
+  // Hold the rows so that the flip's own write (and its announcement) waits; announce an older
+  // state meanwhile, as a flip committed just before this one would.
+  const holder = new Client({ connectionString: api.databaseUrl });
+  await holder.connect();
+  try {
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE queen.system_state IN SHARE MODE');
+    const flipping = flip({ kv: false });
+    let status = 200;
+    for (let i = 0; i < 200 && status !== 503; i++) status = (await kv(api.url, [put('g')])).status;
+    expect(status).toBe(503);
+    await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:1","rows":{"kv_enabled":true}}')`);
+    await new Promise((r) => setTimeout(r, 200));
+    expect((await kv(api.url, [put('g')])).status).toBe(503);
+    await holder.query('COMMIT');
+    expect((await flipping).body).toMatchObject({ kv: false, mirrored: true });
+  } finally {
+    await holder.end();
+  }
+  await new Promise((r) => setTimeout(r, 200));
+  expect((await kv(api.url, [put('g')])).status).toBe(503);
+  // An announcement from elsewhere after this flip's own is newer, and wins.
+  await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:2","rows":{"kv_enabled":true}}')`);
+  let after = 503;
+  for (let i = 0; i < 200 && after !== 200; i++) {
+    after = (await kv(api.url, [put('g')])).status;
+    if (after !== 200) await new Promise((r) => setTimeout(r, 10));
+  }
+  expect(after).toBe(200);
 });
 
 test('a malformed flip is a 400 with a sentence, and changes nothing', async () => {
