@@ -70,6 +70,7 @@ export class TenantBook {
   private loaded = false;
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
+  private queued: Promise<void> | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -89,10 +90,23 @@ export class TenantBook {
     clearInterval(this.timer);
   }
 
-  /** Reads both tables now. Tests await it instead of sleeping through a refresh period. */
+  /**
+   * Reads both tables, in a read that starts after this call: a read already in flight may have
+   * begun before the caller's change committed, so the caller waits for the one after it (callers
+   * that arrive meanwhile share it). Tests await this instead of sleeping through a refresh period.
+   */
   refresh(): Promise<void> {
-    this.inFlight ??= this.load().finally(() => (this.inFlight = undefined));
-    return this.inFlight;
+    if (!this.inFlight) {
+      this.inFlight = this.load().finally(() => (this.inFlight = undefined));
+      return this.inFlight;
+    }
+    this.queued ??= this.inFlight
+      .catch(() => undefined)
+      .then(() => {
+        this.queued = undefined;
+        return this.refresh();
+      });
+    return this.queued;
   }
 
   private async load(): Promise<void> {
