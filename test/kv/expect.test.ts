@@ -126,3 +126,30 @@ test('a chain of fenced writes: each version fences the next, a stale one loses 
   expect(v3.applied).toBe(true);
   expect(new Set([v1, v2, v3.version]).size).toBe(3);
 });
+
+// JSON has one number type: 12.0 is the number 12, and serializers that write floats (Python's
+// json.dumps of a float, many typed clients) send versions that way. The validator accepts a whole
+// number written with a fraction part; the operation must then run, not fail on the way to bigint.
+test('expect written as a whole number with a fraction part (12.0, 0.0) is that number, on every route', async () => {
+  const base = await h.one({ op: 'put', ns: 'm', key: 'dotzero', value: 'a', forever: true });
+  const raw = (ops: string) => h.call('POST', '/api/v1/kv', `{"operations":[${ops}]}`);
+  const stale = await raw(`{"op":"put","ns":"m","key":"dotzero","value":"x","forever":true,"expect":${base.version + 1}.0}`);
+  expect(stale.status).toBe(200);
+  expect(stale.body.results[0]).toMatchObject({ applied: false, reason: 'version', value: 'a', version: base.version });
+  const fenced = await raw(`{"op":"put","ns":"m","key":"dotzero","value":"b","forever":true,"expect":${base.version}.0}`);
+  expect(fenced.status).toBe(200);
+  expect(fenced.body.results[0]).toMatchObject({ applied: true, value: 'b' });
+  const zero = await raw('{"op":"put","ns":"m","key":"dotzero","value":"c","forever":true,"expect":0.0}');
+  expect(zero.body.results[0]).toMatchObject({ applied: false, reason: 'exists', value: 'b' });
+  const created = await raw('{"op":"put","ns":"m","key":"dotzero-new","value":"n","forever":true,"expect":0.0}');
+  expect(created.body.results[0]).toMatchObject({ applied: true, value: 'n' });
+  // The path routes and a delete take the same spelling.
+  const v = fenced.body.results[0].version;
+  const path = await h.call('PUT', '/api/v1/kv/m/dotzero', `{"value":"d","forever":true,"expect":${v}.0}`);
+  expect(path.status).toBe(200);
+  expect(path.body).toMatchObject({ applied: true, value: 'd' });
+  const del = await h.call('DELETE', '/api/v1/kv/m/dotzero', `{"expect":${path.body.version}.0}`);
+  expect(del.status).toBe(200);
+  expect(del.body).toMatchObject({ applied: true });
+  expect(await h.row('m', 'dotzero')).toBeNull();
+});
