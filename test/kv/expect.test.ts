@@ -153,3 +153,28 @@ test('expect written as a whole number with a fraction part (12.0, 0.0) is that 
   expect(del.body).toMatchObject({ applied: true });
   expect(await h.row('m', 'dotzero')).toBeNull();
 });
+
+// kv-internals.md: the version comes from a sequence, not version + 1, so that "a key that expired,
+// was pruned and was written again" cannot re-issue a version a long-lived holder still carries.
+test('a holder of an old lineage\'s version never fences the new lineage: after a delete, or an expiry and a prune, and re-creation', async () => {
+  // Deleted and re-created.
+  const old = await h.one({ op: 'put', ns: 'm', key: 'lineage-d', value: 'first', forever: true });
+  await h.one({ op: 'delete', ns: 'm', key: 'lineage-d' });
+  const reborn = await h.one({ op: 'putIfAbsent', ns: 'm', key: 'lineage-d', value: 'second', forever: true });
+  expect(reborn.version).not.toBe(old.version);
+  const zombie = await h.one({ op: 'put', ns: 'm', key: 'lineage-d', value: 'zombie', forever: true, expect: old.version });
+  expect(zombie).toMatchObject({ applied: false, reason: 'version', value: 'second', version: reborn.version });
+  const zombieDelete = await h.one({ op: 'delete', ns: 'm', key: 'lineage-d', expect: old.version });
+  expect(zombieDelete).toMatchObject({ applied: false, reason: 'version' });
+
+  // Expired, pruned by the sweeper's own statement, and written again.
+  const planted = await h.plant('m', 'lineage-p', 'first');
+  const { rows } = await h.db.query(`SELECT queen.kv_prune_v1($1, 1000) AS n`, [planted.shard]);
+  expect(rows[0].n).toBeGreaterThanOrEqual(1);
+  expect(await h.row('m', 'lineage-p')).toBeNull();
+  const again = await h.one({ op: 'put', ns: 'm', key: 'lineage-p', value: 'second', ttlSeconds: 600 });
+  expect(String(again.version)).not.toBe(planted.version);
+  const stale = await h.one({ op: 'put', ns: 'm', key: 'lineage-p', value: 'zombie', forever: true, expect: Number(planted.version) });
+  expect(stale).toMatchObject({ applied: false, reason: 'version', value: 'second', version: again.version });
+  expect((await h.row('m', 'lineage-p'))?.value).toBe('second');
+});

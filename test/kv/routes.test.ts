@@ -260,3 +260,19 @@ describe('refusals of the path routes', () => {
     });
   });
 });
+
+// kv-routes.md: "Nothing may ever be added as a literal segment under /api/v1/kv/:ns/, because it
+// would make every key named after it unaddressable."
+describe('no literal segment under /api/v1/kv/:ns/', () => {
+  test.each(['incr', 'getPrefix', 'prefix', 'batch', 'keys', 'kv', '_', 'api', 'v1'])('a key named %p is an ordinary key on every path route', async (key) => {
+    const put = await h.call('PUT', `/api/v1/kv/literal/${key}`, { value: { key }, forever: true });
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ applied: true, key });
+    const get = await h.call('GET', `/api/v1/kv/literal/${key}`);
+    expect(get.body).toMatchObject({ found: true, key, value: { key }, version: put.body.version });
+    expect((await h.one({ op: 'get', ns: 'literal', key })).version).toBe(put.body.version);
+    const del = await h.call('DELETE', `/api/v1/kv/literal/${key}`);
+    expect(del.body).toMatchObject({ applied: true, key });
+    expect(await h.row('literal', key)).toBeNull();
+  });
+});
