@@ -217,3 +217,23 @@ test('the prune never deletes a row a writer is reviving, nor another tenant\'s 
   ]);
   expect((await call(api.url, 'GET', '/api/v1/kv/revive/k0')).body).toMatchObject({ found: true, value: 'A again' });
 });
+
+test('with the KV switched off the keys stay, and expired ones are still pruned: the sweeper is not on that switch', async () => {
+  await putAt(DEFAULT_TENANT, 'paused-gone', 40, 60, 2);
+  await putAt(DEFAULT_TENANT, 'paused-live', 10, null, 0);
+  const paused = await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: false });
+  expect(paused.body).toMatchObject({ kv: false });
+  try {
+    expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).status).toBe(503);
+    const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
+    try {
+      await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, 30_000);
+    } finally {
+      await s.close();
+    }
+    expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-live'`)).toBe(10);
+  } finally {
+    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: true });
+  }
+  expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).body).toMatchObject({ found: true });
+});
