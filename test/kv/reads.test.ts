@@ -176,6 +176,22 @@ describe('getPrefix', () => {
     expect(seen).toEqual(keys);
   });
 
+  test('the default byte ceiling is 4 MiB: 100 values of 64 KiB come back 63 to a page, under the 100-key limit', async () => {
+    // Each row counts 65,536 bytes of stored value plus a 4-byte key: 63 rows are 4,129,020 bytes,
+    // a 64th would make 4,194,560, past 4,194,304.
+    const keys = Array.from({ length: 100 }, (_, i) => `m${String(i).padStart(3, '0')}`);
+    for (let i = 0; i < keys.length; i += 10) {
+      const res = await h.batch(keys.slice(i, i + 10).map((key) => ({ op: 'put', ns: 'mib', key, value: 'x'.repeat(65534), forever: true })));
+      expect(res.status).toBe(200);
+    }
+    const first = await prefix(h, 'mib', 'm');
+    expect(first.rows).toHaveLength(63);
+    expect(first).toMatchObject({ truncated: true, nextAfter: 'm062' });
+    const second = await prefix(h, 'mib', 'm', { after: first.nextAfter });
+    expect(second.rows.map((r: any) => r.key)).toEqual(keys.slice(63));
+    expect(second).toMatchObject({ truncated: false, nextAfter: null });
+  });
+
   test('a single value larger than what is left of the ceiling still makes progress, one row per page', async () => {
     // 65,536 bytes of value plus the key is above the 64 KiB ceiling on its own.
     await fill(small, 'huge', ['h:1', 'h:2'], () => 'x'.repeat(65534));
