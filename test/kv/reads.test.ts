@@ -255,6 +255,16 @@ describe('getPrefix', () => {
     expect(clamped).toMatchObject({ truncated: true, nextAfter: byteOrder(keys)[999] });
   });
 
+  test('each page is its own snapshot: with after, a key written behind the cursor is not seen, one ahead of it is', async () => {
+    await fill(h, 'snap', ['s:b', 's:d', 's:f']);
+    const first = await prefix(h, 'snap', 's:', { limit: 2 });
+    expect(first.rows.map((r: any) => r.key)).toEqual(['s:b', 's:d']);
+    expect(first).toMatchObject({ truncated: true, nextAfter: 's:d' });
+    await fill(h, 'snap', ['s:a', 's:c', 's:e']);
+    const second = await prefix(h, 'snap', 's:', { limit: 2, after: first.nextAfter });
+    expect(second.rows.map((r: any) => r.key)).toEqual(['s:e', 's:f']);
+  });
+
   test('after is exclusive, and a cursor past the last key gives an empty, untruncated page', async () => {
     await fill(h, 'aft', ['k1', 'k2', 'k3']);
     expect((await prefix(h, 'aft', 'k', { after: 'k1' })).rows.map((r: any) => r.key)).toEqual(['k2', 'k3']);

@@ -226,6 +226,16 @@ describe('refusals of the path routes', () => {
     expect(await h.row('other', 'conflict')).toBeNull();
   });
 
+  test.each(['op', 'ns', 'namespace', 'key'])('a GET whose body carries %s is refused too: the path names the key, nothing overrides it', async (field) => {
+    await h.one({ op: 'put', ns: 'g', key: 'gbody', value: 'path key', forever: true });
+    await h.one({ op: 'put', ns: 'other', key: 'x', value: 'body key', forever: true });
+    const body = JSON.stringify({ [field]: field === 'op' ? 'delete' : field === 'key' ? 'x' : 'other' });
+    // Content-Length by hand: node frames no body on a GET by default.
+    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/gbody', body, { 'content-length': String(Buffer.byteLength(body)) });
+    expectError(res, 400, 'kv_body_conflicts_with_path');
+    expect((await h.row('g', 'gbody'))?.value).toBe('path key');
+  });
+
   test('PUT needs a JSON object body with an expiry', async () => {
     expectError(await h.call('PUT', '/api/v1/kv/g/p1', ''), 400, 'invalid_json');
     expectError(await h.call('PUT', '/api/v1/kv/g/p1', '{"value":'), 400, 'invalid_json');
