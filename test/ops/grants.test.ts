@@ -173,3 +173,34 @@ test('timers are the tenant\'s own: another tenant cannot peek, list, cancel or 
   const listA = await call(api.url, 'GET', '/api/v1/timers?queue=tenant-timers', undefined, as(a));
   expect(listA.body.timers.map((t: any) => t.timerId)).toEqual([id]);
 });
+
+test('no gate blocks a timer cancel, peek or list: a tenant whose grant is withdrawn can still stop what it promised', async () => {
+  const t = randomUUID();
+  await grant(api, t);
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    const made = await call(api.url, 'POST', '/api/v1/timers', { queue: 'gated-timers', payload: { i }, delaySeconds: 3600 }, as(t));
+    expect(made.status).toBe(200);
+    ids.push(made.body.timerId);
+  }
+  for (const row of [{ granted: false }, { enabled: false }]) {
+    await grant(api, t, row);
+    // New promises are refused...
+    expect((await call(api.url, 'POST', '/api/v1/timers', { queue: 'gated-timers', payload: {}, delaySeconds: 60 }, as(t))).status).toBe(403);
+    // ...and what was promised can still be looked at.
+    expect((await call(api.url, 'GET', `/api/v1/timers/${ids[0]}`, undefined, as(t))).body).toMatchObject({ found: true });
+    const list = await call(api.url, 'GET', '/api/v1/timers?queue=gated-timers', undefined, as(t));
+    expect(list.status).toBe(200);
+    expect(list.body.timers.length).toBeGreaterThan(0);
+  }
+  // With no grant row at all (the tenant removed), both cancel spellings answer.
+  await sql(api.databaseUrl, 'DELETE FROM queen.kv_quota WHERE tenant_id = $1', [t]);
+  await api.server.ops.book.refresh();
+  expect((await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(t))).body.error).toBe('feature_gated');
+  const cancel = await call(api.url, 'DELETE', `/api/v1/timers/${ids[0]}`, undefined, as(t));
+  expect([cancel.status, cancel.body.cancelled]).toEqual([200, true]);
+  const wire = await call(api.url, 'POST', '/api/v1/transaction', { timers: [{ op: 'cancel', timerId: ids[1] }] }, as(t));
+  expect(wire.status).toBe(200);
+  expect(wire.body.results[0]).toMatchObject({ cancelled: true });
+  expect((await call(api.url, 'GET', `/api/v1/timers/${ids[1]}`, undefined, as(t))).body).toEqual({ found: false });
+});
