@@ -233,7 +233,10 @@ BEGIN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
-    v_out := v_out || jsonb_build_object('expect', v_expect);
+    -- Normalised to an integer: JSON has one number type, so 12.0 is the version 12 (the check above
+    -- accepts it as whole). Kept as sent, its text '12.0' would fail the ::bigint cast that runs
+    -- the operation, and a valid fenced write would be refused as invalid_json.
+    v_out := v_out || jsonb_build_object('expect', v_expect::numeric::bigint);
   ELSIF v_name = 'putIfAbsent' THEN
     v_out := v_out || jsonb_build_object('expect', 0);
   END IF;

@@ -516,7 +516,10 @@ BEGIN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
-    v_out := v_out || jsonb_build_object('expect', v_expect);
+    -- Normalised to an integer: JSON has one number type, so 12.0 is the version 12 (the check above
+    -- accepts it as whole). Kept as sent, its text '12.0' would fail the ::bigint cast that runs
+    -- the operation, and a valid fenced write would be refused as invalid_json.
+    v_out := v_out || jsonb_build_object('expect', v_expect::numeric::bigint);
   ELSIF v_name = 'putIfAbsent' THEN
     v_out := v_out || jsonb_build_object('expect', 0);
   END IF;
@@ -1202,14 +1205,15 @@ BEGIN
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
     END IF;
-    v_lease := (v_options->>'leaseTime')::int;
+    -- Through numeric: 30.0 is the whole number 30 (checked above), and '30.0'::int would raise.
+    v_lease := (v_options->>'leaseTime')::numeric::int;
   END IF;
   IF v_options ? 'retryLimit' THEN
     IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
        OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
     END IF;
-    v_retry := (v_options->>'retryLimit')::int;
+    v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
   INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
   VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))

@@ -90,6 +90,28 @@ test('30 concurrent incr against max 10: exactly 10 admitted, the counter never 
   expect((await h.row('race', 'gate'))?.value).toBe(10);
 });
 
+test('30 concurrent decrements with min 0 on a budget of 10: exactly 10 admitted, the budget never goes below 0', async () => {
+  // Creating this counter from zero would cross min, so every call takes incr's update-only shape.
+  await h.one({ op: 'put', ns: 'race', key: 'budget', value: 10, ttlSeconds: 600 });
+  const results = (
+    await Promise.all(
+      Array.from({ length: 30 }, () => h.batch([{ op: 'incr', ns: 'race', key: 'budget', delta: -1, min: 0, ttlSeconds: 600 }])),
+    )
+  ).map((a) => a.body.results[0]);
+  expect(results.filter((r) => r.applied)).toHaveLength(10);
+  expect(results.filter((r) => r.applied).map((r) => r.value).sort((a, b) => a - b)).toEqual(Array.from({ length: 10 }, (_, i) => i));
+  for (const r of results.filter((x) => !x.applied)) expect(r).toMatchObject({ reason: 'limit', value: 0 });
+  expect((await h.row('race', 'budget'))?.value).toBe(0);
+});
+
+test('20 concurrent decrements with min 0 on an absent budget: none admitted, nothing created', async () => {
+  const results = (
+    await Promise.all(Array.from({ length: 20 }, () => h.batch([{ op: 'incr', ns: 'race', key: 'no-budget', delta: -1, min: 0, forever: true }])))
+  ).map((a) => a.body.results[0]);
+  for (const r of results) expect(r).toMatchObject({ applied: false, reason: 'limit', found: false, version: 0 });
+  expect(await h.row('race', 'no-budget')).toBeNull();
+});
+
 test('200 pairs of concurrent batches on the same two keys in opposite request order never deadlock', async () => {
   // Both keys in both batches; the second key of one is the first of the other. Namespaces differ
   // too, so the order is on (namespace, key), and the byte order of 'B' < 'a' is the one that counts.

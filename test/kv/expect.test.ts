@@ -126,3 +126,55 @@ test('a chain of fenced writes: each version fences the next, a stale one loses 
   expect(v3.applied).toBe(true);
   expect(new Set([v1, v2, v3.version]).size).toBe(3);
 });
+
+// JSON has one number type: 12.0 is the number 12, and serializers that write floats (Python's
+// json.dumps of a float, many typed clients) send versions that way. The validator accepts a whole
+// number written with a fraction part; the operation must then run, not fail on the way to bigint.
+test('expect written as a whole number with a fraction part (12.0, 0.0) is that number, on every route', async () => {
+  const base = await h.one({ op: 'put', ns: 'm', key: 'dotzero', value: 'a', forever: true });
+  const raw = (ops: string) => h.call('POST', '/api/v1/kv', `{"operations":[${ops}]}`);
+  const stale = await raw(`{"op":"put","ns":"m","key":"dotzero","value":"x","forever":true,"expect":${base.version + 1}.0}`);
+  expect(stale.status).toBe(200);
+  expect(stale.body.results[0]).toMatchObject({ applied: false, reason: 'version', value: 'a', version: base.version });
+  const fenced = await raw(`{"op":"put","ns":"m","key":"dotzero","value":"b","forever":true,"expect":${base.version}.0}`);
+  expect(fenced.status).toBe(200);
+  expect(fenced.body.results[0]).toMatchObject({ applied: true, value: 'b' });
+  const zero = await raw('{"op":"put","ns":"m","key":"dotzero","value":"c","forever":true,"expect":0.0}');
+  expect(zero.body.results[0]).toMatchObject({ applied: false, reason: 'exists', value: 'b' });
+  const created = await raw('{"op":"put","ns":"m","key":"dotzero-new","value":"n","forever":true,"expect":0.0}');
+  expect(created.body.results[0]).toMatchObject({ applied: true, value: 'n' });
+  // The path routes and a delete take the same spelling.
+  const v = fenced.body.results[0].version;
+  const path = await h.call('PUT', '/api/v1/kv/m/dotzero', `{"value":"d","forever":true,"expect":${v}.0}`);
+  expect(path.status).toBe(200);
+  expect(path.body).toMatchObject({ applied: true, value: 'd' });
+  const del = await h.call('DELETE', '/api/v1/kv/m/dotzero', `{"expect":${path.body.version}.0}`);
+  expect(del.status).toBe(200);
+  expect(del.body).toMatchObject({ applied: true });
+  expect(await h.row('m', 'dotzero')).toBeNull();
+});
+
+// kv-internals.md: the version comes from a sequence, not version + 1, so that "a key that expired,
+// was pruned and was written again" cannot re-issue a version a long-lived holder still carries.
+test('a holder of an old lineage\'s version never fences the new lineage: after a delete, or an expiry and a prune, and re-creation', async () => {
+  // Deleted and re-created.
+  const old = await h.one({ op: 'put', ns: 'm', key: 'lineage-d', value: 'first', forever: true });
+  await h.one({ op: 'delete', ns: 'm', key: 'lineage-d' });
+  const reborn = await h.one({ op: 'putIfAbsent', ns: 'm', key: 'lineage-d', value: 'second', forever: true });
+  expect(reborn.version).not.toBe(old.version);
+  const zombie = await h.one({ op: 'put', ns: 'm', key: 'lineage-d', value: 'zombie', forever: true, expect: old.version });
+  expect(zombie).toMatchObject({ applied: false, reason: 'version', value: 'second', version: reborn.version });
+  const zombieDelete = await h.one({ op: 'delete', ns: 'm', key: 'lineage-d', expect: old.version });
+  expect(zombieDelete).toMatchObject({ applied: false, reason: 'version' });
+
+  // Expired, pruned by the sweeper's own statement, and written again.
+  const planted = await h.plant('m', 'lineage-p', 'first');
+  const { rows } = await h.db.query(`SELECT queen.kv_prune_v1($1, 1000) AS n`, [planted.shard]);
+  expect(rows[0].n).toBeGreaterThanOrEqual(1);
+  expect(await h.row('m', 'lineage-p')).toBeNull();
+  const again = await h.one({ op: 'put', ns: 'm', key: 'lineage-p', value: 'second', ttlSeconds: 600 });
+  expect(String(again.version)).not.toBe(planted.version);
+  const stale = await h.one({ op: 'put', ns: 'm', key: 'lineage-p', value: 'zombie', forever: true, expect: Number(planted.version) });
+  expect(stale).toMatchObject({ applied: false, reason: 'version', value: 'second', version: again.version });
+  expect((await h.row('m', 'lineage-p'))?.value).toBe('second');
+});

@@ -73,3 +73,17 @@ test('expect accepts a version as large as a bigint without narrowing it', async
   expect(over.status).toBe(400);
   expect(over.body.error).toBe('kv_expect_invalid');
 });
+
+test('the transaction wire keeps exact numbers too: its answers, and the winner value of a lost required', async () => {
+  const wire = (body: string) => h.call('POST', '/api/v1/transaction', body);
+  const put = await wire(`{"kv":[{"op":"put","ns":"num","key":"wire","value":{"n":${BIG},"f":${FINE}},"forever":true},{"op":"incr","ns":"num","key":"wire-ctr","delta":${BIG},"forever":true}]}`);
+  expect(put.status).toBe(200);
+  expect(put.text).toContain(`"n": ${BIG}`);
+  expect(put.text).toContain(`"f": ${FINE}`);
+  expect(put.text).toMatch(valueIs(BIG));
+  const lost = await wire('{"kv":[{"op":"putIfAbsent","ns":"num","key":"wire","value":1,"forever":true,"required":true}]}');
+  expect(lost.status).toBe(200);
+  expect(lost.text).toMatch(/"reason": ?"kv_precondition"/);
+  expect(lost.text).toContain(`"n": ${BIG}`);
+  expect(lost.text).toContain(`"f": ${FINE}`);
+});

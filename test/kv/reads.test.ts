@@ -176,6 +176,22 @@ describe('getPrefix', () => {
     expect(seen).toEqual(keys);
   });
 
+  test('the default byte ceiling is 4 MiB: 100 values of 64 KiB come back 63 to a page, under the 100-key limit', async () => {
+    // Each row counts 65,536 bytes of stored value plus a 4-byte key: 63 rows are 4,129,020 bytes,
+    // a 64th would make 4,194,560, past 4,194,304.
+    const keys = Array.from({ length: 100 }, (_, i) => `m${String(i).padStart(3, '0')}`);
+    for (let i = 0; i < keys.length; i += 10) {
+      const res = await h.batch(keys.slice(i, i + 10).map((key) => ({ op: 'put', ns: 'mib', key, value: 'x'.repeat(65534), forever: true })));
+      expect(res.status).toBe(200);
+    }
+    const first = await prefix(h, 'mib', 'm');
+    expect(first.rows).toHaveLength(63);
+    expect(first).toMatchObject({ truncated: true, nextAfter: 'm062' });
+    const second = await prefix(h, 'mib', 'm', { after: first.nextAfter });
+    expect(second.rows.map((r: any) => r.key)).toEqual(keys.slice(63));
+    expect(second).toMatchObject({ truncated: false, nextAfter: null });
+  });
+
   test('a single value larger than what is left of the ceiling still makes progress, one row per page', async () => {
     // 65,536 bytes of value plus the key is above the 64 KiB ceiling on its own.
     await fill(small, 'huge', ['h:1', 'h:2'], () => 'x'.repeat(65534));
@@ -237,6 +253,16 @@ describe('getPrefix', () => {
     const clamped = await prefix(h, 'paging', 'page:', { limit: 5000 });
     expect(clamped.rows).toHaveLength(1000);
     expect(clamped).toMatchObject({ truncated: true, nextAfter: byteOrder(keys)[999] });
+  });
+
+  test('each page is its own snapshot: with after, a key written behind the cursor is not seen, one ahead of it is', async () => {
+    await fill(h, 'snap', ['s:b', 's:d', 's:f']);
+    const first = await prefix(h, 'snap', 's:', { limit: 2 });
+    expect(first.rows.map((r: any) => r.key)).toEqual(['s:b', 's:d']);
+    expect(first).toMatchObject({ truncated: true, nextAfter: 's:d' });
+    await fill(h, 'snap', ['s:a', 's:c', 's:e']);
+    const second = await prefix(h, 'snap', 's:', { limit: 2, after: first.nextAfter });
+    expect(second.rows.map((r: any) => r.key)).toEqual(['s:e', 's:f']);
   });
 
   test('after is exclusive, and a cursor past the last key gives an empty, untruncated page', async () => {

@@ -226,6 +226,16 @@ describe('refusals of the path routes', () => {
     expect(await h.row('other', 'conflict')).toBeNull();
   });
 
+  test.each(['op', 'ns', 'namespace', 'key'])('a GET whose body carries %s is refused too: the path names the key, nothing overrides it', async (field) => {
+    await h.one({ op: 'put', ns: 'g', key: 'gbody', value: 'path key', forever: true });
+    await h.one({ op: 'put', ns: 'other', key: 'x', value: 'body key', forever: true });
+    const body = JSON.stringify({ [field]: field === 'op' ? 'delete' : field === 'key' ? 'x' : 'other' });
+    // Content-Length by hand: node frames no body on a GET by default.
+    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/gbody', body, { 'content-length': String(Buffer.byteLength(body)) });
+    expectError(res, 400, 'kv_body_conflicts_with_path');
+    expect((await h.row('g', 'gbody'))?.value).toBe('path key');
+  });
+
   test('PUT needs a JSON object body with an expiry', async () => {
     expectError(await h.call('PUT', '/api/v1/kv/g/p1', ''), 400, 'invalid_json');
     expectError(await h.call('PUT', '/api/v1/kv/g/p1', '{"value":'), 400, 'invalid_json');
@@ -258,5 +268,21 @@ describe('refusals of the path routes', () => {
     expect(res.body).toEqual({
       ok: false, success: false, reason: 'kv_precondition', failedIndex: 0, kvReason: 'exists', version: put.version, value: { by: 'winner' },
     });
+  });
+});
+
+// kv-routes.md: "Nothing may ever be added as a literal segment under /api/v1/kv/:ns/, because it
+// would make every key named after it unaddressable."
+describe('no literal segment under /api/v1/kv/:ns/', () => {
+  test.each(['incr', 'getPrefix', 'prefix', 'batch', 'keys', 'kv', '_', 'api', 'v1'])('a key named %p is an ordinary key on every path route', async (key) => {
+    const put = await h.call('PUT', `/api/v1/kv/literal/${key}`, { value: { key }, forever: true });
+    expect(put.status).toBe(200);
+    expect(put.body).toMatchObject({ applied: true, key });
+    const get = await h.call('GET', `/api/v1/kv/literal/${key}`);
+    expect(get.body).toMatchObject({ found: true, key, value: { key }, version: put.body.version });
+    expect((await h.one({ op: 'get', ns: 'literal', key })).version).toBe(put.body.version);
+    const del = await h.call('DELETE', `/api/v1/kv/literal/${key}`);
+    expect(del.body).toMatchObject({ applied: true, key });
+    expect(await h.row('literal', key)).toBeNull();
   });
 });

@@ -58,6 +58,16 @@ describe('kv_live_v1 and kv_ver_v1', () => {
       { proname: 'kv_ver_v1', proisstrict: false, provolatile: 'i', args: 'bigint, timestamp with time zone, timestamp with time zone' },
     ]);
   });
+
+  test('no KV function is STRICT: a STRICT helper turns an absent row or a forever key into NULL, a row that silently vanishes', async () => {
+    const { rows } = await c.query(
+      `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'queen' AND p.proname LIKE 'kv\\_%' AND p.proisstrict ORDER BY 1`,
+    );
+    expect(rows).toEqual([]);
+    const all = await c.query(`SELECT count(*)::int AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'queen' AND p.proname LIKE 'kv\\_%'`);
+    expect(all.rows[0].n).toBeGreaterThan(10);
+  });
 });
 
 describe('kv_apply_at_v1 at a chosen instant', () => {

@@ -286,6 +286,12 @@ describe('configure', () => {
     const fresh = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf-default' });
     expect(fresh.body.options).toEqual({ leaseTime: 300, retryLimit: 3 });
   });
+
+  test('whole numbers written with a fraction part (30.0) are those numbers, not a 400', async () => {
+    const res = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-dot","options":{"leaseTime":30.0,"retryLimit":2.0}}');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ ok: true, queue: 'conf-dot', options: { leaseTime: 30, retryLimit: 2 } });
+  });
 });
 
 describe('refusals are 4xx JSON with a code', () => {

@@ -179,6 +179,48 @@ describe('bundles', () => {
   });
 });
 
+describe('the KV rules are the same on the wire', () => {
+  // kv-state.md: the rules live in SQL "so it applies identically to the HTTP routes, the
+  // transaction wire and the embedded broker". Each refusal is a 400 and the ack beside it is not
+  // taken: the message is still the consumer's to ack.
+  const refusals: Array<[string, Record<string, unknown>[], string]> = [
+    ['a put with neither expiry', [{ op: 'put', ns: 'wire-rules', key: 'e', value: 1 }], 'kv_expiry_not_specified'],
+    ['an incr with both expiries', [{ op: 'incr', ns: 'wire-rules', key: 'e', ttlSeconds: 60, forever: true }], 'kv_expiry_not_specified'],
+    ['expect present but null', [{ op: 'put', ns: 'wire-rules', key: 'e', value: 1, forever: true, expect: null }], 'kv_expect_invalid'],
+    ['a key touched twice', [{ op: 'put', ns: 'wire-rules', key: 'd', value: 1, forever: true }, { op: 'get', ns: 'wire-rules', key: 'd' }], 'kv_duplicate_key'],
+    ['a value over 64 KiB', [{ op: 'put', ns: 'wire-rules', key: 'big', value: 'x'.repeat(65535), forever: true }], 'kv_value_too_large'],
+    ['a bad namespace', [{ op: 'get', ns: '.hidden', key: 'k' }], 'kv_invalid_namespace'],
+  ];
+  test.each(refusals)('%s: 400, nothing commits, the ack included', async (_name, kvOps, code) => {
+    const m = await one(`wire-rules-${code}`);
+    const res = await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m) }], kv: kvOps });
+    expect(res.status).toBe(400);
+    expect(res.body).toMatchObject({ error: code, message: expect.any(String) });
+    expect(typeof res.body.index).toBe('number');
+    expect(await marker('wire-rules', 'd')).toMatchObject({ found: false });
+    expect((await ack(api.url, m)).body).toMatchObject({ ok: true, status: 'completed' });
+  });
+
+  test('required is opt-in: a lost precondition without it is a per-element verdict, and the ack commits', async () => {
+    await kv(api.url, [once('charges', 'charge:soft')]);
+    const m = await one('soft-verdict');
+    const res = await transaction(api.url, {
+      operations: [{ type: 'ack', ...ackOf(m) }],
+      kv: [
+        { op: 'putIfAbsent', ns: 'charges', key: 'charge:soft', value: 'again', ttlSeconds: 600 },
+        { op: 'put', ns: 'charges', key: 'soft:audit', value: 'written', forever: true },
+      ],
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.ok).toBe(true);
+    expect(res.body.results[0]).toMatchObject({ type: 'ack', ok: true });
+    expect(res.body.results[1]).toMatchObject({ index: 1, applied: false, reason: 'exists', value: true });
+    expect(res.body.results[2]).toMatchObject({ index: 2, applied: true });
+    expect(await marker('charges', 'soft:audit')).toMatchObject({ found: true, value: 'written' });
+    expect((await popRaw(api.url, 'soft-verdict')).status).toBe(204);
+  });
+});
+
 describe('metrics', () => {
   test('the wire counts its KV operations in queen_kv_ops_total, by outcome', async () => {
     const before = await call(api.url, 'GET', '/metrics');

@@ -113,3 +113,94 @@ test('two tenants with the same namespace and key each see only their own value,
   const upper = await call(api.url, 'GET', '/api/v1/kv/shared/doc/1', undefined, as(b.toUpperCase()));
   expect(upper.body).toMatchObject({ found: true, value: 'B' });
 });
+
+test('the transaction wire keeps tenants apart too: a marker, a read, a delete and a lost race see only the caller', async () => {
+  const a = randomUUID();
+  const b = randomUUID();
+  await grant(api, a);
+  await grant(api, b);
+  const tx = (tenant: string, kvOps: unknown[]) => call(api.url, 'POST', '/api/v1/transaction', { kv: kvOps }, as(tenant));
+  const marker = { op: 'putIfAbsent', ns: 'charges', key: 'charge:1', ttlSeconds: 600, required: true };
+
+  const first = await tx(a, [{ ...marker, value: { chargeId: 'A' } }]);
+  expect(first.body).toMatchObject({ ok: true, results: [{ applied: true }] });
+
+  // B's marker under the same name is B's own: it wins, and never hears A's value.
+  const other = await tx(b, [{ ...marker, value: { chargeId: 'B' } }, { op: 'get', ns: 'charges', key: 'charge:2' }]);
+  expect(other.status).toBe(200);
+  expect(other.body).toMatchObject({ ok: true, results: [{ applied: true, value: { chargeId: 'B' } }, { found: false }] });
+  // A's redelivery loses to A's own marker, and the value it is handed is A's.
+  const again = await tx(a, [{ ...marker, value: { chargeId: 'A2' } }]);
+  expect(again.body).toMatchObject({ ok: false, reason: 'kv_precondition', kvReason: 'exists', value: { chargeId: 'A' } });
+
+  // Reads inside a bundle, and a delete, touch only the caller's row.
+  const reads = await tx(b, [{ op: 'get', ns: 'charges', key: 'charge:1' }, { op: 'getMany', ns: 'charges', keys: ['charge:3'] }]);
+  expect(reads.body.results[0]).toMatchObject({ found: true, value: { chargeId: 'B' } });
+  const del = await tx(b, [{ op: 'delete', ns: 'charges', key: 'charge:1' }]);
+  expect(del.body.results[0]).toMatchObject({ applied: true });
+  expect((await call(api.url, 'GET', '/api/v1/kv/charges/charge:1', undefined, as(a))).body).toMatchObject({ found: true, value: { chargeId: 'A' } });
+  expect((await call(api.url, 'GET', '/api/v1/kv/charges/charge:1', undefined, as(b))).body).toMatchObject({ found: false });
+  const rows = await sql(api.databaseUrl, `SELECT tenant_id::text AS tenant, value FROM queen.kv WHERE namespace = 'charges'`);
+  expect(rows).toEqual([{ tenant: a, value: { chargeId: 'A' } }]);
+});
+
+test('timers are the tenant\'s own: another tenant cannot peek, list, cancel or reschedule them, on the routes or the wire', async () => {
+  const a = randomUUID();
+  const b = randomUUID();
+  await grant(api, a);
+  await grant(api, b);
+  const made = await call(api.url, 'POST', '/api/v1/timers', { queue: 'tenant-timers', payload: { owner: 'A' }, delaySeconds: 3600, timerKey: 'reminder' }, as(a));
+  expect(made.body).toMatchObject({ created: true });
+  const id = made.body.timerId;
+
+  expect((await call(api.url, 'GET', `/api/v1/timers/${id}`, undefined, as(b))).body).toEqual({ found: false });
+  expect((await call(api.url, 'GET', '/api/v1/timers?queue=tenant-timers', undefined, as(b))).body.timers).toEqual([]);
+  expect((await call(api.url, 'POST', `/api/v1/timers/${id}/reschedule`, { delaySeconds: 5 }, as(b))).body).toMatchObject({ rescheduled: false, reason: 'absent' });
+  expect((await call(api.url, 'DELETE', `/api/v1/timers/${id}`, undefined, as(b))).body).toMatchObject({ cancelled: false, reason: 'absent' });
+  const wire = await call(api.url, 'POST', '/api/v1/transaction', {
+    timers: [{ op: 'reschedule', timerId: id, delaySeconds: 5 }, { op: 'cancel', timerId: id }],
+  }, as(b));
+  expect(wire.status).toBe(200);
+  expect(wire.body.results).toMatchObject([{ rescheduled: false, reason: 'absent' }, { cancelled: false, reason: 'absent' }]);
+  // The same timerKey is B's own key: a new timer, not A's answered back.
+  const mine = await call(api.url, 'POST', '/api/v1/timers', { queue: 'tenant-timers', payload: { owner: 'B' }, delaySeconds: 3600, timerKey: 'reminder' }, as(b));
+  expect(mine.body).toMatchObject({ created: true });
+  expect(mine.body.timerId).not.toBe(id);
+
+  // A's timer is untouched: same instant, same payload, and only A lists it.
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${id}`, undefined, as(a));
+  expect(peek.body).toMatchObject({ found: true, timer: { timerId: id, deliverAt: made.body.deliverAt, payload: { owner: 'A' } } });
+  const listA = await call(api.url, 'GET', '/api/v1/timers?queue=tenant-timers', undefined, as(a));
+  expect(listA.body.timers.map((t: any) => t.timerId)).toEqual([id]);
+});
+
+test('no gate blocks a timer cancel, peek or list: a tenant whose grant is withdrawn can still stop what it promised', async () => {
+  const t = randomUUID();
+  await grant(api, t);
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    const made = await call(api.url, 'POST', '/api/v1/timers', { queue: 'gated-timers', payload: { i }, delaySeconds: 3600 }, as(t));
+    expect(made.status).toBe(200);
+    ids.push(made.body.timerId);
+  }
+  for (const row of [{ granted: false }, { enabled: false }]) {
+    await grant(api, t, row);
+    // New promises are refused...
+    expect((await call(api.url, 'POST', '/api/v1/timers', { queue: 'gated-timers', payload: {}, delaySeconds: 60 }, as(t))).status).toBe(403);
+    // ...and what was promised can still be looked at.
+    expect((await call(api.url, 'GET', `/api/v1/timers/${ids[0]}`, undefined, as(t))).body).toMatchObject({ found: true });
+    const list = await call(api.url, 'GET', '/api/v1/timers?queue=gated-timers', undefined, as(t));
+    expect(list.status).toBe(200);
+    expect(list.body.timers.length).toBeGreaterThan(0);
+  }
+  // With no grant row at all (the tenant removed), both cancel spellings answer.
+  await sql(api.databaseUrl, 'DELETE FROM queen.kv_quota WHERE tenant_id = $1', [t]);
+  await api.server.ops.book.refresh();
+  expect((await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(t))).body.error).toBe('feature_gated');
+  const cancel = await call(api.url, 'DELETE', `/api/v1/timers/${ids[0]}`, undefined, as(t));
+  expect([cancel.status, cancel.body.cancelled]).toEqual([200, true]);
+  const wire = await call(api.url, 'POST', '/api/v1/transaction', { timers: [{ op: 'cancel', timerId: ids[1] }] }, as(t));
+  expect(wire.status).toBe(200);
+  expect(wire.body.results[0]).toMatchObject({ cancelled: true });
+  expect((await call(api.url, 'GET', `/api/v1/timers/${ids[1]}`, undefined, as(t))).body).toEqual({ found: false });
+});

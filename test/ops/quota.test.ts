@@ -3,7 +3,8 @@
 // The measurement is written here as the sweeper's usage rollup would write it.
 import { DEFAULT_TENANT } from '../../shared/config';
 import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, measure, metric, put } from './helpers';
+import { grant, measure, metric, put, sql } from './helpers';
+import { ackOf, pop, popRaw, push } from '../log/helpers';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -81,4 +82,59 @@ test('GET /api/v1/system/cluster carries kvBytes and timerBytes at the top and t
     { tenantId: DEFAULT_TENANT, rows: 3, bytes: 1200, timers: 2, timerBytes: 300, computedAt: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/) },
     { tenantId: other, rows: 1, bytes: 12345678901, timers: 5, timerBytes: 700, computedAt: expect.any(String) },
   ]);
+});
+
+test('over quota inside the transaction wire: reads and deletes still ride a bundle with an ack; a row-adding write refuses the whole bundle', async () => {
+  await grant(api, DEFAULT_TENANT, { maxRows: 1 });
+  await measure(api, DEFAULT_TENANT, { rows: 5 });
+  await push(api.url, [{ queue: 'quota-wire', payload: 1 }, { queue: 'quota-wire', payload: 2 }]);
+  const [m] = await pop(api.url, 'quota-wire');
+  expect((await kv(api.url, [{ op: 'put', ns: 'ops', key: 'wire-new', value: 1, forever: true }])).status).toBe(403);
+
+  // A write refused by the quota: 403, and the ack beside it did not happen.
+  const refused = await call(api.url, 'POST', '/api/v1/transaction', {
+    operations: [{ type: 'ack', ...ackOf(m) }],
+    kv: [{ op: 'incr', ns: 'ops', key: 'wire-ctr', forever: true }],
+  });
+  expect([refused.status, refused.body.error]).toEqual([403, 'kv_quota_exceeded']);
+  expect((await kv(api.url, [{ op: 'get', ns: 'ops', key: 'wire-ctr' }])).body.results[0].found).toBe(false);
+
+  // Reads and a delete are never refused by the quota, in a bundle as on a route: the ack commits with them.
+  const allowed = await call(api.url, 'POST', '/api/v1/transaction', {
+    operations: [{ type: 'ack', ...ackOf(m) }],
+    kv: [{ op: 'get', ns: 'ops', key: 'k3' }, { op: 'getMany', ns: 'ops', keys: ['k4'] }, { op: 'delete', ns: 'ops', key: 'k5' }],
+  });
+  expect(allowed.status).toBe(200);
+  expect(allowed.body.ok).toBe(true);
+  expect(allowed.body.results[0]).toMatchObject({ type: 'ack', ok: true });
+  expect(allowed.body.results[3]).toMatchObject({ op: 'delete', applied: true });
+  expect((await kv(api.url, [{ op: 'get', ns: 'ops', key: 'k5' }])).body.results[0].found).toBe(false);
+  const [next] = await pop(api.url, 'quota-wire');
+  expect(next.payload).toBe(2);
+  expect((await popRaw(api.url, 'quota-wire')).status).toBe(204);
+
+  await grant(api, DEFAULT_TENANT, { maxRows: null });
+  await measure(api, DEFAULT_TENANT, { rows: 0 });
+});
+
+test('no KV write path touches queen.kv_quota or queen.kv_usage (one is configuration, the other measurement)', async () => {
+  await grant(api, DEFAULT_TENANT, {});
+  await measure(api, DEFAULT_TENANT, { rows: 3, bytes: 100 });
+  const snapshot = async () => [
+    await sql(api.databaseUrl, 'SELECT xmin::text, * FROM queen.kv_quota ORDER BY tenant_id'),
+    await sql(api.databaseUrl, 'SELECT xmin::text, * FROM queen.kv_usage ORDER BY tenant_id'),
+  ];
+  const before = await snapshot();
+  const writes = [
+    await call(api.url, 'PUT', '/api/v1/kv/untouched/a', { value: 'x'.repeat(1000), forever: true }),
+    await kv(api.url, [
+      { op: 'put', ns: 'untouched', key: 'b', value: 1, ttlSeconds: 60 },
+      { op: 'putIfAbsent', ns: 'untouched', key: 'c', value: 1, forever: true },
+      { op: 'incr', ns: 'untouched', key: 'd', forever: true },
+    ]),
+    await call(api.url, 'DELETE', '/api/v1/kv/untouched/a'),
+    await call(api.url, 'POST', '/api/v1/transaction', { kv: [{ op: 'put', ns: 'untouched', key: 'e', value: 1, forever: true }, { op: 'delete', ns: 'untouched', key: 'b' }] }),
+  ];
+  expect(writes.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+  expect(await snapshot()).toEqual(before);
 });

@@ -176,3 +176,64 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, 10_000);
   await s.close();
 });
+
+test('the prune never deletes a row a writer is reviving, nor another tenant\'s live row under the same name', async () => {
+  // Tenant A's key expired an hour ago; tenant B holds the same namespace and key, live; B also has
+  // an expired key in the same namespace, which is the prune's to take.
+  await putAt(DEFAULT_TENANT, 'revive', 1, 60, 2);
+  await putAt(OTHER_TENANT, 'revive', 2, 60, 2);
+  await pool.query(
+    `SELECT queen.kv_apply_v1($1::uuid, '[{"op":"put","ns":"revive","key":"k0","value":"B live","forever":true}]'::jsonb)`,
+    [OTHER_TENANT],
+  );
+  const shardOf = async (key: string) => (await pool.query(`SELECT (hashtextextended($1, 0) & 63)::smallint AS s`, [key])).rows[0].s;
+  expect(await shardOf('k0')).not.toBe(await shardOf('k1')); // two shards, so each prune below is about one key
+
+  // A writer revives A's expired k0 (putIfAbsent wins against it) and has not committed yet.
+  const writer = await pool.connect();
+  try {
+    await writer.query('BEGIN');
+    const won = await writer.query(
+      `SELECT queen.kv_apply_v1($1::uuid, '[{"op":"putIfAbsent","ns":"revive","key":"k0","value":"A again","forever":true}]'::jsonb) AS r`,
+      [DEFAULT_TENANT],
+    );
+    expect(won.rows[0].r[0]).toMatchObject({ applied: true });
+    // The prune of that shard, meanwhile: the row being rewritten is skipped, B's live row is not expired.
+    const pruned = (await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n;
+    expect(pruned).toBe(0);
+    await writer.query('COMMIT');
+  } finally {
+    writer.release();
+  }
+  // The prune after the commit finds nothing to take there either: the revived row is live now.
+  expect((await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n).toBe(0);
+  // B's expired k1 is taken.
+  expect((await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k1')])).rows[0].n).toBe(1);
+
+  const rows = await pool.query(`SELECT tenant_id::text AS tenant, key, value FROM queen.kv WHERE namespace = 'revive' ORDER BY tenant_id, key`);
+  expect(rows.rows).toEqual([
+    { tenant: DEFAULT_TENANT, key: 'k0', value: 'A again' },
+    { tenant: OTHER_TENANT, key: 'k0', value: 'B live' },
+  ]);
+  expect((await call(api.url, 'GET', '/api/v1/kv/revive/k0')).body).toMatchObject({ found: true, value: 'A again' });
+});
+
+test('with the KV switched off the keys stay, and expired ones are still pruned: the sweeper is not on that switch', async () => {
+  await putAt(DEFAULT_TENANT, 'paused-gone', 40, 60, 2);
+  await putAt(DEFAULT_TENANT, 'paused-live', 10, null, 0);
+  const paused = await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: false });
+  expect(paused.body).toMatchObject({ kv: false });
+  try {
+    expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).status).toBe(503);
+    const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
+    try {
+      await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, 30_000);
+    } finally {
+      await s.close();
+    }
+    expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-live'`)).toBe(10);
+  } finally {
+    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: true });
+  }
+  expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).body).toMatchObject({ found: true });
+});

@@ -110,6 +110,27 @@ test('timersFire off: nothing fires and nothing is lost; on again: the backlog d
   await s.close();
 });
 
+test('timersSchedule off: new timers are refused, and the ones already promised still fire', async () => {
+  const promised = await call(api.url, 'POST', '/api/v1/timers', { queue: 'schedule-paused', payload: { p: 1 }, deliverAt: '2022-01-01T00:00:00Z' });
+  expect(promised.status).toBe(200);
+  const paused = await call(api.url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: false });
+  expect(paused.body).toMatchObject({ timersSchedule: false, timersFire: true });
+  try {
+    expect((await call(api.url, 'POST', '/api/v1/timers', { queue: 'schedule-paused', payload: { p: 2 }, delaySeconds: 1 })).status).toBe(503);
+    const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
+    try {
+      await until(async () => (await timerMessageCounts(pool)).get(promised.body.timerId) === 1, 20_000);
+      const reports = await s.cycles(1);
+      expect(reports[0].fireEnabled).toBe(true);
+    } finally {
+      await s.close();
+    }
+    expect((await timerMessageCounts(pool)).get(promised.body.timerId)).toBe(1);
+  } finally {
+    await call(api.url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: true });
+  }
+});
+
 test('1,000 timers due now, each cancelled while two sweepers run: cancelled and never delivered, or delivered once', async () => {
   const ids = await scheduleDirect(pool, DEFAULT_TENANT, 1000, (i) => ({
     queue: 'race',
