@@ -215,14 +215,16 @@ BEGIN
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
     END IF;
-    v_lease := (v_options->>'leaseTime')::int;
+    -- Through numeric: 30.0 is a whole number the check above accepts, and '30.0'::int is a
+    -- syntax error (a 400 invalid_json for valid JSON).
+    v_lease := (v_options->>'leaseTime')::numeric::int;
   END IF;
   IF v_options ? 'retryLimit' THEN
     IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
        OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
     END IF;
-    v_retry := (v_options->>'retryLimit')::int;
+    v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
   INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
   VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))

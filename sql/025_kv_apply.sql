@@ -233,7 +233,10 @@ BEGIN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
-    v_out := v_out || jsonb_build_object('expect', v_expect);
+    -- As a bigint: the writes read it back with ->>'expect' and ::bigint, and a whole number
+    -- written with a fraction part (1.0, which many JSON encoders emit for a float) would fail
+    -- that cast as "invalid input syntax for type bigint" instead of fencing on version 1.
+    v_out := v_out || jsonb_build_object('expect', v_expect::numeric::bigint);
   ELSIF v_name = 'putIfAbsent' THEN
     v_out := v_out || jsonb_build_object('expect', 0);
   END IF;

@@ -76,7 +76,10 @@ BEGIN
       PERFORM queen.fail_v1('timers_beyond_horizon',
         format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
     END IF;
-    v_at := p_now + make_interval(secs => v_delay::double precision);
+    -- Rounded to microseconds (the timestamp's own precision) first: a tiny positive delay such as
+    -- 1e-400 is a valid numeric but underflows double precision, which raised 22003 (a 400
+    -- invalid_json echoing the whole number) instead of meaning "now".
+    v_at := p_now + make_interval(secs => round(v_delay, 6)::double precision);
   ELSE
     PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
@@ -188,7 +191,8 @@ BEGIN
        AND jsonb_typeof(v_op -> 'delaySeconds') = 'number'
        AND (v_op ->> 'delaySeconds')::numeric BETWEEN 0 AND v_horizon
        AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) >= 1 THEN
-      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => (v_op ->> 'delaySeconds')::numeric::double precision))];
+      -- Rounded to microseconds before the double cast, as in timers_when_v1 (1e-400 underflows it).
+      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => round((v_op ->> 'delaySeconds')::numeric, 6)::double precision))];
       INSERT INTO queen.log_timers (tenant_id, queue, partition, payload, deliver_at, created_at)
       VALUES (p_tenant, v_op ->> 'queue',
               coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),

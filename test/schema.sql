@@ -516,7 +516,10 @@ BEGIN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
     END IF;
-    v_out := v_out || jsonb_build_object('expect', v_expect);
+    -- As a bigint: the writes read it back with ->>'expect' and ::bigint, and a whole number
+    -- written with a fraction part (1.0, which many JSON encoders emit for a float) would fail
+    -- that cast as "invalid input syntax for type bigint" instead of fencing on version 1.
+    v_out := v_out || jsonb_build_object('expect', v_expect::numeric::bigint);
   ELSIF v_name = 'putIfAbsent' THEN
     v_out := v_out || jsonb_build_object('expect', 0);
   END IF;
@@ -1202,14 +1205,16 @@ BEGIN
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
     END IF;
-    v_lease := (v_options->>'leaseTime')::int;
+    -- Through numeric: 30.0 is a whole number the check above accepts, and '30.0'::int is a
+    -- syntax error (a 400 invalid_json for valid JSON).
+    v_lease := (v_options->>'leaseTime')::numeric::int;
   END IF;
   IF v_options ? 'retryLimit' THEN
     IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
        OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
       PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
     END IF;
-    v_retry := (v_options->>'retryLimit')::int;
+    v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
   INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
   VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
@@ -1820,7 +1825,8 @@ BEGIN
        AND jsonb_typeof(v_op -> 'delaySeconds') = 'number'
        AND (v_op ->> 'delaySeconds')::numeric BETWEEN 0 AND v_horizon
        AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) >= 1 THEN
-      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => (v_op ->> 'delaySeconds')::numeric::double precision))];
+      -- Rounded to microseconds before the double cast, as in timers_when_v1 (1e-400 underflows it).
+      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => round((v_op ->> 'delaySeconds')::numeric, 6)::double precision))];
       INSERT INTO queen.log_timers (tenant_id, queue, partition, payload, deliver_at, created_at)
       VALUES (p_tenant, v_op ->> 'queue',
               coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
@@ -2164,7 +2170,10 @@ BEGIN
       PERFORM queen.fail_v1('timers_beyond_horizon',
         format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
     END IF;
-    v_at := p_now + make_interval(secs => v_delay::double precision);
+    -- Rounded to microseconds (the timestamp's own precision) first: a tiny positive delay such as
+    -- 1e-400 is a valid numeric but underflows double precision, which raised 22003 (a 400
+    -- invalid_json echoing the whole number) instead of meaning "now".
+    v_at := p_now + make_interval(secs => round(v_delay, 6)::double precision);
   ELSE
     PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);

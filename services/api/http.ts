@@ -42,6 +42,16 @@ export function parseJson(text: string): unknown {
   }
 }
 
+/**
+ * PostgreSQL's text cannot hold U+0000: a path segment or query value carrying %00 failed the
+ * parameter's bind ("invalid byte sequence for encoding UTF8: 0x00", 22021) and was answered 400
+ * invalid_json, on a GET with no body. Such a value breaks the field's own rule, so it gets the
+ * field's own code, before it reaches SQL.
+ */
+export function refuseNul(value: string | null | undefined, code: string, message: string): void {
+  if (value != null && value.includes('\u0000')) throw new ApiError(code, message);
+}
+
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

@@ -286,6 +286,15 @@ describe('configure', () => {
     const fresh = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf-default' });
     expect(fresh.body.options).toEqual({ leaseTime: 300, retryLimit: 3 });
   });
+
+  test('a whole number written with a fraction part (30.0, what many encoders emit for a float) is that number', async () => {
+    // It passed the whole-number check and then failed the ::int cast: 400 invalid_json.
+    const res = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.0,"retryLimit":2.00}}');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ ok: true, queue: 'conf-float', options: { leaseTime: 30, retryLimit: 2 } });
+    const half = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.5}}');
+    expect([half.status, half.body.error]).toEqual([400, 'log_invalid_lease_time']);
+  });
 });
 
 describe('refusals are 4xx JSON with a code', () => {
@@ -318,6 +327,11 @@ describe('refusals are 4xx JSON with a code', () => {
     ['ack batch: element not an object', 'POST', '/api/v1/ack/batch', { acknowledgments: [1] }, 'log_invalid_ack'],
     ['extend: bad lease id', 'POST', '/api/v1/lease/not-a-uuid/extend', undefined, 'log_invalid_lease_id'],
     ['extend: bad seconds', 'POST', '/api/v1/lease/00000000-0000-0000-0000-000000000000/extend', { seconds: 0 }, 'log_invalid_lease_time'],
+    // %00 cannot be bound as PostgreSQL text: these were 400 invalid_json, on requests with no body.
+    ['pop: %00 in the queue', 'GET', '/api/v1/pop/queue/q%00', undefined, 'log_invalid_queue'],
+    ['pop: %00 in the partition', 'GET', '/api/v1/pop/queue/q/partition/%00', undefined, 'log_invalid_partition'],
+    ['pop: %00 in the group', 'GET', '/api/v1/pop/queue/q?consumerGroup=g%00', undefined, 'log_invalid_consumer_group'],
+    ['extend: %00 in the lease id', 'POST', '/api/v1/lease/%00/extend', undefined, 'log_invalid_lease_id'],
   ];
   test.each(cases)('%s', async (_name, method, path, body, code) => {
     const res = await call(api.url, method, path, body);

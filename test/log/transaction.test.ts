@@ -229,6 +229,13 @@ describe('refusals', () => {
     expect(res.body).toMatchObject({ error: code, message: expect.any(String) });
   });
 
+  test('a NUL in a kv key or namespace gets the KV route\'s code, not invalid_json', async () => {
+    const key = await call(api.url, 'POST', '/api/v1/transaction', '{"kv":[{"op":"get","ns":"n","key":"k"},{"op":"get","ns":"n","key":"a\\u0000b"}]}');
+    expect([key.status, key.body.error, key.body.index]).toEqual([400, 'kv_invalid_key', 1]);
+    const ns = await call(api.url, 'POST', '/api/v1/transaction', '{"kv":[{"op":"get","ns":"n\\u0000","key":"k"}]}');
+    expect([ns.status, ns.body.error, ns.body.index]).toEqual([400, 'kv_invalid_namespace', 0]);
+  });
+
   test('the index of a refused operation is named', async () => {
     const res = await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'ok' }] }, { type: 'nope' }] });
     expect(res.body).toMatchObject({ error: 'tx_unknown_operation', index: 1 });

@@ -21,6 +21,7 @@ import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared
 import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
+import { refuseNulKeys } from './kv';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
@@ -91,6 +92,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
+    // A NUL in a kv key or namespace: the KV route's code (kv_invalid_key / kv_invalid_namespace),
+    // not the invalid_json the jsonb cast would give.
+    refuseNulKeys(text, kv);
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
