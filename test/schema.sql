@@ -309,6 +309,7 @@ BEGIN
   IF p_op = 'incr' THEN
     RETURN CASE WHEN (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
                      AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
+                     AND octet_length(coalesce(p_rest->'delta', '1'::jsonb)::text) <= 65536
                      AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
                      AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
                      AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
@@ -544,6 +545,14 @@ BEGIN
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
       PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
     END IF;
+    -- A delta wider than a value may be (9e131071 is 131,072 digits stored) would store an
+    -- over-limit counter, or overflow numeric when added (22003, answered as invalid_json). With
+    -- both operands within 65,536 bytes the sum cannot overflow; kv_incr_key_v1 checks its size.
+    IF octet_length((p_op->'delta')::text) > 65536 THEN
+      PERFORM queen.fail_v1('kv_value_too_large', format(
+        'Operation %s: the delta is %s bytes as stored; a value, and so a counter, is at most 65536 bytes.',
+        p_index, octet_length((p_op->'delta')::text)), p_index);
+    END IF;
     v_min := nullif(p_op->'min', 'null'::jsonb);
     v_max := nullif(p_op->'max', 'null'::jsonb);
     IF (v_min IS NOT NULL AND jsonb_typeof(v_min) <> 'number') OR (v_max IS NOT NULL AND jsonb_typeof(v_max) <> 'number') THEN
@@ -706,7 +715,7 @@ BEGIN
                ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN v_answer;
+      RETURN queen.kv_incr_size_ok_v1(v_answer, p_index);
     END IF;
   END IF;
   LOOP
@@ -716,7 +725,7 @@ BEGIN
                 ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN v_answer;
+      RETURN queen.kv_incr_size_ok_v1(v_answer, p_index);
     END IF;
     -- Refused: say why from the row as it is now, locked so it cannot change under the answer.
     SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
@@ -734,6 +743,19 @@ BEGIN
       RETURN v_answer;
     END IF;
   END LOOP;
+END $function$
+CREATE OR REPLACE FUNCTION queen.kv_incr_size_ok_v1(p_answer jsonb, p_index integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+  IF octet_length((p_answer->'value')::text) > 65536 THEN
+    PERFORM queen.fail_v1('kv_value_too_large', format(
+      'Operation %s: the counter would be %s bytes as stored; at most 65536 bytes are allowed. Nothing was written.',
+      p_index, octet_length((p_answer->'value')::text)), p_index);
+  END IF;
+  RETURN p_answer;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_live_v1(timestamp with time zone, timestamp with time zone)
  RETURNS boolean
