@@ -41,7 +41,7 @@ END $$;
 
 -- When a schedule or reschedule delivers: exactly one of deliverAt (ISO 8601 with a zone) or
 -- delaySeconds (a number >= 0), never beyond the horizon. A past deliverAt is allowed: it fires at
--- the next sweep. Truncated to milliseconds, the precision of the wire.
+-- the next sweep. To the millisecond, the precision of the wire (a deliverAt rounds up, below).
 CREATE OR REPLACE FUNCTION queen.timers_when_v1(p_op JSONB, p_index INT, p_now TIMESTAMPTZ) RETURNS TIMESTAMPTZ
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -56,7 +56,9 @@ BEGIN
   ELSIF p_op ? 'deliverAt' THEN
     v_text := p_op ->> 'deliverAt';
     IF jsonb_typeof(p_op -> 'deliverAt') IS DISTINCT FROM 'string'
-       OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
+       -- Up to nine fraction digits: Java's Instant.toString and Go's RFC3339Nano write nanoseconds,
+       -- .NET's "o" seven digits; all were refused while the rule stopped at six.
+       OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
       PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt must be an ISO 8601 timestamp with a zone, such as 2030-01-01T00:00:00Z.', p_index), p_index);
     END IF;
@@ -83,6 +85,12 @@ BEGIN
   ELSE
     PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
+  END IF;
+  -- deliverAt is a floor and the wire's precision is the millisecond: a sub-millisecond instant
+  -- rounds up to the next millisecond (.123999 delivers at .124, as the answer says), never down to
+  -- an instant before the one asked for.
+  IF p_op ? 'deliverAt' THEN
+    v_at := date_trunc('milliseconds', v_at + interval '999 microseconds');
   END IF;
   IF v_at > p_now + make_interval(secs => v_horizon) THEN
     PERFORM queen.fail_v1('timers_beyond_horizon',

@@ -128,6 +128,23 @@ test('list pages by (deliverAt, timerId) without gaps or repeats, filtered by qu
   expect(seen.every((t: any) => t.queue === 'listing')).toBe(true);
 });
 
+test('deliverAt takes the fraction digits encoders write (up to nanoseconds) and never rounds below the instant asked', async () => {
+  // Java's Instant.toString and Go's RFC3339Nano write nine digits, .NET's "o" seven: all were 400
+  // timers_invalid_deliver_at. And .123999 was stored (and answered) as .123, before the instant asked.
+  for (const [sent, stored] of [
+    ['2020-01-01T00:00:00.123456789Z', '2020-01-01T00:00:00.124Z'],
+    ['2020-01-01T00:00:00.1234567+01:00', '2019-12-31T23:00:00.124Z'],
+    ['2020-01-01T00:00:00.123999Z', '2020-01-01T00:00:00.124Z'],
+    ['2020-01-01T00:00:00.123Z', '2020-01-01T00:00:00.123Z'],
+    ['2020-01-01T00:00:00Z', '2020-01-01T00:00:00.000Z'],
+  ]) {
+    const res = await call(api.url, 'POST', '/api/v1/transaction', { timers: [{ op: 'schedule', queue: 'digits', payload: 1, deliverAt: sent }] });
+    expect({ sent, status: res.status, deliverAt: res.body.results?.[0]?.deliverAt }).toEqual({ sent, status: 200, deliverAt: stored });
+  }
+  const tooMany = await schedule({ queue: 'digits', payload: 1, deliverAt: '2020-01-01T00:00:00.1234567890Z' });
+  expect([tooMany.status, tooMany.body.error]).toEqual([400, 'timers_invalid_deliver_at']);
+});
+
 test('a tiny positive delaySeconds (1e-400, below double precision) means now, on every path', async () => {
   // numeric holds it; the cast to double precision underflowed (22003): a 400 invalid_json whose
   // message echoed the number's 400 digits.
