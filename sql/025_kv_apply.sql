@@ -714,6 +714,8 @@ DECLARE
   v_op JSONB;
   v_answer JSONB;
   v_dup INT;
+  v_prefix_dup INT;
+  v_has_prefix BOOLEAN := false;
   v_fail JSONB;
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
@@ -743,6 +745,7 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
     v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
+    v_has_prefix := v_has_prefix OR v_norm[i + 1]->>'kind' = 'getPrefix';
   END LOOP;
 
   -- A batch touches a key at most once, so there is no intra-batch order to reason about.
@@ -754,6 +757,21 @@ BEGIN
         SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
       ) touched
     ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
+    -- A getPrefix touches every key of its range too. The reads of a prefix run after the batch's
+    -- single-key operations (the lock order), so a getPrefix at index 0 answered with what a put at
+    -- index 1 wrote: an intra-batch order after all. The range is [prefix, ...) past `after`.
+    IF v_has_prefix THEN
+      SELECT greatest(p.idx, t.idx) INTO v_prefix_dup FROM (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'prefix' AS prefix, o->>'after' AS after
+          FROM unnest(v_norm) o WHERE o->>'kind' = 'getPrefix'
+      ) p JOIN (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o WHERE o ? 'key'
+        UNION ALL
+        SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
+      ) t ON t.ns = p.ns AND starts_with(t.key, p.prefix) AND (p.after IS NULL OR t.key COLLATE "C" > p.after COLLATE "C")
+      ORDER BY 1 LIMIT 1;
+      v_dup := least(v_dup, v_prefix_dup);
+    END IF;
     IF v_dup IS NOT NULL THEN
       PERFORM queen.fail_v1('kv_duplicate_key', format(
         'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
