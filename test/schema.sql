@@ -2113,6 +2113,12 @@ BEGIN
   IF v_limit NOT BETWEEN 1 AND 1000 THEN
     PERFORM queen.fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
   END IF;
+  -- A filter no timer can match (a name a schedule would refuse) is a mistake to say, not an empty
+  -- page to hand back silently: the pop route refuses such names too. (The route refuses U+0000.)
+  IF p_queue IS NOT NULL AND NOT queen.name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('timers_invalid_queue',
+      'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
   IF p_after IS NOT NULL THEN
     IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
       PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);

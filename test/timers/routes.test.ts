@@ -206,6 +206,9 @@ test('refusals are 400s with their own codes', async () => {
   expect([nulCursor.status, nulCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
   const nulQueue = await call(api.url, 'GET', '/api/v1/timers?queue=q%00');
   expect([nulQueue.status, nulQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
+  // Like any name a schedule would refuse (it answered an empty page, as if no timer were pending).
+  const badQueue = await call(api.url, 'GET', '/api/v1/timers?queue=no%20spaces');
+  expect([badQueue.status, badQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
   const stray = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', { queue: 'x', delaySeconds: 1 });
   expect([stray.status, stray.body.error]).toEqual([400, 'timers_body_conflicts_with_path']);
   const noWhen = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', {});
