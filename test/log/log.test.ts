@@ -169,6 +169,27 @@ describe('pop and leases', () => {
     expect(gone.body).toMatchObject({ ok: false, reason: 'lease_expired' });
   });
 
+  test('a batch whose payloads pass PostgreSQL\'s 256 MiB jsonb array cap answers the messages that fit, not a 500', async () => {
+    // A message of 2 MiB, then one of 255 MiB planted beside it in SQL (nothing that size through
+    // HTTP, nor through the push functions, which copy it several times): a pop of batch 2 failed
+    // with 54000 "total size of jsonb array elements exceeds the maximum" and answered 500, on
+    // every try, since the failed statement took no lease.
+    expect((await push(api.url, [{ queue: 'huge', transactionId: 'small', payload: 'x'.repeat(2 * 1024 * 1024) }])).status).toBe(200);
+    const db = new Client({ connectionString: api.databaseUrl });
+    await db.connect();
+    try {
+      await db.query(`INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+                      SELECT p.id, p.last_seq + 1, 'huge', to_jsonb(repeat('x', 255 * 1024 * 1024))
+                        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'huge'`);
+      await db.query(`UPDATE queen.partitions p SET last_seq = last_seq + 1 FROM queen.queues q WHERE q.id = p.queue_id AND q.name = 'huge'`);
+    } finally {
+      await db.end();
+    }
+    const res = await popRaw(api.url, 'huge', { batch: 2 });
+    expect(res.status).toBe(200);
+    expect(res.body.messages.map((m: any) => [m.transactionId, m.payload.length])).toEqual([['small', 2 * 1024 * 1024]]);
+  });
+
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
     await sleep(300);

@@ -4,7 +4,7 @@
 import { Router, Request, Response } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, SQLSTATE } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
@@ -92,6 +92,19 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     refuseNul(params.partition, 'log_invalid_partition', NAME_RULE('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', NAME_RULE('A consumer group'));
     const values = [params.queue, params.partition ?? null, group, batch];
+    // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
+    // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
+    // on every retry, since the failed statement took no lease. Such a batch is asked again at half
+    // the size (nothing was leased), down to one message; the consumer gets what fits.
+    const popOnce = async () => {
+      for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
+        try {
+          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], size] });
+        } catch (err) {
+          if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
+        }
+      }
+    };
 
     let gone = false;
     res.on('close', () => {
@@ -102,7 +115,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
       const armed = wait ? await signal.arm(params.queue) : undefined;
       try {
-        const { rows } = await messagePool.query({ ...LOG_POP, values });
+        const { rows } = await popOnce();
         const messages: string = rows[0].messages;
         if (messages !== '[]') return sendJsonText(res, 200, `{"messages":${messages}}`);
         const remaining = deadline - Date.now();
