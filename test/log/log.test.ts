@@ -190,6 +190,18 @@ describe('pop and leases', () => {
     expect(res.body.messages.map((m: any) => [m.transactionId, m.payload.length])).toEqual([['small', 2 * 1024 * 1024]]);
   });
 
+  test('HEAD on a pop route leases nothing (404, as for any method a path does not take)', async () => {
+    // Express ran the GET handler for HEAD: each HEAD leased the message and discarded it, and with
+    // retryLimit 1 two lapsed HEAD leases dead-lettered it before any consumer saw it.
+    await configure(api.url, 'headless', { leaseTime: 1, retryLimit: 1 });
+    await push(api.url, [{ queue: 'headless', payload: 'keep me' }]);
+    for (const path of ['/api/v1/pop/queue/headless', '/api/v1/pop/queue/headless/partition/Default']) {
+      const res = await fetch(api.url + path, { method: 'HEAD' });
+      expect(res.status).toBe(404);
+    }
+    expect((await pop(api.url, 'headless')).map((m) => m.payload)).toEqual(['keep me']);
+  });
+
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
     await sleep(300);

@@ -9,7 +9,7 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
-import { answerWithBody, bodyText, isPlainObject, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, notFound, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
@@ -129,6 +129,10 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       }
     }
   };
+  // Express answers HEAD with the GET handler, and a pop is not safe: a HEAD (a monitor, a link
+  // checker, a proxy's probe) leased messages and threw them away; each lapse counted as a failed
+  // delivery, so a few HEADs dead-lettered a message no consumer ever saw. A pop has no HEAD.
+  router.head(['/api/v1/pop/queue/:queue', '/api/v1/pop/queue/:queue/partition/:partition'], notFound);
   router.get('/api/v1/pop/queue/:queue', pop);
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
