@@ -202,6 +202,21 @@ describe('pop and leases', () => {
     expect((await pop(api.url, 'headless')).map((m) => m.payload)).toEqual(['keep me']);
   });
 
+  test('a long poll whose client went away leases nothing: the next push goes to a live consumer', async () => {
+    // The abandoned poll (a client timeout shorter than the server's) kept waiting, was woken by the
+    // push and leased the message to nobody: the live consumer got 204 for the whole lease time.
+    await configure(api.url, 'abandoned', { leaseTime: 60 });
+    const abort = new AbortController();
+    const abandoned = fetch(`${api.url}/api/v1/pop/queue/abandoned?wait=true&timeout=20000`, { signal: abort.signal }).catch(() => 'aborted');
+    await sleep(200);
+    abort.abort();
+    expect(await abandoned).toBe('aborted');
+    await sleep(50);
+    await push(api.url, [{ queue: 'abandoned', payload: 'for the living' }]);
+    await sleep(300);
+    expect((await pop(api.url, 'abandoned')).map((m) => m.payload)).toEqual(['for the living']);
+  });
+
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
     await sleep(300);

@@ -112,6 +112,10 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     });
     const deadline = Date.now() + (wait ? timeoutMs : 0);
     for (;;) {
+      // A client that went away while waiting (its own timeout shorter than ours) is not leased
+      // anything: the messages would be held for the lease time by nobody, and the lapse counted
+      // as a failed delivery. Without this, the push that woke the wait was leased to the gone request.
+      if (gone) return void res.end();
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
       const armed = wait ? await signal.arm(params.queue) : undefined;
       try {
