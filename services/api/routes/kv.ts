@@ -10,7 +10,7 @@
 // Paths match case-sensitively.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, answerTooLarge } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
@@ -131,7 +131,9 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
         return ops;
       };
       await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
-        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] });
+        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch((err: unknown) => {
+          throw answerTooLarge(err);
+        });
         sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
       });
       countOps(metrics, ops, 'ok');

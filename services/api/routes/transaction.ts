@@ -14,7 +14,7 @@
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
 import type { Pool } from 'pg';
-import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
+import { AckFailed, ApiError, answerTooLarge, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
@@ -116,7 +116,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
         sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
-      } catch (err) {
+      } catch (caught) {
+        // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
+        const err = kv.length > 0 ? answerTooLarge(caught) : caught;
         const verdict = coerceError(err);
         // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
         if (verdict instanceof PreconditionFailed) {
