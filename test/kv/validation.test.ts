@@ -36,6 +36,30 @@ describe('the body', () => {
     expect(res.body.error).toBe('invalid_json');
   });
 
+  test('a body that is not UTF-8 is 400 invalid_json, not stored with U+FFFD in place of its bytes', async () => {
+    // "café" in Latin-1 without a charset: the é byte (0xE9) was decoded as U+FFFD and stored, in the
+    // key and the value alike, on every body-reading route.
+    const latin1 = (text: string) => Buffer.from(text, 'latin1');
+    const send = (method: string, path: string, body: Buffer, contentType = 'application/json') =>
+      fetch(h.url + path, { method, headers: { 'content-type': contentType }, body }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+    for (const [method, path, body] of [
+      ['POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"caf\xe9","value":"caf\xe9","forever":true}]}'],
+      ['PUT', '/api/v1/kv/v/cafe', '{"value":"caf\xe9","forever":true}'],
+      ['POST', '/api/v1/transaction', '{"kv":[{"op":"put","ns":"v","key":"cafe","value":"caf\xe9","forever":true}]}'],
+      ['POST', '/api/v1/push', '{"items":[{"queue":"latin","payload":"caf\xe9"}]}'],
+      ['POST', '/api/v1/timers', '{"queue":"latin","payload":"caf\xe9","delaySeconds":60}'],
+    ] as const) {
+      const res = await send(method, path, latin1(body));
+      expect({ path, status: res.status, error: res.body.error }).toEqual({ path, status: 400, error: 'invalid_json' });
+    }
+    expect(await h.count('v')).toBe(0);
+    // Declared, Latin-1 is decoded from it; and UTF-8 is UTF-8.
+    const declared = await send('PUT', '/api/v1/kv/v/cafe', latin1('{"value":"caf\xe9","forever":true}'), 'application/json; charset=latin1');
+    expect([declared.status, declared.body.value]).toEqual([200, 'café']);
+    const utf8 = await send('PUT', '/api/v1/kv/v/cafe', Buffer.from('{"value":"café ✓","forever":true}', 'utf8'));
+    expect([utf8.status, utf8.body.value]).toEqual([200, 'café ✓']);
+  });
+
   test('a number beyond numeric range is a 400, not a 500', async () => {
     const res = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"big","value":1e999999,"forever":true}]}');
     expect(res.status).toBe(400);
