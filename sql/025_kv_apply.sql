@@ -759,15 +759,16 @@ BEGIN
     ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
     -- A getPrefix touches every key of its range too. The reads of a prefix run after the batch's
     -- single-key operations (the lock order), so a getPrefix at index 0 answered with what a put at
-    -- index 1 wrote: an intra-batch order after all. The range is [prefix, ...) past `after`.
+    -- index 1 wrote: an intra-batch order after all. A write in the range [prefix, ...) past
+    -- `after` is refused; reads beside it (a get or getMany of a key in the range) have no order
+    -- between them and stay allowed.
     IF v_has_prefix THEN
       SELECT greatest(p.idx, t.idx) INTO v_prefix_dup FROM (
         SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'prefix' AS prefix, o->>'after' AS after
           FROM unnest(v_norm) o WHERE o->>'kind' = 'getPrefix'
       ) p JOIN (
-        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o WHERE o ? 'key'
-        UNION ALL
-        SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o
+         WHERE o->>'kind' IN ('put', 'delete', 'incr')
       ) t ON t.ns = p.ns AND starts_with(t.key, p.prefix) AND (p.after IS NULL OR t.key COLLATE "C" > p.after COLLATE "C")
       ORDER BY 1 LIMIT 1;
       v_dup := least(v_dup, v_prefix_dup);
