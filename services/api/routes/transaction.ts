@@ -92,9 +92,6 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
-    // A NUL in a kv key or namespace: the KV route's code (kv_invalid_key / kv_invalid_namespace),
-    // not the invalid_json the jsonb cast would give.
-    refuseNulKeys(text, kv);
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
@@ -106,6 +103,10 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const statement = statementFor(spaces);
 
     await guards.wire(req, { kv, timers }, async () => {
+      // A NUL in a kv key or namespace: the KV route's code (kv_invalid_key / kv_invalid_namespace),
+      // not the invalid_json the jsonb cast would give; after the guards, so a paused KV still
+      // answers its 403 first (the outermost reason), as it did.
+      refuseNulKeys(text, kv);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
         const { rows } = await messagePool.query({
