@@ -9,6 +9,7 @@ export const SQLSTATE = {
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   STATEMENT_TOO_COMPLEX: '54001',
+  PROGRAM_LIMIT_EXCEEDED: '54000',
   UNTRANSLATABLE_CHARACTER: '22P05',
   CHARACTER_NOT_IN_REPERTOIRE: '22021',
   QUERY_CANCELED: '57014',
@@ -267,6 +268,20 @@ function parseDetail(detail: string | undefined): Record<string, unknown> {
   } catch {
     return {};
   }
+}
+
+/**
+ * A KV call's answer is one jsonb array, and PostgreSQL refuses one whose elements pass 256 MiB
+ * (54000 "total size of jsonb array elements exceeds the maximum"): five getMany of 840 keys of
+ * 64 KB each were a 500. It is the size of what the call asked for, so it is the caller's to
+ * shrink: 400 kv_batch_too_large. Anything else is returned as it is.
+ */
+export function answerTooLarge(err: unknown): unknown {
+  if ((err as { code?: string } | null)?.code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED) return err;
+  return new ApiError(
+    'kv_batch_too_large',
+    "The answer to this call would pass PostgreSQL's 256 MiB limit on one JSON array; read fewer keys, or smaller values, per call.",
+  );
 }
 
 export function statusOf(code: string): number {

@@ -599,7 +599,10 @@ DECLARE
   v_n INT;
   v_op JSONB;
   v_type TEXT;
-  v_items JSONB := '[]'::jsonb;
+  -- The pushes' items, gathered as an array (appended in place) and made one jsonb once: a jsonb
+  -- grown by || is copied whole at every item, which made a bundle quadratic in its items (8,000
+  -- items took 16 s, 20,000 over a minute, holding every partition lock the while).
+  v_items JSONB[] := '{}';
   v_acks JSONB[] := '{}';
   v_norm JSONB[] := '{}';
   v_out JSONB[] := '{}';
@@ -635,14 +638,14 @@ BEGIN
         END IF;
         PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
           coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
-        v_items := v_items || jsonb_build_array(v_item);
+        v_items := v_items || v_item;
       END LOOP;
     ELSE
       PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
     END IF;
   END LOOP;
 
-  IF jsonb_array_length(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(v_items); END IF;
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(to_jsonb(v_items)); END IF;
   SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(v_acks); END IF;
 

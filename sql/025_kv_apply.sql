@@ -261,6 +261,14 @@ BEGIN
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
       PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
     END IF;
+    -- A delta wider than a value may be (9e131071 is 131,072 digits stored) would store an
+    -- over-limit counter, or overflow numeric when added (22003, answered as invalid_json). With
+    -- both operands within 65,536 bytes the sum cannot overflow; kv_incr_key_v1 checks its size.
+    IF octet_length((p_op->'delta')::text) > 65536 THEN
+      PERFORM queen.fail_v1('kv_value_too_large', format(
+        'Operation %s: the delta is %s bytes as stored; a value, and so a counter, is at most 65536 bytes.',
+        p_index, octet_length((p_op->'delta')::text)), p_index);
+    END IF;
     v_min := nullif(p_op->'min', 'null'::jsonb);
     v_max := nullif(p_op->'max', 'null'::jsonb);
     IF (v_min IS NOT NULL AND jsonb_typeof(v_min) <> 'number') OR (v_max IS NOT NULL AND jsonb_typeof(v_max) <> 'number') THEN
@@ -420,6 +428,20 @@ END $$;
 -- refuses, so the SELECT after a refusal reads the row that refused. When creating would cross a
 -- bound, only a live counter can move: an UPDATE, and after a refusal the row is locked and looked
 -- at again, since a writer that committed in between may have made the update possible.
+-- The value ceiling holds for a counter too: a sum can outgrow both operands (1e65000 + 1e-16383
+-- is 81,000 digits), and a put of that value is 400 kv_value_too_large. Raising undoes the write
+-- with the rest of the call. Returns the answer when the stored value fits.
+CREATE OR REPLACE FUNCTION queen.kv_incr_size_ok_v1(p_answer JSONB, p_index INT) RETURNS JSONB
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF octet_length((p_answer->'value')::text) > 65536 THEN
+    PERFORM queen.fail_v1('kv_value_too_large', format(
+      'Operation %s: the counter would be %s bytes as stored; at most 65536 bytes are allowed. Nothing was written.',
+      p_index, octet_length((p_answer->'value')::text)), p_index);
+  END IF;
+  RETURN p_answer;
+END $$;
+
 CREATE OR REPLACE FUNCTION queen.kv_incr_key_v1(
   p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_delta NUMERIC, p_min NUMERIC, p_max NUMERIC,
   p_expires TIMESTAMPTZ, p_now TIMESTAMPTZ
@@ -441,7 +463,7 @@ BEGIN
                ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN v_answer;
+      RETURN queen.kv_incr_size_ok_v1(v_answer, p_index);
     END IF;
   END IF;
   LOOP
@@ -451,7 +473,7 @@ BEGIN
                 ELSE (p_min IS NULL OR k.value::numeric + p_delta >= p_min) AND (p_max IS NULL OR k.value::numeric + p_delta <= p_max) END
     RETURNING queen.kv_write_answer_v1(p_index, p_op, p_key, true, NULL, k, p_now) INTO v_answer;
     IF FOUND THEN
-      RETURN v_answer;
+      RETURN queen.kv_incr_size_ok_v1(v_answer, p_index);
     END IF;
     -- Refused: say why from the row as it is now, locked so it cannot change under the answer.
     SELECT queen.kv_write_answer_v1(p_index, p_op, p_key, false,
@@ -668,6 +690,7 @@ BEGIN
   IF p_op = 'incr' THEN
     RETURN CASE WHEN (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
                      AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
+                     AND octet_length(coalesce(p_rest->'delta', '1'::jsonb)::text) <= 65536
                      AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
                      AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
                      AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
@@ -691,6 +714,8 @@ DECLARE
   v_op JSONB;
   v_answer JSONB;
   v_dup INT;
+  v_prefix_dup INT;
+  v_has_prefix BOOLEAN := false;
   v_fail JSONB;
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
   i INT;
@@ -720,6 +745,7 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
     v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
+    v_has_prefix := v_has_prefix OR v_norm[i + 1]->>'kind' = 'getPrefix';
   END LOOP;
 
   -- A batch touches a key at most once, so there is no intra-batch order to reason about.
@@ -731,6 +757,22 @@ BEGIN
         SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
       ) touched
     ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
+    -- A getPrefix touches every key of its range too. The reads of a prefix run after the batch's
+    -- single-key operations (the lock order), so a getPrefix at index 0 answered with what a put at
+    -- index 1 wrote: an intra-batch order after all. A write in the range [prefix, ...) past
+    -- `after` is refused; reads beside it (a get or getMany of a key in the range) have no order
+    -- between them and stay allowed.
+    IF v_has_prefix THEN
+      SELECT greatest(p.idx, t.idx) INTO v_prefix_dup FROM (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'prefix' AS prefix, o->>'after' AS after
+          FROM unnest(v_norm) o WHERE o->>'kind' = 'getPrefix'
+      ) p JOIN (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o
+         WHERE o->>'kind' IN ('put', 'delete', 'incr')
+      ) t ON t.ns = p.ns AND starts_with(t.key, p.prefix) AND (p.after IS NULL OR t.key COLLATE "C" > p.after COLLATE "C")
+      ORDER BY 1 LIMIT 1;
+      v_dup := least(v_dup, v_prefix_dup);
+    END IF;
     IF v_dup IS NOT NULL THEN
       PERFORM queen.fail_v1('kv_duplicate_key', format(
         'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);

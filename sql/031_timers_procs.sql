@@ -41,7 +41,7 @@ END $$;
 
 -- When a schedule or reschedule delivers: exactly one of deliverAt (ISO 8601 with a zone) or
 -- delaySeconds (a number >= 0), never beyond the horizon. A past deliverAt is allowed: it fires at
--- the next sweep. Truncated to milliseconds, the precision of the wire.
+-- the next sweep. To the millisecond, the precision of the wire (a deliverAt rounds up, below).
 CREATE OR REPLACE FUNCTION queen.timers_when_v1(p_op JSONB, p_index INT, p_now TIMESTAMPTZ) RETURNS TIMESTAMPTZ
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -56,7 +56,9 @@ BEGIN
   ELSIF p_op ? 'deliverAt' THEN
     v_text := p_op ->> 'deliverAt';
     IF jsonb_typeof(p_op -> 'deliverAt') IS DISTINCT FROM 'string'
-       OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
+       -- Up to nine fraction digits: Java's Instant.toString and Go's RFC3339Nano write nanoseconds,
+       -- .NET's "o" seven digits; all were refused while the rule stopped at six.
+       OR v_text !~ '^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|z|[+-]\d{2}(:?\d{2})?)$' THEN
       PERFORM queen.fail_v1('timers_invalid_deliver_at',
         format('Operation %s: deliverAt must be an ISO 8601 timestamp with a zone, such as 2030-01-01T00:00:00Z.', p_index), p_index);
     END IF;
@@ -76,10 +78,19 @@ BEGIN
       PERFORM queen.fail_v1('timers_beyond_horizon',
         format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
     END IF;
-    v_at := p_now + make_interval(secs => v_delay::double precision);
+    -- Rounded to microseconds (the timestamp's own precision) first: a tiny positive delay such as
+    -- 1e-400 is a valid numeric but underflows double precision, which raised 22003 (a 400
+    -- invalid_json echoing the whole number) instead of meaning "now".
+    v_at := p_now + make_interval(secs => round(v_delay, 6)::double precision);
   ELSE
     PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);
+  END IF;
+  -- deliverAt is a floor and the wire's precision is the millisecond: a sub-millisecond instant
+  -- rounds up to the next millisecond (.123999 delivers at .124, as the answer says), never down to
+  -- an instant before the one asked for.
+  IF p_op ? 'deliverAt' THEN
+    v_at := date_trunc('milliseconds', v_at + interval '999 microseconds');
   END IF;
   IF v_at > p_now + make_interval(secs => v_horizon) THEN
     PERFORM queen.fail_v1('timers_beyond_horizon',
@@ -188,7 +199,8 @@ BEGIN
        AND jsonb_typeof(v_op -> 'delaySeconds') = 'number'
        AND (v_op ->> 'delaySeconds')::numeric BETWEEN 0 AND v_horizon
        AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) >= 1 THEN
-      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => (v_op ->> 'delaySeconds')::numeric::double precision))];
+      -- Rounded to microseconds before the double cast, as in timers_when_v1 (1e-400 underflows it).
+      v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => round((v_op ->> 'delaySeconds')::numeric, 6)::double precision))];
       INSERT INTO queen.log_timers (tenant_id, queue, partition, payload, deliver_at, created_at)
       VALUES (p_tenant, v_op ->> 'queue',
               coalesce(CASE WHEN jsonb_typeof(v_op -> 'partition') = 'string' THEN v_op ->> 'partition' END, 'Default'),
@@ -328,6 +340,12 @@ DECLARE
 BEGIN
   IF v_limit NOT BETWEEN 1 AND 1000 THEN
     PERFORM queen.fail_v1('timers_invalid_limit', 'limit must be a whole number from 1 to 1000.', NULL);
+  END IF;
+  -- A filter no timer can match (a name a schedule would refuse) is a mistake to say, not an empty
+  -- page to hand back silently: the pop route refuses such names too. (The route refuses U+0000.)
+  IF p_queue IS NOT NULL AND NOT queen.name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('timers_invalid_queue',
+      'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_after IS NOT NULL THEN
     IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN

@@ -1,6 +1,7 @@
 // What every route shares: the JSON body reader, the error answer, the tenant.
 import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import express from 'express';
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, coerceError, PreconditionFailed } from '../../shared/errors';
 import { DEFAULT_TENANT, Config } from '../../shared/config';
@@ -8,8 +9,22 @@ import type { Logger } from '../../shared/log';
 
 /** The raw body as text: numbers must reach PostgreSQL exactly as the client wrote them. */
 export function rawBody(config: Config): RequestHandler {
-  return express.text({ type: () => true, limit: config.maxBodyBytes, defaultCharset: 'utf-8' });
+  return express.text({ type: () => true, limit: config.maxBodyBytes, defaultCharset: 'utf-8', verify: refuseInvalidUtf8 });
 }
+
+/**
+ * JSON text is UTF-8 (RFC 8259). A body read as UTF-8 that is not (Latin-1 bytes sent without a
+ * charset, say) was decoded with U+FFFD in place of each bad byte and stored so: "café" became
+ * "caf\uFFFD", silently, in values and in keys. It is refused instead (errorHandler: invalid_json).
+ * A body that declares another charset is decoded from it, as before.
+ */
+function refuseInvalidUtf8(_req: unknown, _res: unknown, body: Buffer, encoding: string): void {
+  if (/^utf-?8$/i.test(encoding) && !isUtf8(body)) {
+    throw Object.assign(new Error('The request body is not valid UTF-8.'), { type: INVALID_UTF8 });
+  }
+}
+
+const INVALID_UTF8 = 'entity.invalid_utf8';
 
 /**
  * For the routes answered before Express (routes/kv.ts says why): reads the body as rawBody does
@@ -40,6 +55,16 @@ export function parseJson(text: string): unknown {
   } catch {
     throw new ApiError('invalid_json', 'The request body is not valid JSON.');
   }
+}
+
+/**
+ * PostgreSQL's text cannot hold U+0000: a path segment or query value carrying %00 failed the
+ * parameter's bind ("invalid byte sequence for encoding UTF8: 0x00", 22021) and was answered 400
+ * invalid_json, on a GET with no body. Such a value breaks the field's own rule, so it gets the
+ * field's own code, before it reaches SQL.
+ */
+export function refuseNul(value: string | null | undefined, code: string, message: string): void {
+  if (value != null && value.includes('\u0000')) throw new ApiError(code, message);
 }
 
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
@@ -87,6 +112,9 @@ export function errorHandler(log: Logger) {
     const e = err as { type?: string; status?: number; statusCode?: number; message?: string };
     if (e && e.type === 'entity.too.large') {
       return sendError(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));
+    }
+    if (e && e.type === INVALID_UTF8) {
+      return sendError(res, new ApiError('invalid_json', 'The request body is not valid UTF-8; JSON text is UTF-8 unless Content-Type names another charset.'));
     }
     const expressStatus = e?.status ?? e?.statusCode;
     if (expressStatus && expressStatus >= 400 && expressStatus < 500 && !(err instanceof ApiError)) {

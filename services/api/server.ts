@@ -3,6 +3,7 @@
 import cluster from 'node:cluster';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import client from 'prom-client';
 import type { Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
@@ -58,6 +59,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
     app.handle(req, res);
   });
   server.keepAliveTimeout = 65_000;
+  server.on('clientError', answerClientError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, resolve);
@@ -99,6 +101,36 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
       return closing;
     },
   };
+}
+
+/**
+ * A request node's HTTP parser refuses before any route sees it (a URL or headers past node's 16 KiB
+ * header limit, a malformed request line, a raw non-ASCII byte in the path): node 20's own answer is
+ * a bare `431` or `400` with an empty body, and on a keep-alive connection that already carried a
+ * response, none at all (it checks bytesWritten === 0): the client sees "socket hang up". The house
+ * rule is a JSON error body for every refusal, so write the status with one, unless a response is
+ * part-way out on this socket (later node's own rule), where a write would corrupt it.
+ */
+function answerClientError(err: Error & { code?: string }, socket: Duplex): void {
+  const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, code, message] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'headers_too_large', 'The request line and headers are larger than this cell accepts (16 KiB).']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'request_timeout', 'The request did not arrive in time.']
+        : [400, 'Bad Request', 'bad_request', 'The request is not valid HTTP/1.1.'];
+  const body = JSON.stringify({ error: code, message });
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+  // end() lets the answer reach the client before the close (node destroys at once); a client that
+  // never closes its side must not keep the socket, so it goes shortly after either way.
+  setTimeout(() => socket.destroy(), 2000).unref();
 }
 
 /**

@@ -1,6 +1,6 @@
 // The batch as a whole: results aligned to the request with index and op on every element,
 // whatever order the procedure ran them in; one instant for the whole batch.
-import { startKv, KvHarness } from './harness';
+import { startKv, KvHarness, expectError } from './harness';
 
 let h: KvHarness;
 beforeAll(async () => {
@@ -61,4 +61,27 @@ test('a write then a read of other keys in one batch; the next batch sees the wr
   ]);
   expect(res.body.results[0].applied).toBe(true);
   expect((await h.one({ op: 'get', ns: 'b', key: 'seen' })).value).toBe('v');
+});
+
+test('a getPrefix touches the keys of its range: a batch that also writes one of them is 400 kv_duplicate_key', async () => {
+  // The prefix reads run after the single-key operations, so a getPrefix at index 0 answered with
+  // what a put at index 1 wrote: the intra-batch order "touch a key at most once" rules out.
+  const overlap = await h.batch([
+    { op: 'getPrefix', ns: 'pd', prefix: 'cart:' },
+    { op: 'put', ns: 'pd', key: 'cart:1', value: 'added', forever: true },
+  ]);
+  expectError(overlap, 400, 'kv_duplicate_key', 1);
+  expect(await h.row('pd', 'cart:1')).toBeNull();
+  expectError(await h.batch([{ op: 'delete', ns: 'pd', key: 'cart:9' }, { op: 'getPrefix', ns: 'pd', prefix: 'cart' }]), 400, 'kv_duplicate_key', 1);
+  // Reads beside it have no order between them: allowed.
+  expect((await h.batch([{ op: 'getMany', ns: 'pd', keys: ['a', 'cart:9'] }, { op: 'getPrefix', ns: 'pd', prefix: 'cart' }])).status).toBe(200);
+  // Outside the range (another namespace, another prefix, at or before `after`) is no overlap.
+  const apart = await h.batch([
+    { op: 'getPrefix', ns: 'pd', prefix: 'cart:', after: 'cart:5' },
+    { op: 'put', ns: 'pd', key: 'cart:5', value: 1, forever: true },
+    { op: 'put', ns: 'pd2', key: 'cart:1', value: 1, forever: true },
+    { op: 'put', ns: 'pd', key: 'cart', value: 1, forever: true },
+  ]);
+  expect(apart.status).toBe(200);
+  expect(apart.body.results[0]).toMatchObject({ rows: [], truncated: false });
 });

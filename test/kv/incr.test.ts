@@ -87,6 +87,30 @@ test('the bounds compare in numeric too: a max beyond double precision is honour
   expect(ok.text).toMatch(/"value": ?9007199254740993[,}]/);
 });
 
+test('the value ceiling holds for a counter: 400 kv_value_too_large, nothing written, on every path', async () => {
+  // A delta of 9e131071 stored a counter of 131,072 bytes (a put of it is refused), and a second
+  // one overflowed numeric: 400 invalid_json. A sum can also outgrow both of its operands.
+  const path = (key: string, body: string) => h.call('PUT', `/api/v1/kv/q/${key}`, body);
+  for (const [name, send] of [
+    ['batch', (body: string) => h.call('POST', '/api/v1/kv', `{"operations":[{"op":"incr","ns":"q","key":"wide","forever":true,${body}}]}`)],
+    ['batch of two', (body: string) => h.call('POST', '/api/v1/kv', `{"operations":[{"op":"get","ns":"q","key":"x"},{"op":"incr","ns":"q","key":"wide","forever":true,${body}}]}`)],
+    ['transaction wire', (body: string) => h.call('POST', '/api/v1/transaction', `{"kv":[{"op":"incr","ns":"q","key":"wide","forever":true,${body}}]}`)],
+  ] as const) {
+    const huge = await send('"delta":9e131071');
+    expect({ name, status: huge.status, error: huge.body.error }).toEqual({ name, status: 400, error: 'kv_value_too_large' });
+    expect(await h.row('q', 'wide')).toBeNull();
+  }
+  expect((await path('wide', '{"value":1e65000,"forever":true}')).status).toBe(200);
+  const before = await h.row('q', 'wide');
+  const outgrown = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"incr","ns":"q","key":"wide","delta":1e-16383,"forever":true}]}');
+  expect([outgrown.status, outgrown.body.error, outgrown.body.index]).toEqual([400, 'kv_value_too_large', 0]);
+  expect(await h.row('q', 'wide')).toEqual(before);
+  // Within the ceiling it still adds, exactly.
+  const fits = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"incr","ns":"q","key":"wide","delta":1e-100,"forever":true}]}');
+  expect(fits.status).toBe(200);
+  expect(fits.body.results[0]).toMatchObject({ applied: true });
+});
+
 test('incr takes delta, not value: a value field is a 400', async () => {
   const res = await h.batch([{ op: 'incr', ns: 'q', key: 'v', value: 3, forever: true }]);
   expect(res.status).toBe(400);

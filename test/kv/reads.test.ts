@@ -1,7 +1,7 @@
 // Reads: found is separate from value; getMany answers rows and an explicit missing; getPrefix is
 // a keyset page in UTF-8 byte order (COLLATE "C"), with limit clamped to QUEEN_KV_PREFIX_LIMIT, a
 // byte ceiling (QUEEN_KV_MAX_READ_BYTES) and truncated/nextAfter that tell the truth.
-import { startKv, KvHarness, byteOrder } from './harness';
+import { startKv, KvHarness, byteOrder, expectError } from './harness';
 
 let h: KvHarness;
 let small: KvHarness; // QUEEN_KV_PREFIX_LIMIT=10, QUEEN_KV_MAX_READ_BYTES at its floor (64 KiB)
@@ -85,6 +85,25 @@ describe('getMany', () => {
     expect(res.missing.sort()).toEqual(['x', 'é'].sort());
     for (const row of res.rows) expect(Object.keys(row).sort()).toEqual(['expiresAt', 'key', 'updatedAt', 'value', 'version']);
   });
+});
+
+describe('an answer too large to build', () => {
+  test('reads whose answer passes PostgreSQL\'s 256 MiB jsonb array cap are 400 kv_batch_too_large, not a 500', async () => {
+    // 4,200 values of 65,000 bytes planted in SQL (nothing that size through HTTP), read back by
+    // five getMany of 840 keys: 273 MB in one answer, "total size of jsonb array elements exceeds
+    // the maximum", answered 500, on the route and inside the transaction wire alike.
+    await h.db.query(
+      `INSERT INTO queen.kv (tenant_id, namespace, key, value, version, created_at, updated_at)
+       SELECT '00000000-0000-0000-0000-000000000001', 'huge', 'k' || g, to_jsonb(repeat('x', 65000)), nextval('queen.kv_version_seq'), now(), now()
+         FROM generate_series(0, 4199) g`,
+    );
+    const ops = Array.from({ length: 5 }, (_, o) => ({ op: 'getMany', ns: 'huge', keys: Array.from({ length: 840 }, (_, i) => `k${o * 840 + i}`) }));
+    expectError(await h.batch(ops), 400, 'kv_batch_too_large');
+    expectError(await h.call('POST', '/api/v1/transaction', { kv: ops }), 400, 'kv_batch_too_large');
+    // What fits is still read.
+    const fits = await h.one({ op: 'getMany', ns: 'huge', keys: ['k0', 'k4199'] });
+    expect(fits.rows.map((r: any) => r.value.length)).toEqual([65000, 65000]);
+  }, 120_000);
 });
 
 describe('getPrefix', () => {

@@ -1,5 +1,6 @@
 // The path routes (GET/PUT/DELETE /api/v1/kv/:ns/*key) and the curl examples of kv-routes.md,
 // exactly as the seed writes them. Status describes the call, never the business verdict.
+import net from 'node:net';
 import { startKv, KvHarness, expectError, secondsFromNow, rawRequest } from './harness';
 
 let h: KvHarness;
@@ -182,6 +183,33 @@ describe('odd paths', () => {
   test('%00 in a path key is 400 kv_invalid_key', async () => {
     expectError(await h.call('PUT', '/api/v1/kv/g/a%00b', { value: 1, forever: true }), 400, 'kv_invalid_key');
     expectError(await h.call('GET', '/api/v1/kv/g/a%00b'), 400, 'kv_invalid_key');
+  });
+
+  test('%00 in a path namespace is 400 kv_invalid_namespace (it was invalid_json, from the failed bind)', async () => {
+    expectError(await h.call('GET', '/api/v1/kv/g%00/k'), 400, 'kv_invalid_namespace');
+    expectError(await h.call('PUT', '/api/v1/kv/g%00/k', { value: 1, forever: true }), 400, 'kv_invalid_namespace');
+    expectError(await h.call('DELETE', '/api/v1/kv/%00/k'), 400, 'kv_invalid_namespace');
+  });
+
+  test('a URL past node\'s header limit is 431 with a JSON body, not an empty one', async () => {
+    const res = await rawRequest(h.url, 'GET', `/api/v1/kv/g/${'k'.repeat(20_000)}`);
+    expectError(res, 431, 'headers_too_large');
+    // The server still answers on a new connection.
+    expect((await h.call('GET', '/api/v1/kv/g/head')).status).toBe(200);
+  });
+
+  test('a request node cannot parse (a raw non-ASCII byte in the path) is 400 with a JSON body', async () => {
+    const { port } = new URL(h.url);
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(Buffer.from('GET /api/v1/kv/g/\xe9 HTTP/1.1\r\nHost: x\r\n\r\n', 'latin1')));
+      let text = '';
+      socket.on('data', (d) => (text += d.toString('utf8')));
+      socket.on('end', () => resolve(text));
+      socket.on('error', reject);
+    });
+    expect(raw).toMatch(/^HTTP\/1\.1 400 /);
+    expect(raw).toMatch(/\r\nContent-Type: application\/json/i);
+    expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toMatchObject({ error: 'bad_request', message: expect.any(String) });
   });
 
   test('a trailing slash is part of the key: a/ and a are two keys', async () => {

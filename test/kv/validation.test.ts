@@ -36,6 +36,30 @@ describe('the body', () => {
     expect(res.body.error).toBe('invalid_json');
   });
 
+  test('a body that is not UTF-8 is 400 invalid_json, not stored with U+FFFD in place of its bytes', async () => {
+    // "café" in Latin-1 without a charset: the é byte (0xE9) was decoded as U+FFFD and stored, in the
+    // key and the value alike, on every body-reading route.
+    const latin1 = (text: string) => Buffer.from(text, 'latin1');
+    const send = (method: string, path: string, body: Buffer, contentType = 'application/json') =>
+      fetch(h.url + path, { method, headers: { 'content-type': contentType }, body }).then(async (r) => ({ status: r.status, body: (await r.json()) as any }));
+    for (const [method, path, body] of [
+      ['POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"caf\xe9","value":"caf\xe9","forever":true}]}'],
+      ['PUT', '/api/v1/kv/v/cafe', '{"value":"caf\xe9","forever":true}'],
+      ['POST', '/api/v1/transaction', '{"kv":[{"op":"put","ns":"v","key":"cafe","value":"caf\xe9","forever":true}]}'],
+      ['POST', '/api/v1/push', '{"items":[{"queue":"latin","payload":"caf\xe9"}]}'],
+      ['POST', '/api/v1/timers', '{"queue":"latin","payload":"caf\xe9","delaySeconds":60}'],
+    ] as const) {
+      const res = await send(method, path, latin1(body));
+      expect({ path, status: res.status, error: res.body.error }).toEqual({ path, status: 400, error: 'invalid_json' });
+    }
+    expect(await h.count('v')).toBe(0);
+    // Declared, Latin-1 is decoded from it; and UTF-8 is UTF-8.
+    const declared = await send('PUT', '/api/v1/kv/v/cafe', latin1('{"value":"caf\xe9","forever":true}'), 'application/json; charset=latin1');
+    expect([declared.status, declared.body.value]).toEqual([200, 'café']);
+    const utf8 = await send('PUT', '/api/v1/kv/v/cafe', Buffer.from('{"value":"café ✓","forever":true}', 'utf8'));
+    expect([utf8.status, utf8.body.value]).toEqual([200, 'café ✓']);
+  });
+
   test('a number beyond numeric range is a 400, not a 500', async () => {
     const res = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"big","value":1e999999,"forever":true}]}');
     expect(res.status).toBe(400);
@@ -130,6 +154,11 @@ describe('each operation', () => {
     expectError(res, 400, 'kv_invalid_key', 0);
   });
 
+  test('a namespace containing U+0000 is 400 kv_invalid_namespace, not invalid_json', async () => {
+    const res = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"get","ns":"v","key":"x"},{"op":"put","ns":"v\\u0000","key":"k","value":1,"forever":true}]}');
+    expectError(res, 400, 'kv_invalid_namespace', 1);
+  });
+
   test.each([
     ['512 ASCII bytes', 'k'.repeat(512), true],
     ['513 ASCII bytes', 'k'.repeat(513), false],
@@ -217,6 +246,24 @@ describe('the batch', () => {
     const res = await h.batch([put({ key: 'w1' }), put({ key: 'w2', ttlSeconds: 0 }), { op: 'nope' }]);
     expectError(res, 400, 'kv_invalid_ttl', 1);
     expect(await h.row('v', 'w1')).toBeNull();
+  });
+
+  test('expect written with a fraction part (1.0, 0.0: what many encoders emit for a float) is the whole number it equals', async () => {
+    // It passed the whole-number check and then failed the ::bigint cast: 400 invalid_json.
+    const first = await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"e1","value":1,"forever":true,"expect":0.0}]}');
+    expect(first.status).toBe(200);
+    expect(first.body.results[0]).toMatchObject({ applied: true });
+    const version = first.body.results[0].version;
+    const stale = await h.call('POST', '/api/v1/kv', `{"operations":[{"op":"put","ns":"v","key":"e1","value":2,"forever":true,"expect":${version + 1}.0}]}`);
+    expect(stale.status).toBe(200);
+    expect(stale.body.results[0]).toMatchObject({ applied: false, reason: 'version', value: 1 });
+    const fenced = await h.call('PUT', '/api/v1/kv/v/e1', `{"value":3,"forever":true,"expect":${version}.00}`);
+    expect(fenced.status).toBe(200);
+    expect(fenced.body).toMatchObject({ applied: true, value: 3 });
+    const gone = await h.call('DELETE', '/api/v1/kv/v/e1', `{"expect":${fenced.body.version}.0}`);
+    expect(gone.status).toBe(200);
+    expect(gone.body).toMatchObject({ applied: true });
+    expectError(await h.call('POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"v","key":"e1","value":1,"forever":true,"expect":1.5}]}'), 400, 'kv_expect_invalid', 0);
   });
 
   test('expect present but null is 400 kv_expect_invalid, never a downgrade to an upsert', async () => {

@@ -169,6 +169,54 @@ describe('pop and leases', () => {
     expect(gone.body).toMatchObject({ ok: false, reason: 'lease_expired' });
   });
 
+  test('a batch whose payloads pass PostgreSQL\'s 256 MiB jsonb array cap answers the messages that fit, not a 500', async () => {
+    // A message of 2 MiB, then one of 255 MiB planted beside it in SQL (nothing that size through
+    // HTTP, nor through the push functions, which copy it several times): a pop of batch 2 failed
+    // with 54000 "total size of jsonb array elements exceeds the maximum" and answered 500, on
+    // every try, since the failed statement took no lease.
+    expect((await push(api.url, [{ queue: 'huge', transactionId: 'small', payload: 'x'.repeat(2 * 1024 * 1024) }])).status).toBe(200);
+    const db = new Client({ connectionString: api.databaseUrl });
+    await db.connect();
+    try {
+      await db.query(`INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+                      SELECT p.id, p.last_seq + 1, 'huge', to_jsonb(repeat('x', 255 * 1024 * 1024))
+                        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'huge'`);
+      await db.query(`UPDATE queen.partitions p SET last_seq = last_seq + 1 FROM queen.queues q WHERE q.id = p.queue_id AND q.name = 'huge'`);
+    } finally {
+      await db.end();
+    }
+    const res = await popRaw(api.url, 'huge', { batch: 2 });
+    expect(res.status).toBe(200);
+    expect(res.body.messages.map((m: any) => [m.transactionId, m.payload.length])).toEqual([['small', 2 * 1024 * 1024]]);
+  });
+
+  test('HEAD on a pop route leases nothing (404, as for any method a path does not take)', async () => {
+    // Express ran the GET handler for HEAD: each HEAD leased the message and discarded it, and with
+    // retryLimit 1 two lapsed HEAD leases dead-lettered it before any consumer saw it.
+    await configure(api.url, 'headless', { leaseTime: 1, retryLimit: 1 });
+    await push(api.url, [{ queue: 'headless', payload: 'keep me' }]);
+    for (const path of ['/api/v1/pop/queue/headless', '/api/v1/pop/queue/headless/partition/Default']) {
+      const res = await fetch(api.url + path, { method: 'HEAD' });
+      expect(res.status).toBe(404);
+    }
+    expect((await pop(api.url, 'headless')).map((m) => m.payload)).toEqual(['keep me']);
+  });
+
+  test('a long poll whose client went away leases nothing: the next push goes to a live consumer', async () => {
+    // The abandoned poll (a client timeout shorter than the server's) kept waiting, was woken by the
+    // push and leased the message to nobody: the live consumer got 204 for the whole lease time.
+    await configure(api.url, 'abandoned', { leaseTime: 60 });
+    const abort = new AbortController();
+    const abandoned = fetch(`${api.url}/api/v1/pop/queue/abandoned?wait=true&timeout=20000`, { signal: abort.signal }).catch(() => 'aborted');
+    await sleep(200);
+    abort.abort();
+    expect(await abandoned).toBe('aborted');
+    await sleep(50);
+    await push(api.url, [{ queue: 'abandoned', payload: 'for the living' }]);
+    await sleep(300);
+    expect((await pop(api.url, 'abandoned')).map((m) => m.payload)).toEqual(['for the living']);
+  });
+
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
     await sleep(300);
@@ -287,10 +335,13 @@ describe('configure', () => {
     expect(fresh.body.options).toEqual({ leaseTime: 300, retryLimit: 3 });
   });
 
-  test('whole numbers written with a fraction part (30.0) are those numbers, not a 400', async () => {
-    const res = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-dot","options":{"leaseTime":30.0,"retryLimit":2.0}}');
+  test('a whole number written with a fraction part (30.0, what many encoders emit for a float) is that number', async () => {
+    // It passed the whole-number check and then failed the ::int cast: 400 invalid_json.
+    const res = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.0,"retryLimit":2.00}}');
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ ok: true, queue: 'conf-dot', options: { leaseTime: 30, retryLimit: 2 } });
+    expect(res.body).toEqual({ ok: true, queue: 'conf-float', options: { leaseTime: 30, retryLimit: 2 } });
+    const half = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.5}}');
+    expect([half.status, half.body.error]).toEqual([400, 'log_invalid_lease_time']);
   });
 });
 
@@ -324,6 +375,11 @@ describe('refusals are 4xx JSON with a code', () => {
     ['ack batch: element not an object', 'POST', '/api/v1/ack/batch', { acknowledgments: [1] }, 'log_invalid_ack'],
     ['extend: bad lease id', 'POST', '/api/v1/lease/not-a-uuid/extend', undefined, 'log_invalid_lease_id'],
     ['extend: bad seconds', 'POST', '/api/v1/lease/00000000-0000-0000-0000-000000000000/extend', { seconds: 0 }, 'log_invalid_lease_time'],
+    // %00 cannot be bound as PostgreSQL text: these were 400 invalid_json, on requests with no body.
+    ['pop: %00 in the queue', 'GET', '/api/v1/pop/queue/q%00', undefined, 'log_invalid_queue'],
+    ['pop: %00 in the partition', 'GET', '/api/v1/pop/queue/q/partition/%00', undefined, 'log_invalid_partition'],
+    ['pop: %00 in the group', 'GET', '/api/v1/pop/queue/q?consumerGroup=g%00', undefined, 'log_invalid_consumer_group'],
+    ['extend: %00 in the lease id', 'POST', '/api/v1/lease/%00/extend', undefined, 'log_invalid_lease_id'],
   ];
   test.each(cases)('%s', async (_name, method, path, body, code) => {
     const res = await call(api.url, method, path, body);

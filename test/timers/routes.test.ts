@@ -128,6 +128,38 @@ test('list pages by (deliverAt, timerId) without gaps or repeats, filtered by qu
   expect(seen.every((t: any) => t.queue === 'listing')).toBe(true);
 });
 
+test('deliverAt takes the fraction digits encoders write (up to nanoseconds) and never rounds below the instant asked', async () => {
+  // Java's Instant.toString and Go's RFC3339Nano write nine digits, .NET's "o" seven: all were 400
+  // timers_invalid_deliver_at. And .123999 was stored (and answered) as .123, before the instant asked.
+  for (const [sent, stored] of [
+    ['2020-01-01T00:00:00.123456789Z', '2020-01-01T00:00:00.124Z'],
+    ['2020-01-01T00:00:00.1234567+01:00', '2019-12-31T23:00:00.124Z'],
+    ['2020-01-01T00:00:00.123999Z', '2020-01-01T00:00:00.124Z'],
+    ['2020-01-01T00:00:00.123Z', '2020-01-01T00:00:00.123Z'],
+    ['2020-01-01T00:00:00Z', '2020-01-01T00:00:00.000Z'],
+  ]) {
+    const res = await call(api.url, 'POST', '/api/v1/transaction', { timers: [{ op: 'schedule', queue: 'digits', payload: 1, deliverAt: sent }] });
+    expect({ sent, status: res.status, deliverAt: res.body.results?.[0]?.deliverAt }).toEqual({ sent, status: 200, deliverAt: stored });
+  }
+  const tooMany = await schedule({ queue: 'digits', payload: 1, deliverAt: '2020-01-01T00:00:00.1234567890Z' });
+  expect([tooMany.status, tooMany.body.error]).toEqual([400, 'timers_invalid_deliver_at']);
+});
+
+test('a tiny positive delaySeconds (1e-400, below double precision) means now, on every path', async () => {
+  // numeric holds it; the cast to double precision underflowed (22003): a 400 invalid_json whose
+  // message echoed the number's 400 digits.
+  const before = Date.now();
+  const one = await schedule('{"queue":"tiny","payload":1,"delaySeconds":1e-400}');
+  expect(one.status).toBe(200);
+  expect(one.body.created).toBe(true);
+  expect(Math.abs(Date.parse(one.body.deliverAt) - before)).toBeLessThan(60_000);
+  // The general path (a timerKey keeps the schedule off the shortcut) and a reschedule.
+  const keyed = await schedule('{"queue":"tiny","payload":1,"delaySeconds":2e-324,"timerKey":"tiny-1"}');
+  expect([keyed.status, keyed.body.created]).toEqual([200, true]);
+  const moved = await call(api.url, 'POST', `/api/v1/timers/${keyed.body.timerId}/reschedule`, '{"delaySeconds":1e-16383}');
+  expect([moved.status, moved.body.rescheduled]).toEqual([200, true]);
+});
+
 test('refusals are 400s with their own codes', async () => {
   const refusals = async (code: string) => {
     const text = (await call(api.url, 'GET', '/metrics')).text;
@@ -169,6 +201,14 @@ test('refusals are 400s with their own codes', async () => {
   expect([badLimit2.status, badLimit2.body.error]).toEqual([400, 'timers_invalid_limit']);
   const badCursor = await call(api.url, 'GET', '/api/v1/timers?after=yesterday');
   expect([badCursor.status, badCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
+  // %00 cannot be bound as PostgreSQL text: these were 400 invalid_json on a GET with no body.
+  const nulCursor = await call(api.url, 'GET', '/api/v1/timers?after=%00');
+  expect([nulCursor.status, nulCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
+  const nulQueue = await call(api.url, 'GET', '/api/v1/timers?queue=q%00');
+  expect([nulQueue.status, nulQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
+  // Like any name a schedule would refuse (it answered an empty page, as if no timer were pending).
+  const badQueue = await call(api.url, 'GET', '/api/v1/timers?queue=no%20spaces');
+  expect([badQueue.status, badQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
   const stray = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', { queue: 'x', delaySeconds: 1 });
   expect([stray.status, stray.body.error]).toEqual([400, 'timers_body_conflicts_with_path']);
   const noWhen = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', {});

@@ -10,7 +10,7 @@
 // Paths match case-sensitively.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, answerTooLarge } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
@@ -66,7 +66,7 @@ const PATH_FIELDS = ['op', 'ns', 'namespace', 'key'];
  * The refusals every path route shares: no query string, nothing in the body the path already
  * names. Returns the body's text (what travels to PostgreSQL) and, for a put, its parsed fields.
  */
-function pathRouteBody(req: IncomingMessage, key: string, requireObject: boolean): { text: string; fields: Record<string, unknown> } {
+function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObject: boolean): { text: string; fields: Record<string, unknown> } {
   if (req.url!.includes('?')) {
     throw new ApiError(
       'kv_query_string_not_allowed',
@@ -75,6 +75,8 @@ function pathRouteBody(req: IncomingMessage, key: string, requireObject: boolean
   }
   // PostgreSQL's text cannot hold U+0000, so the SQL rule "no NUL" could never see it.
   if (key.includes('\u0000')) throw new ApiError('kv_invalid_key', 'A key may not contain U+0000.');
+  // Nor can a namespace's %00 reach the namespace rule: without this it failed the bind, 400 invalid_json.
+  if (ns.includes('\u0000')) throw new ApiError('kv_invalid_namespace', NAMESPACE_RULE);
   const text = bodyText(req);
   if (text.trim() === '') {
     if (requireObject) throw new ApiError('invalid_json', 'This route needs a JSON object body with at least value and an expiry.');
@@ -92,11 +94,20 @@ function pathRouteBody(req: IncomingMessage, key: string, requireObject: boolean
   return { text, fields: body };
 }
 
-/** A NUL in a batch key is refused with the KV's own code; a NUL elsewhere fails the jsonb cast: invalid_json. */
-function refuseNulKeys(text: string, ops: unknown): void {
+const NAMESPACE_RULE = 'A namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.';
+
+/**
+ * A NUL in a batch key or namespace is refused with the KV's own code; a NUL elsewhere fails the
+ * jsonb cast: invalid_json. Used by POST /api/v1/kv and by the transaction wire's `kv` array, so
+ * one operation gets one answer whichever way it comes.
+ */
+export function refuseNulKeys(text: string, ops: unknown): void {
   if (!text.includes('\\u0000') || !Array.isArray(ops)) return;
   ops.forEach((op, index) => {
     if (!isPlainObject(op)) return;
+    if (typeof op.ns === 'string' && op.ns.includes('\u0000')) {
+      throw new ApiError('kv_invalid_namespace', `Operation ${index}: ${NAMESPACE_RULE}`, { index });
+    }
     const keys = [op.key, op.prefix, ...(Array.isArray(op.keys) ? op.keys : [])];
     if (keys.some((k) => typeof k === 'string' && k.includes('\u0000'))) {
       throw new ApiError('kv_invalid_key', `Operation ${index}: a key may not contain U+0000.`, { index });
@@ -120,7 +131,9 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
         return ops;
       };
       await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
-        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] });
+        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch((err: unknown) => {
+          throw answerTooLarge(err);
+        });
         sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
       });
       countOps(metrics, ops, 'ok');
@@ -140,7 +153,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       let text = '{}';
       // The one operation the path names, as the guards count it (a put's value sizes the quota delta).
       const admitted = () => {
-        const body = pathRouteBody(req, key, op === 'put');
+        const body = pathRouteBody(req, ns, key, op === 'put');
         text = body.text;
         return [op === 'put' ? { ...body.fields, op, key } : { op }];
       };

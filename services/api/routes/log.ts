@@ -4,12 +4,12 @@
 import { Router, Request, Response } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, SQLSTATE } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
-import { answerWithBody, bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, notFound, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
@@ -46,6 +46,9 @@ function queryString(req: Request, name: string): string | undefined {
   }
   return v;
 }
+
+/** The log's name rule, worded as queen.log_name_ok_v1's refusals word it. */
+const NAME_RULE = (what: string) => `${what} is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.`;
 
 function wholeNumber(text: string | undefined, fallback: number, min: number, max: number, code: string, what: string): number {
   if (text === undefined || text === '') return fallback;
@@ -85,7 +88,23 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
     );
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
+    refuseNul(params.queue, 'log_invalid_queue', NAME_RULE('A queue name'));
+    refuseNul(params.partition, 'log_invalid_partition', NAME_RULE('A partition name'));
+    refuseNul(group, 'log_invalid_consumer_group', NAME_RULE('A consumer group'));
     const values = [params.queue, params.partition ?? null, group, batch];
+    // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
+    // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
+    // on every retry, since the failed statement took no lease. Such a batch is asked again at half
+    // the size (nothing was leased), down to one message; the consumer gets what fits.
+    const popOnce = async () => {
+      for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
+        try {
+          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], size] });
+        } catch (err) {
+          if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
+        }
+      }
+    };
 
     let gone = false;
     res.on('close', () => {
@@ -93,10 +112,14 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     });
     const deadline = Date.now() + (wait ? timeoutMs : 0);
     for (;;) {
+      // A client that went away while waiting (its own timeout shorter than ours) is not leased
+      // anything: the messages would be held for the lease time by nobody, and the lapse counted
+      // as a failed delivery. Without this, the push that woke the wait was leased to the gone request.
+      if (gone) return void res.end();
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
       const armed = wait ? await signal.arm(params.queue) : undefined;
       try {
-        const { rows } = await messagePool.query({ ...LOG_POP, values });
+        const { rows } = await popOnce();
         const messages: string = rows[0].messages;
         if (messages !== '[]') return sendJsonText(res, 200, `{"messages":${messages}}`);
         const remaining = deadline - Date.now();
@@ -110,6 +133,10 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       }
     }
   };
+  // Express answers HEAD with the GET handler, and a pop is not safe: a HEAD (a monitor, a link
+  // checker, a proxy's probe) leased messages and threw them away; each lapse counted as a failed
+  // delivery, so a few HEADs dead-lettered a message no consumer ever saw. A pop has no HEAD.
+  router.head(['/api/v1/pop/queue/:queue', '/api/v1/pop/queue/:queue/partition/:partition'], notFound);
   router.get('/api/v1/pop/queue/:queue', pop);
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
@@ -137,7 +164,9 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
         seconds = parsed.seconds;
       }
     }
-    const { rows } = await messagePool.query({ ...LOG_EXTEND_LEASE, values: [(req.params as Record<string, string>).leaseId, seconds] });
+    const leaseId = (req.params as Record<string, string>).leaseId;
+    refuseNul(leaseId, 'log_invalid_lease_id', 'The lease id is the UUID the pop answered.');
+    const { rows } = await messagePool.query({ ...LOG_EXTEND_LEASE, values: [leaseId, seconds] });
     sendJsonText(res, 200, rows[0].body);
   });
 

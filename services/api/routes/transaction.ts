@@ -14,13 +14,14 @@
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
 import type { Pool } from 'pg';
-import { AckFailed, ApiError, coerceError, PreconditionFailed } from '../../../shared/errors';
+import { AckFailed, ApiError, answerTooLarge, coerceError, PreconditionFailed } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
 import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
+import { refuseNulKeys } from './kv';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
@@ -102,6 +103,10 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const statement = statementFor(spaces);
 
     await guards.wire(req, { kv, timers }, async () => {
+      // A NUL in a kv key or namespace: the KV route's code (kv_invalid_key / kv_invalid_namespace),
+      // not the invalid_json the jsonb cast would give; after the guards, so a paused KV still
+      // answers its 403 first (the outermost reason), as it did.
+      refuseNulKeys(text, kv);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
         const { rows } = await messagePool.query({
@@ -112,7 +117,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
         sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
-      } catch (err) {
+      } catch (caught) {
+        // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
+        const err = kv.length > 0 ? answerTooLarge(caught) : caught;
         const verdict = coerceError(err);
         // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
         if (verdict instanceof PreconditionFailed) {
