@@ -17,6 +17,7 @@ export const SQLSTATE = {
   DEADLOCK_DETECTED: '40P01',
   SERIALIZATION_FAILURE: '40001',
   ADMIN_SHUTDOWN: '57P01',
+  CRASH_SHUTDOWN: '57P02',
   CANNOT_CONNECT_NOW: '57P03',
   TOO_MANY_CONNECTIONS: '53300',
 } as const;
@@ -197,6 +198,16 @@ function isPgError(err: unknown): err is PgError {
  */
 export function coerceError(err: unknown): unknown {
   if (err instanceof ApiError || err instanceof PreconditionFailed || err instanceof AckFailed) return err;
+  if (isConnectionFailure(err)) {
+    // The database is down, restarting or unreachable: the cell, not the call. Every route answered
+    // these as 500 internal ("connect ECONNREFUSED", "Connection terminated unexpectedly") for the
+    // whole of a PostgreSQL restart, and logged each one as a bug.
+    return new ApiError(
+      'db_unavailable',
+      'The database cannot be reached right now (down or restarting); retry shortly. A write whose connection was lost may or may not have been applied.',
+      { retryAfterSeconds: 1 },
+    );
+  }
   if (!isPgError(err)) {
     if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
       // pg's pool acquire timeout (or a new connection slower than it): only the dedicated KV pool
@@ -242,6 +253,7 @@ export function coerceError(err: unknown): unknown {
         retryAfterSeconds: 1,
       });
     case SQLSTATE.ADMIN_SHUTDOWN:
+    case SQLSTATE.CRASH_SHUTDOWN:
     case SQLSTATE.CANNOT_CONNECT_NOW:
     case SQLSTATE.TOO_MANY_CONNECTIONS:
       return new ApiError('db_unavailable', 'The database is not accepting work right now; retry shortly.', {
@@ -250,6 +262,21 @@ export function coerceError(err: unknown): unknown {
     default:
       return err;
   }
+}
+
+/** Node's socket errors on the way to the database (the server is down, restarting or unreachable). */
+const SOCKET_ERRNOS = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/**
+ * A failure of the connection rather than of the statement: a refused or reset socket, pg's own
+ * "Connection terminated unexpectedly" (no code) and its "not queryable" for a client whose
+ * connection already failed, and SQLSTATE class 08 (connection exception).
+ */
+export function isConnectionFailure(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, message } = err as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && (SOCKET_ERRNOS.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
+  return typeof message === 'string' && /^Connection terminated( unexpectedly)?$|is not queryable$/.test(message);
 }
 
 /**

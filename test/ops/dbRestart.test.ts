@@ -1,0 +1,132 @@
+// PostgreSQL restarted (fast stop, started again on the same port and data folder) under a running
+// API cluster and a running sweeper, neither of which is restarted. A PostgreSQL of this file's own:
+// the shared test server is never stopped. Every process is ended by its PID in afterAll.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Pool } from 'pg';
+import { applySchema } from '../../shared/db';
+import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
+import { SweeperProcess } from '../support/sweeper';
+import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+
+let root: string;
+let dataDir: string;
+let pgPort: number;
+let pg: EmbeddedPostgres;
+let url: string;
+let pool: Pool;
+let port: number;
+let api: Spawned | undefined;
+let sweeper: SweeperProcess | undefined;
+
+beforeAll(async () => {
+  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-restart-'));
+  dataDir = path.join(root, 'data');
+  pgPort = await freePort();
+  pg = await startEmbeddedPostgres({ dataDir, port: pgPort, settings: { fsync: 'off' } });
+  url = pg.url;
+  await applySchema(url);
+  pool = new Pool({ connectionString: url, max: 2 });
+  // Its idle connections die with every restart below.
+  pool.on('error', () => undefined);
+  port = await freePort();
+});
+
+afterAll(async () => {
+  if (sweeper && sweeper.child.exitCode === null && sweeper.child.signalCode === null) {
+    sweeper.child.kill('SIGKILL');
+    await sweeper.exited;
+  }
+  await api?.stop();
+  await pool?.end();
+  await pg?.stop();
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+const stopPg = () => pg.stop();
+async function startPg(): Promise<void> {
+  pg = await startEmbeddedPostgres({ dataDir, port: pgPort, settings: { fsync: 'off' } });
+}
+
+/** The API's log lines (JSON) from character offset `from` of its output. */
+function linesSince(from: number): Record<string, any>[] {
+  return api!
+    .output()
+    .slice(from)
+    .split('\n')
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l)];
+      } catch {
+        return [];
+      }
+    });
+}
+
+const bootApi = async () => {
+  api = spawnApi({ DATABASE_URL: url, PORT: String(port), QUEEN_WORKERS: '2', DB_POOL_SIZE: '20' });
+  await untilHealthy(api, port);
+};
+
+test('while PostgreSQL is down every route answers 503 db_unavailable (never 500); after it is back, every acknowledged push is there and long polls wake', async () => {
+  await bootApi();
+  const acked: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    const res = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { i }, transactionId: `kept-${i}` }] });
+    expect(res.status).toBe(200);
+    acked.push(`kept-${i}`);
+  }
+  // A long poll waiting when the database goes away.
+  const waiting = fresh(port, 'GET', '/api/v1/pop/queue/idle?wait=true&timeout=30000');
+  const mark = api!.output().length;
+
+  await stopPg();
+  const calls: [string, string, unknown?][] = [
+    ['POST', '/api/v1/push', { items: [{ queue: 'kept', payload: 1 }] }],
+    ['GET', '/api/v1/pop/queue/kept'],
+    ['GET', '/api/v1/pop/queue/kept?wait=true&timeout=1000'],
+    ['POST', '/api/v1/ack', { transactionId: 'kept-0', partitionId: '00000000-0000-0000-0000-000000000000', status: 'completed' }],
+    ['POST', '/api/v1/configure', { queue: 'kept', options: { leaseTime: 30 } }],
+    ['GET', '/api/v1/kv/ns/k'],
+    ['PUT', '/api/v1/kv/ns/k', { value: 1, forever: true }],
+    ['POST', '/api/v1/kv', { operations: [{ op: 'incr', ns: 'ns', key: 'c', forever: true }] }],
+    ['POST', '/api/v1/timers', { queue: 't', payload: 1, delaySeconds: 5 }],
+    ['GET', '/api/v1/timers/00000000-0000-0000-0000-000000000000'],
+    ['POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [{ queue: 'kept', payload: 2 }] }] }],
+    ['GET', '/api/v1/system/cluster'],
+    ['GET', '/health'],
+    ['GET', '/ready'],
+  ];
+  for (const [method, route, body] of calls) {
+    for (let i = 0; i < 2; i++) {
+      const res = await fresh(port, method, route, body);
+      expect({ route, status: res.status, error: res.body?.error, retryAfter: res.headers['retry-after'] }).toEqual({
+        route,
+        status: 503,
+        error: 'db_unavailable',
+        retryAfter: '1',
+      });
+    }
+  }
+  const lp = await waiting;
+  expect([lp.status, lp.body?.error]).toEqual([503, 'db_unavailable']);
+  // A database outage is not a bug of ours: nothing was answered or logged as one.
+  expect(linesSince(mark).filter((l) => l.msg === 'unhandled error answered as 500')).toEqual([]);
+  expect(api!.child.exitCode).toBeNull();
+
+  await startPg();
+  await untilHealthy(api!, port);
+  // Every push answered 200 before the restart is there.
+  const popped = await fresh(port, 'GET', '/api/v1/pop/queue/kept?batch=100');
+  expect(popped.status).toBe(200);
+  expect(popped.body.messages.map((m: { transactionId: string }) => m.transactionId).sort()).toEqual([...acked].sort());
+  // Writes work again, and a long poll is woken by a push (on either worker).
+  for (let i = 0; i < 4; i++) {
+    const poll = fresh(port, 'GET', `/api/v1/pop/queue/wake-${i}?wait=true&timeout=15000`);
+    const pushed = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: `wake-${i}`, payload: { i } }] });
+    expect(pushed.status).toBe(200);
+    const got = await poll;
+    expect([got.status, got.body?.messages?.[0]?.payload]).toEqual([200, { i }]);
+  }
+});
