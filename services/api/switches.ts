@@ -14,6 +14,13 @@
 // Until a worker has heard the announcement of a flip it applied itself (or heard from a sibling), that
 // flip is kept on top of whatever the database says; announcements come in commit order, so once its
 // own has arrived, the database's order is the order.
+//
+// A flip whose row could not be written (`mirrored: false`, typically because the database is the
+// thing going wrong) is pinned: it stays in force on this cell, on top of every later read of the
+// rows, until an operator flips that switch again here or the cell restarts (the seeds: "in force on
+// this broker but will not survive a restart"). Without the pin, the re-read that follows the
+// listener's reconnect, once the database was back, silently undid a pause taken during the outage.
+// The primary keeps the pins too, and hands them to a worker it forks later (a replaced worker).
 import { randomBytes } from 'node:crypto';
 import cluster from 'node:cluster';
 import { Client, Pool } from 'pg';
@@ -45,6 +52,19 @@ export interface SwitchMessage {
   change: Partial<SwitchState>;
   from: number;
   token: string;
+  /** The flip `token` could not be written to queen.system_state: pin it (see the top of this file). */
+  unmirrored?: boolean;
+  /** The primary's pins, handed to a worker that asked at boot: pinned whatever the worker's own flips. */
+  replay?: boolean;
+}
+
+/** A worker's question at boot: which flips are pinned on this cell? */
+interface PinsRequest {
+  type: 'queen:switches-pins';
+}
+
+function isPinsRequest(msg: unknown): msg is PinsRequest {
+  return typeof msg === 'object' && msg !== null && (msg as PinsRequest).type === 'queen:switches-pins';
 }
 
 export function isSwitchMessage(msg: unknown): msg is SwitchMessage {
@@ -56,8 +76,27 @@ export function isSwitchMessage(msg: unknown): msg is SwitchMessage {
  * applying the same change twice is harmless). main.ts calls this once.
  */
 export function relaySwitchesInPrimary(): void {
-  cluster.on('message', (_from, msg) => {
+  // The cell's pins, kept as the workers keep theirs: the latest flip of each switch, pinned when its
+  // row could not be written, unpinned by any later flip of that switch.
+  const latest: Partial<Record<SwitchName, string>> = {};
+  const pinned: Partial<SwitchState> = {};
+  cluster.on('message', (from, msg) => {
+    if (isPinsRequest(msg)) {
+      const reply: SwitchMessage = { type: 'queen:switches', change: { ...pinned }, from: 0, token: 'primary', unmirrored: true, replay: true };
+      if (from.isConnected()) from.send(reply);
+      return;
+    }
     if (!isSwitchMessage(msg)) return;
+    for (const name of SWITCH_NAMES) {
+      const value = msg.change[name];
+      if (typeof value !== 'boolean') continue;
+      if (!msg.unmirrored) {
+        latest[name] = msg.token;
+        delete pinned[name];
+      } else if (latest[name] === msg.token) {
+        pinned[name] = value;
+      }
+    }
     for (const worker of Object.values(cluster.workers ?? {})) {
       if (worker && worker.isConnected()) worker.send(msg);
     }
@@ -118,7 +157,12 @@ export class Switches {
   private base: SwitchState = { kv: true, timersSchedule: true, timersFire: true };
   /** Flips in force here whose announcement has not arrived yet, oldest first. */
   private unannounced: UnannouncedFlip[] = [];
-  /** base with the unannounced flips on top: what every call reads. */
+  /** Flips whose row could not be written: on top of everything until flipped again here (top of file). */
+  private pinned: Partial<SwitchState> = {};
+  /** The token of the latest flip of each switch made here or heard from a sibling. */
+  private latestFlip: Partial<Record<SwitchName, string>> = {};
+  private pinsArrived: (() => void) | undefined;
+  /** base with the unannounced flips, then the pinned ones, on top: what every call reads. */
   private state: SwitchState = { ...this.base };
   private readonly tokenPrefix = `${randomBytes(6).toString('hex')}:${process.pid}:`;
   private flips = 0;
@@ -127,9 +171,15 @@ export class Switches {
   private announcementsHeard = 0;
   private listener: Client | undefined;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private listenerLost = false;
   private closed = false;
   private readonly onIpc = (msg: unknown) => {
-    if (isSwitchMessage(msg) && msg.from !== process.pid) this.flipHere(msg.change, msg.token, 'cluster');
+    if (!isSwitchMessage(msg) || msg.from === process.pid) return;
+    if (msg.replay) {
+      this.pin(msg.change, undefined, 'cluster');
+      this.pinsArrived?.();
+    } else if (msg.unmirrored) this.pin(msg.change, msg.token, 'cluster');
+    else this.flipHere(msg.change, msg.token, 'cluster');
   };
 
   constructor(
@@ -157,8 +207,23 @@ export class Switches {
 
   /** Reads the rows once and starts listening; called before the worker takes traffic. */
   async start(): Promise<void> {
-    if (cluster.isWorker) process.on('message', this.onIpc);
+    let pins: Promise<void> = Promise.resolve();
+    if (cluster.isWorker && process.send) {
+      process.on('message', this.onIpc);
+      // A worker forked after a flip that could not be mirrored (a replaced worker) asks the primary
+      // for the cell's pins before it serves; bounded, in case no primary relays switches.
+      pins = new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, 1000);
+        this.pinsArrived = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      process.send({ type: 'queen:switches-pins' } satisfies PinsRequest);
+    }
     await this.reload().catch((err) => this.log.warn({ err: String(err) }, 'switches: could not read queen.system_state at boot; all on'));
+    await pins;
+    this.pinsArrived = undefined;
     await this.listen();
   }
 
@@ -189,9 +254,18 @@ export class Switches {
       await this.pool.query({ ...SWITCHES_WRITE, values: [JSON.stringify(rows), token] });
       return { state: this.snapshot(), mirrored: true };
     } catch (err) {
-      // Never announced: stop waiting for it. The flip stays in force here (it is in base).
+      // Never announced: stop waiting for it. The flip stays in force on this cell, pinned over
+      // every later read of the rows (a reconnect's re-read must not undo it), here and in the siblings.
       this.forget(token);
-      this.log.error({ err: String(err), change }, 'switches: the flip is in force here but queen.system_state was not written');
+      this.pin(change, token, 'operator');
+      if (cluster.isWorker && process.send) {
+        const msg: SwitchMessage = { type: 'queen:switches', change, from: process.pid, token, unmirrored: true };
+        process.send(msg);
+      }
+      this.log.error(
+        { err: String(err), change },
+        'switches: the flip is in force on this cell but queen.system_state was not written; it holds until flipped again here or the cell restarts, and other cells do not see it',
+      );
       return { state: this.snapshot(), mirrored: false };
     }
   }
@@ -231,8 +305,25 @@ export class Switches {
 
   /** A flip made here or heard from a sibling: in force at once, and on top until announced. */
   private flipHere(change: Partial<SwitchState>, token: string, source: string): void {
+    for (const name of Object.keys(defined(change)) as SwitchName[]) {
+      // A newer flip of a switch replaces its pin; whether it is pinned in turn is its own write's business.
+      this.latestFlip[name] = token;
+      delete this.pinned[name];
+    }
     this.base = { ...this.base, ...defined(change) };
     this.unannounced.push({ token, change: defined(change), at: Date.now() });
+    this.settle(source);
+  }
+
+  /**
+   * Pins the flip `token` (unmirrored): each of its switches whose latest flip it still is, so the
+   * failure of an older flip's write, arriving after a newer flip, pins nothing. No token: the
+   * primary's replay at boot, pinned as given.
+   */
+  private pin(change: Partial<SwitchState>, token: string | undefined, source: string): void {
+    for (const [name, value] of Object.entries(defined(change)) as [SwitchName, boolean][]) {
+      if (token === undefined || this.latestFlip[name] === token) this.pinned[name] = value;
+    }
     this.settle(source);
   }
 
@@ -255,6 +346,7 @@ export class Switches {
     this.unannounced = this.unannounced.filter((f) => now - f.at < UNANNOUNCED_MS);
     const next = { ...this.base };
     for (const f of this.unannounced) Object.assign(next, f.change);
+    Object.assign(next, this.pinned);
     if (SWITCH_NAMES.every((name) => next[name] === this.state[name])) return;
     this.state = next;
     this.publishGauges();
@@ -272,6 +364,7 @@ export class Switches {
       if (this.closed || this.listener !== client) return;
       this.listener = undefined;
       client.end().catch(() => undefined);
+      this.listenerLost = true;
       this.log.warn('switches: lost the queen_system_state listener; reconnecting in 1s');
       this.reconnectTimer = setTimeout(() => void this.listen(), 1000);
     };
@@ -290,6 +383,10 @@ export class Switches {
       await client.query(LISTEN_SWITCHES);
       // A flip may have been announced while nobody listened (a reconnect): read the rows again.
       await this.reload();
+      if (this.listenerLost) {
+        this.listenerLost = false;
+        this.log.info({ switches: this.snapshot() }, 'switches: listening on queen_system_state again; rows re-read');
+      }
     } catch (err) {
       this.log.warn({ err: String(err) }, 'switches: could not LISTEN on queen_system_state');
       retry();

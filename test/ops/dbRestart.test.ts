@@ -7,7 +7,7 @@ import path from 'node:path';
 import { Pool } from 'pg';
 import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
-import { SweeperProcess } from '../support/sweeper';
+import { SweeperProcess, until } from '../support/sweeper';
 import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
@@ -129,4 +129,38 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
     const got = await poll;
     expect([got.status, got.body?.messages?.[0]?.payload]).toEqual([200, { i }]);
   }
+});
+
+test('a pause flipped while PostgreSQL is down (mirrored: false) stays in force once it is back, and in a replaced worker', async () => {
+  if (!api) await bootApi();
+  const mark = api!.output().length;
+  await stopPg();
+  const flip = await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: false });
+  expect([flip.status, flip.body.kv, flip.body.mirrored]).toEqual([200, false, false]);
+  await startPg();
+  // Both workers' switch listeners are back and have re-read the rows (which still say on).
+  await until(async () => linesSince(mark).filter((l) => String(l.msg).startsWith('switches: listening on queen_system_state again')).length >= 2, 15_000);
+  const kvAnswers = async () => {
+    for (let i = 0; i < 6; i++) {
+      const res = await fresh(port, 'GET', '/api/v1/kv/ns/k');
+      expect([res.status, res.body.error]).toEqual([503, 'kv_disabled']);
+    }
+  };
+  await kvAnswers();
+  // The operator can see that the cell and the rows disagree.
+  const seen = await fresh(port, 'GET', '/api/v1/system/kv-timers');
+  expect(seen.body).toMatchObject({ kv: false, mirrored: false, mirror: { kv: true } });
+
+  // A worker replaced after the flip holds it too.
+  const workers = [...new Set(linesSince(0).filter((l) => l.msg === 'API worker listening').map((l) => l.pid as number))];
+  const victim = workers[0];
+  const killedAt = api!.output().length;
+  process.kill(victim, 'SIGKILL');
+  await until(async () => linesSince(killedAt).some((l) => l.msg === 'replacement API worker listening' && l.replaced === victim), 15_000);
+  await kvAnswers();
+
+  // Flipped again with the database up: written, and the pin is gone.
+  const back = await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: true });
+  expect([back.status, back.body.kv, back.body.mirrored]).toEqual([200, true, true]);
+  for (let i = 0; i < 4; i++) expect((await fresh(port, 'GET', '/api/v1/kv/ns/k')).status).toBe(200);
 });
