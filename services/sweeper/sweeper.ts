@@ -29,6 +29,9 @@ const GAUGE_INTERVAL_MS = 1000;
 export const MIN_SLEEP_MS = 25;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
+/** Between attempts to get the LISTEN connection back. */
+const LISTEN_RETRY_MS = 1000;
+const LISTEN_CONNECT_TIMEOUT_MS = 5000;
 
 export interface SweeperOptions {
   pool: Pool;
@@ -67,6 +70,9 @@ export class Sweeper extends EventEmitter {
   private loop: Promise<void> | undefined;
   private wakeSleep: (() => void) | undefined;
   private listener: Client | undefined;
+  private listenRetry: NodeJS.Timeout | undefined;
+  /** Failed LISTEN attempts since the listener was last up (0 while it is up). */
+  private listenFailures = 0;
   private cycles = 0;
   private inCycle = false;
   private lastUsageAt = 0;
@@ -90,6 +96,7 @@ export class Sweeper extends EventEmitter {
   /** Stops claiming; the pass in flight finishes and commits; resolves when the loop has ended. */
   async stop(): Promise<void> {
     this.stopping = true;
+    clearTimeout(this.listenRetry);
     this.wakeSleep?.();
     await this.loop;
     const listener = this.listener;
@@ -242,23 +249,55 @@ export class Sweeper extends EventEmitter {
     });
   }
 
-  /** LISTEN for switch flips, so turning timersFire back on drains at once rather than after a sleep. */
+  /**
+   * LISTEN for switch flips, so turning timersFire back on drains at once rather than after a sleep.
+   * A lost connection (PostgreSQL restarted) is reconnected every LISTEN_RETRY_MS: without that, a
+   * sweeper that had lived through a restart slept its whole interval after every later flip. A
+   * reconnect wakes the loop, since a flip announced while nobody listened was never heard.
+   */
   private async listen(): Promise<void> {
     if (!this.o.databaseUrl || this.stopping) return;
-    const client = new Client({ connectionString: this.o.databaseUrl, application_name: 'queen-sweeper-listen' });
-    client.on('error', (err) => {
-      // The fresh read per cycle still sees every flip; the LISTEN only makes it sooner.
-      this.o.log.warn({ err: { message: err.message } }, 'sweeper LISTEN connection lost; switch flips are seen at the next cycle');
-      if (this.listener === client) this.listener = undefined;
+    const client = new Client({
+      connectionString: this.o.databaseUrl,
+      application_name: 'queen-sweeper-listen',
+      // A server that takes the TCP connection but never answers must not hold the retry forever.
+      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
     });
+    let lost = false;
+    const onLost = (err?: Error) => {
+      if (lost) return;
+      lost = true;
+      if (this.listener === client) this.listener = undefined;
+      client.end().catch(() => undefined);
+      if (this.stopping) return;
+      // One warning per outage; the retries are quiet until the listener is back.
+      if (this.listenFailures++ === 0) {
+        this.o.log.warn(
+          { err: err ? { message: err.message } : undefined, retryInMs: LISTEN_RETRY_MS },
+          'sweeper LISTEN connection lost; reconnecting (switch flips are seen at the next cycle meanwhile)',
+        );
+      }
+      this.listenRetry = setTimeout(() => void this.listen(), LISTEN_RETRY_MS);
+    };
+    client.on('error', onLost);
+    client.on('end', () => onLost());
     client.on('notification', () => this.wake());
     try {
       await client.connect();
       await client.query(`LISTEN ${SYSTEM_STATE_CHANNEL}`);
-      this.listener = client;
     } catch (err) {
-      this.o.log.warn({ err: { message: (err as Error).message } }, 'sweeper could not LISTEN; switch flips are seen at the next cycle');
+      onLost(err as Error);
+      return;
+    }
+    if (this.stopping || lost) {
       await client.end().catch(() => undefined);
+      return;
+    }
+    this.listener = client;
+    if (this.listenFailures > 0) {
+      this.o.log.info({ attempts: this.listenFailures }, 'sweeper LISTEN restored');
+      this.listenFailures = 0;
+      this.wake();
     }
   }
 }

@@ -5,9 +5,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Pool } from 'pg';
+import { DEFAULT_TENANT } from '../../shared/config';
 import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
-import { SweeperProcess, until } from '../support/sweeper';
+import { SWITCHES_WRITE } from '../../shared/sql/system';
+import { scheduleDirect, spawnSweeper, SweeperProcess, until } from '../support/sweeper';
 import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
@@ -163,4 +165,24 @@ test('a pause flipped while PostgreSQL is down (mirrored: false) stays in force 
   const back = await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: true });
   expect([back.status, back.body.kv, back.body.mirrored]).toEqual([200, true, true]);
   for (let i = 0; i < 4; i++) expect((await fresh(port, 'GET', '/api/v1/kv/ns/k')).status).toBe(200);
+});
+
+test('a sweeper that lived through a restart still wakes on a switch flip (its LISTEN reconnects)', async () => {
+  await api?.stop();
+  api = undefined;
+  await pool.query({ ...SWITCHES_WRITE, values: [JSON.stringify({ timers_fire_enabled: false }), 'test-off'] });
+  const [timerId] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'late', payload: { late: true }, delaySeconds: 0 }));
+  // An interval far longer than the test: only a notification can make this sweeper look again.
+  sweeper = await spawnSweeper(url, { QUEEN_SWEEPER_INTERVAL_MS: '3600000' });
+  await until(async () => (await sweeper!.metric('queen_sweeper_cycles_total')) >= 1, 15_000);
+
+  await stopPg();
+  await startPg();
+  // Flipped back on right after the restart: announced, possibly before the sweeper listens again.
+  await pool.query({ ...SWITCHES_WRITE, values: [JSON.stringify({ timers_fire_enabled: true }), 'test-on'] });
+  await until(async () => {
+    const { rows } = await pool.query('SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1', [`timer:${timerId}`]);
+    return rows[0].n === 1;
+  }, 15_000);
+  expect(sweeper.child.exitCode).toBeNull();
 });
