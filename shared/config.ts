@@ -26,6 +26,8 @@ export const DEFAULTS = {
   sweeperUsageIntervalMs: 60_000,
   sweeperMetricsPort: 6633,
   shutdownTimeoutMs: 10_000,
+  // How long a booting process waits for a database that is not up yet (refused, starting up).
+  dbBootWaitMs: 30_000,
   embeddedPgPort: 6639,
 } as const;
 
@@ -57,6 +59,7 @@ export interface Config {
   sweeperUsageIntervalMs: number;
   sweeperMetricsPort: number;
   shutdownTimeoutMs: number;
+  dbBootWaitMs: number;
   dataDir: string;
   embeddedPgPort: number;
   logLevel: string;
@@ -154,6 +157,7 @@ export function loadConfig(env: Env = process.env): Config {
     sweeperUsageIntervalMs: int(env, 'QUEEN_SWEEPER_USAGE_INTERVAL_MS', DEFAULTS.sweeperUsageIntervalMs, 100, 86_400_000),
     sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
+    dbBootWaitMs: int(env, 'QUEEN_DB_BOOT_WAIT_MS', DEFAULTS.dbBootWaitMs, 0, 3_600_000),
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
     embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
     logLevel,
