@@ -20,6 +20,7 @@ export const SQLSTATE = {
   CRASH_SHUTDOWN: '57P02',
   CANNOT_CONNECT_NOW: '57P03',
   TOO_MANY_CONNECTIONS: '53300',
+  READ_ONLY_SQL_TRANSACTION: '25006',
 } as const;
 
 const STATUS: Record<string, number> = {
@@ -259,7 +260,20 @@ export function coerceError(err: unknown): unknown {
       return new ApiError('db_unavailable', 'The database is not accepting work right now; retry shortly.', {
         retryAfterSeconds: 1,
       });
+    case SQLSTATE.READ_ONLY_SQL_TRANSACTION:
+      // A primary demoted in a failover, a standby behind the address, or default_transaction_read_only
+      // set for maintenance: every write (and every pop, which leases) was a 500 internal, logged as a bug.
+      return new ApiError('db_unavailable', 'The database is read-only right now (a failover or maintenance); retry shortly.', {
+        retryAfterSeconds: 1,
+      });
     default:
+      // Class 53, insufficient resources (disk full, out of memory, too many connections): the
+      // server's state, not the call's. Nothing was written.
+      if (typeof err.code === 'string' && err.code.startsWith('53')) {
+        return new ApiError('db_unavailable', `The database is out of resources right now (${err.message}); retry shortly.`, {
+          retryAfterSeconds: 1,
+        });
+      }
       return err;
   }
 }

@@ -167,6 +167,42 @@ test('a pause flipped while PostgreSQL is down (mirrored: false) stays in force 
   for (let i = 0; i < 4; i++) expect((await fresh(port, 'GET', '/api/v1/kv/ns/k')).status).toBe(200);
 });
 
+test('a database that turns read-only (a failover, maintenance) is 503 db_unavailable on writes and pops, never 500', async () => {
+  if (!api) await bootApi();
+  const mark = api!.output().length;
+  await pool.query('ALTER SYSTEM SET default_transaction_read_only = on');
+  await pool.query('SELECT pg_reload_conf()');
+  try {
+    // The reload reaches every session; a new session is read-only at once.
+    await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 0 }] })).status !== 200, 15_000);
+    const calls: [string, string, unknown?][] = [
+      ['POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 1 }] }],
+      ['GET', '/api/v1/pop/queue/kept'],
+      ['PUT', '/api/v1/kv/ns/ro', { value: 1, forever: true }],
+      ['POST', '/api/v1/timers', { queue: 't', payload: 1, delaySeconds: 5 }],
+      ['POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [{ queue: 'ro', payload: 2 }] }] }],
+    ];
+    for (const [method, route, body] of calls) {
+      for (let i = 0; i < 2; i++) {
+        const res = await fresh(port, method, route, body);
+        expect({ route, status: res.status, error: res.body?.error, retryAfter: res.headers['retry-after'] }).toEqual({
+          route,
+          status: 503,
+          error: 'db_unavailable',
+          retryAfter: '1',
+        });
+      }
+    }
+    // Reads still answer.
+    expect((await fresh(port, 'GET', '/api/v1/kv/ns/ro')).status).toBe(200);
+    expect(linesSince(mark).filter((l) => l.msg === 'unhandled error answered as 500')).toEqual([]);
+  } finally {
+    await pool.query('ALTER SYSTEM RESET default_transaction_read_only');
+    await pool.query('SELECT pg_reload_conf()');
+  }
+  await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 3 }] })).status === 200, 15_000);
+});
+
 test('a sweeper that lived through a restart still wakes on a switch flip (its LISTEN reconnects)', async () => {
   await api?.stop();
   api = undefined;
