@@ -43,6 +43,8 @@ afterAll(async () => {
   await api?.stop();
   await pool?.end();
   await pg?.stop();
+  // As root the server may keep its data under the temp folder instead (embeddedPostgres.ts): that copy goes too.
+  if (pg && path.resolve(pg.dataDir) !== path.resolve(dataDir)) fs.rmSync(path.dirname(pg.dataDir), { recursive: true, force: true });
   fs.rmSync(root, { recursive: true, force: true });
 });
 
