@@ -21,15 +21,66 @@ export function loadConfigOrExit(processName: string): Config {
   }
 }
 
-/** Starts the embedded PostgreSQL when no DATABASE_URL is given, and fills it in. */
-export async function ensureDatabase(config: Config, log: Logger): Promise<EmbeddedPostgres | undefined> {
+/** Attempts at starting the embedded PostgreSQL again after it died, before the process gives up. */
+const EMBEDDED_RESTART_ATTEMPTS = 8;
+
+/**
+ * Starts the embedded PostgreSQL when no DATABASE_URL is given, and fills it in. The server is
+ * looked after: one that dies under the cell (killed, crashed, OOM-killed) was never noticed, so the
+ * all-in-one start answered 503 db_unavailable forever with no line saying why. Now its death is
+ * logged with its last output and it is started again on the same port and data folder (the pools
+ * and listeners reconnect on their own); `onGiveUp` runs when it cannot be brought back.
+ */
+export async function ensureDatabase(
+  config: Config,
+  log: Logger,
+  onGiveUp: (err: Error) => void = () => undefined,
+): Promise<EmbeddedPostgres | undefined> {
   if (config.databaseUrl) return undefined;
   log.info({ dataDir: config.dataDir, port: config.embeddedPgPort }, 'no DATABASE_URL: starting the embedded PostgreSQL');
-  const pg = await startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPgPort, log });
-  config.databaseUrl = pg.url;
-  process.env.DATABASE_URL = pg.url;
-  log.info({ dataDir: pg.dataDir, url: pg.url }, 'embedded PostgreSQL is up');
-  return pg;
+  let stopping = false;
+  let current: EmbeddedPostgres;
+  const start = (): Promise<EmbeddedPostgres> =>
+    startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPgPort, log, onUnexpectedExit: (exit) => void revive(exit) });
+  const revive = async (exit: { code: number | null; signal: NodeJS.Signals | null; output: string }) => {
+    if (stopping) return;
+    log.error(
+      { code: exit.code, signal: exit.signal, output: exit.output.slice(-2000) },
+      'embedded PostgreSQL exited unexpectedly; starting it again (calls answer 503 db_unavailable meanwhile)',
+    );
+    for (let attempt = 1; !stopping; attempt++) {
+      // Its orphaned backends may still hold the shared memory for a moment: back off between tries.
+      await new Promise((r) => setTimeout(r, Math.min(10_000, 250 * 2 ** attempt)));
+      if (stopping) return;
+      try {
+        const next = await start();
+        if (stopping) return void (await next.stop());
+        current = next;
+        log.info({ attempt }, 'embedded PostgreSQL is up again');
+        return;
+      } catch (err) {
+        log.error({ attempt, err: { message: (err as Error).message } }, 'embedded PostgreSQL could not be started again');
+        if (attempt >= EMBEDDED_RESTART_ATTEMPTS) {
+          return onGiveUp(new Error(`the embedded PostgreSQL died and could not be started again: ${(err as Error).message}`));
+        }
+      }
+    }
+  };
+  current = await start();
+  config.databaseUrl = current.url;
+  process.env.DATABASE_URL = current.url;
+  log.info({ dataDir: current.dataDir, url: current.url }, 'embedded PostgreSQL is up');
+  return {
+    url: current.url,
+    port: current.port,
+    get dataDir() {
+      return current.dataDir;
+    },
+    stop() {
+      stopping = true;
+      return current.stop();
+    },
+  };
 }
 
 /** Refuses a configuration whose pools cannot all be open at once on this server. */

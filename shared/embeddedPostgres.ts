@@ -34,6 +34,11 @@ export interface EmbeddedOptions {
    * caller's own clean-up cannot find it. Each such run used to leave 60 MB behind.
    */
   throwaway?: boolean;
+  /**
+   * Called when the server exits after it started and before stop() was called (killed, crashed,
+   * OOM-killed), with its last output: the caller logs it and may start it again.
+   */
+  onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null; output: string }) => void;
 }
 
 const DEFAULT_SETTINGS: Record<string, string> = {
@@ -272,6 +277,9 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   });
 
   let stopped: Promise<void> | undefined;
+  child.once('exit', (code, signal) => {
+    if (!stopped) options.onUnexpectedExit?.({ code, signal, output: recent.trim() });
+  });
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,

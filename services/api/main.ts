@@ -56,7 +56,13 @@ async function primary(): Promise<void> {
   const config = loadConfigOrExit('api');
   const log = createLogger('api', config.logLevel);
   const allInOne = !config.databaseUrl;
-  const embedded = await ensureDatabase(config, log);
+  // A dead embedded PostgreSQL that cannot be started again ends the cell with a line that says so
+  // (until the drain below exists, at once).
+  let lostDatabase = (err: Error): void => {
+    log.fatal({ err: { message: err.message } }, `${err.message}; the process exits`);
+    process.exit(1);
+  };
+  const embedded = await ensureDatabase(config, log, (err) => lostDatabase(err));
   await applySchemaLogged(config, log);
   const sizes = poolSizesPerWorker(config);
   // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
@@ -106,7 +112,7 @@ async function primary(): Promise<void> {
     setTimeout(() => !stopping && fork(worker.process.pid), delay);
   });
 
-  const shutdown = async (signal: string) => {
+  const shutdown = async (signal: string, exitCode = 0) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'stopping: draining workers');
@@ -136,7 +142,11 @@ async function primary(): Promise<void> {
     clearTimeout(timer);
     await embedded?.stop();
     log.info('stopped');
-    process.exit(0);
+    process.exit(exitCode);
+  };
+  lostDatabase = (err) => {
+    log.fatal({ err: { message: err.message } }, `${err.message}; stopping the cell`);
+    void shutdown('embedded PostgreSQL lost', 1);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
