@@ -167,6 +167,18 @@ test('a pause flipped while PostgreSQL is down (mirrored: false) stays in force 
   const back = await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: true });
   expect([back.status, back.body.kv, back.body.mirrored]).toEqual([200, true, true]);
   for (let i = 0; i < 4; i++) expect((await fresh(port, 'GET', '/api/v1/kv/ns/k')).status).toBe(200);
+
+  // Another cell's flip, announced through the database, still reaches both workers after the restart.
+  await pool.query({ ...SWITCHES_WRITE, values: [JSON.stringify({ kv_enabled: false }), 'other-cell-1'] });
+  await until(async () => {
+    const seen = await Promise.all([0, 1, 2, 3, 4, 5].map(() => fresh(port, 'GET', '/api/v1/kv/ns/k')));
+    return seen.every((r) => r.status === 503);
+  }, 15_000);
+  await pool.query({ ...SWITCHES_WRITE, values: [JSON.stringify({ kv_enabled: true }), 'other-cell-2'] });
+  await until(async () => {
+    const seen = await Promise.all([0, 1, 2, 3, 4, 5].map(() => fresh(port, 'GET', '/api/v1/kv/ns/k')));
+    return seen.every((r) => r.status === 200);
+  }, 15_000);
 });
 
 test('a database that turns read-only (a failover, maintenance) is 503 db_unavailable on writes and pops, never 500', async () => {
