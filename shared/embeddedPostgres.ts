@@ -167,6 +167,52 @@ function processAlive(pid: number): boolean {
   }
 }
 
+/** The parent of a live process, from /proc (Linux); undefined elsewhere, or when it is gone. */
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return Number.isInteger(ppid) ? ppid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A server left running on this data folder by a cell that died without stopping it: the `npm start`
+ * process SIGKILLed or OOM-killed, whose children outlive it, re-parented to init. The next start
+ * refused ("port already in use") until someone found and killed it by hand. Nobody can be using
+ * such a server but the dead cell's own orphans, so it is stopped (fast shutdown: nothing committed
+ * is lost) and the start goes on. A server whose parent is alive is left alone (clearStaleLock refuses).
+ */
+async function stopOrphan(dataDir: string, log?: Logger): Promise<void> {
+  const lock = path.join(dataDir, 'postmaster.pid');
+  if (!fs.existsSync(lock)) return;
+  const pid = Number(fs.readFileSync(lock, 'utf8').split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid || !processAlive(pid)) return;
+  let cmd = '';
+  try {
+    cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+  } catch {
+    return;
+  }
+  const parent = parentOf(pid);
+  if (!cmd.includes('postgres') || parent === undefined) return;
+  // Re-parented to init (unless this process is init: then it may be our own) or to a parent now gone.
+  const orphaned = (parent === 1 && process.pid !== 1) || (parent !== process.pid && !processAlive(parent));
+  if (!orphaned) return;
+  log?.warn({ pid, dataDir }, 'embedded postgres: a server left running by a cell that died holds this data folder; stopping it (fast shutdown) before starting');
+  process.kill(pid, 'SIGINT');
+  const deadline = Date.now() + 60_000;
+  while (processAlive(pid)) {
+    if (Date.now() > deadline) {
+      throw new EmbeddedPostgresError(`The PostgreSQL (pid ${pid}) left running on ${dataDir} by a cell that died did not stop within 60 s; stop it by hand.`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** A postmaster.pid left by a server that is gone is removed; one whose server runs is an error. */
 function clearStaleLock(dataDir: string, log?: Logger): void {
   const lock = path.join(dataDir, 'postmaster.pid');
@@ -205,6 +251,8 @@ function run(cmd: string, args: string[], ids: { uid?: number; gid?: number }): 
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const { log, port } = options;
+  const dataDir = reachableDataDir(options.dataDir, log);
+  await stopOrphan(dataDir, log);
   // Before anything is written: a refused start leaves no data folder behind.
   if (await portInUse(port)) {
     throw new EmbeddedPostgresError(
@@ -213,7 +261,6 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     );
   }
   const bin = path.join(reachableBinaries(binariesDir()), 'bin');
-  const dataDir = reachableDataDir(options.dataDir, log);
   const ids: { uid?: number; gid?: number } = isRoot() ? postgresUser() : {};
 
   // Parents walkable (0755), the data folder private (0700) and, as root, owned by postgres.

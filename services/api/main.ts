@@ -74,7 +74,8 @@ async function primary(): Promise<void> {
   if (allInOne && config.sweeper) {
     sweeper = spawn(process.execPath, [path.resolve(__dirname, '..', 'sweeper', 'main.js')], {
       env: { ...process.env, DATABASE_URL: config.databaseUrl },
-      stdio: 'inherit',
+      // The IPC channel is only a lifeline: it closes when this process dies, and the sweeper stops then.
+      stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
     });
     log.info({ sweeperPid: sweeper.pid }, 'all-in-one start: one sweeper runs beside the API');
   } else if (allInOne) {

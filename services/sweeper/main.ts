@@ -44,6 +44,15 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
+  // The all-in-one start spawns this process with an IPC channel: when that parent dies without
+  // stopping it (SIGKILL, OOM), the channel closes and this sweeper stops too, instead of living on
+  // as an orphan against whatever answers on the embedded port next.
+  if (process.connected) {
+    process.on('disconnect', () => {
+      log.warn('the API process that started this sweeper is gone; stopping');
+      void shutdown('parent gone');
+    });
+  }
 
   await applySchemaLogged(config, log);
   // One connection for the passes, one for the rollup and gauges between them, one spare.

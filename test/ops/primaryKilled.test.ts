@@ -1,0 +1,83 @@
+// The all-in-one start (`npm start`, no DATABASE_URL) whose main process is SIGKILLed (an OOM kill,
+// a supervisor's kill -9 after its grace period): its embedded PostgreSQL and its sweeper outlived it,
+// and the next start refused ("port already in use") until someone hunted them down by hand. Now the
+// sweeper stops with its parent, and the next start stops the orphaned server (fast shutdown) and
+// boots on the same data. Every process is ended by its PID, whatever the outcome.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from '../../shared/embeddedPostgres';
+import { until } from '../support/sweeper';
+import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+
+let root: string;
+const apis: Spawned[] = [];
+const strays: number[] = [];
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+beforeAll(() => {
+  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-orphans-'));
+  // Walkable by the postgres user when running as root, so the data stays here and goes with `root`.
+  fs.chmodSync(root, 0o755);
+});
+afterAll(async () => {
+  for (const a of apis) await a.stop();
+  for (const pid of strays) if (alive(pid)) process.kill(pid, 'SIGKILL');
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+function lines(api: Spawned): Record<string, any>[] {
+  return api
+    .output()
+    .split('\n')
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l)];
+      } catch {
+        return [];
+      }
+    });
+}
+
+test('after the main process is SIGKILLed, its sweeper stops and the next start takes the data folder back', async () => {
+  const port = await freePort();
+  const env = {
+    PORT: String(port),
+    QUEEN_WORKERS: '1',
+    DB_POOL_SIZE: '10',
+    QUEEN_DATA_DIR: path.join(root, 'pg'),
+    QUEEN_EMBEDDED_PG_PORT: String(await freePort()),
+    QUEEN_SWEEPER_METRICS_PORT: '0',
+  };
+  const first = spawnApi(env);
+  apis.push(first);
+  await untilHealthy(first, port);
+  const kept = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: 1, transactionId: 'kept-1' }] });
+  expect(kept.status).toBe(200);
+  const up = lines(first).find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const sweeperPid = Number(lines(first).find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);
+  const workerPid = Number(lines(first).find((l) => l.msg === 'API worker listening')!.pid);
+  strays.push(postmaster, sweeperPid, workerPid);
+
+  process.kill(first.child.pid!, 'SIGKILL');
+  await first.exited;
+  // The sweeper follows its parent (the worker leaves on its own, as node:cluster workers do).
+  await until(async () => !alive(sweeperPid) && !alive(workerPid), 15_000);
+
+  const second = spawnApi(env);
+  apis.push(second);
+  await untilHealthy(second, port);
+  expect(alive(postmaster)).toBe(false);
+  expect(lines(second).some((l) => String(l.msg).includes('a server left running by a cell that died'))).toBe(true);
+  const popped = await fresh(port, 'GET', '/api/v1/pop/queue/kept');
+  expect([popped.status, popped.body.messages.map((m: { transactionId: string }) => m.transactionId)]).toEqual([200, ['kept-1']]);
+});
