@@ -138,7 +138,11 @@ export function parseAnnouncement(payload: string | undefined): Announcement | u
   return { token, change };
 }
 
-/** How long a flip heard from a sibling waits for its announcement (its writer may have failed). */
+/**
+ * How long a flip stays on top while its announcement has not arrived: a listener that was
+ * reconnecting when the flip committed never hears it (the reconnect's re-read has it instead).
+ * Also how long an announced token is remembered, for a sibling's IPC that arrives after it.
+ */
 const UNANNOUNCED_MS = 10_000;
 
 interface UnannouncedFlip {
@@ -171,6 +175,9 @@ export class Switches {
   private announcementsHeard = 0;
   private listener: Client | undefined;
   private reconnectTimer: NodeJS.Timeout | undefined;
+  private expiryTimer: NodeJS.Timeout | undefined;
+  /** Tokens of the announcements heard lately, and when (see UNANNOUNCED_MS). */
+  private readonly announced = new Map<string, number>();
   private listenerLost = false;
   private closed = false;
   private readonly onIpc = (msg: unknown) => {
@@ -178,7 +185,11 @@ export class Switches {
     if (msg.replay) {
       this.pin(msg.change, undefined, 'cluster');
       this.pinsArrived?.();
-    } else if (msg.unmirrored) this.pin(msg.change, msg.token, 'cluster');
+    } else if (msg.unmirrored) {
+      // Never announced: stop waiting for it; the pin takes over.
+      this.forget(msg.token);
+      this.pin(msg.change, msg.token, 'cluster');
+    }
     else this.flipHere(msg.change, msg.token, 'cluster');
   };
 
@@ -231,6 +242,7 @@ export class Switches {
     this.closed = true;
     if (cluster.isWorker) process.off('message', this.onIpc);
     clearTimeout(this.reconnectTimer);
+    clearTimeout(this.expiryTimer);
     const client = this.listener;
     this.listener = undefined;
     await client?.end().catch(() => undefined);
@@ -310,9 +322,26 @@ export class Switches {
       this.latestFlip[name] = token;
       delete this.pinned[name];
     }
+    // A sibling's flip whose announcement came first (IPC through the primary can be slower than the
+    // database): its change is in base already, in commit order, and newer announcements may have
+    // followed it. Kept on top now, it would undo them.
+    if (this.announced.has(token)) return;
     this.base = { ...this.base, ...defined(change) };
     this.unannounced.push({ token, change: defined(change), at: Date.now() });
     this.settle(source);
+    this.expireLater();
+  }
+
+  /** Settles again once the oldest unannounced flip has waited its time (nothing else may come to). */
+  private expireLater(): void {
+    if (this.expiryTimer || this.unannounced.length === 0 || this.closed) return;
+    const wait = Math.max(0, this.unannounced[0].at + UNANNOUNCED_MS - Date.now()) + 10;
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      this.settle('database');
+      this.expireLater();
+    }, wait);
+    this.expiryTimer.unref();
   }
 
   /**
@@ -334,6 +363,9 @@ export class Switches {
   /** An announcement, in commit order: the database's word, and every flip up to it is now announced. */
   private heard(announcement: Announcement): void {
     this.announcementsHeard++;
+    const now = Date.now();
+    for (const [token, at] of this.announced) if (now - at >= UNANNOUNCED_MS) this.announced.delete(token);
+    this.announced.set(announcement.token, now);
     this.base = { ...this.base, ...announcement.change };
     const at = this.unannounced.findIndex((f) => f.token === announcement.token);
     if (at >= 0) this.unannounced.splice(0, at + 1);

@@ -1,5 +1,6 @@
 // Rung 1: the operator's kill switches on the KV routes, the GET/POST surface, the mirror row.
 import { Client } from 'pg';
+import { SWITCHES_WRITE } from '../../shared/sql/system';
 import { call, kv, startTestApi, TestApi } from '../support/api';
 import { metric, put, sql } from './helpers';
 
@@ -138,6 +139,29 @@ test('an announcement committed before a flip does not undo it, even when it arr
     if (after !== 200) await new Promise((r) => setTimeout(r, 10));
   }
   expect(after).toBe(200);
+});
+
+test('a flip whose announcement this worker missed gives way to the database once its time is up', async () => {
+  // The switch listener is cut, so this worker never hears the flip's own announcement; a later
+  // flip from another cell must still take effect here (once the unannounced flip's wait is over),
+  // not be hidden behind it for good.
+  await sql(api.databaseUrl, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database()`);
+  expect((await flip({ kv: false })).body).toMatchObject({ kv: false, mirrored: true });
+  let listening = false;
+  for (let i = 0; i < 300 && !listening; i++) {
+    const rows = await sql(api.databaseUrl, `SELECT 1 FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database() AND state = 'idle'`);
+    listening = rows.length > 0;
+    if (!listening) await new Promise((r) => setTimeout(r, 20));
+  }
+  expect(listening).toBe(true);
+  // Another cell turns KV back on, as its API would: the row and its announcement.
+  await sql(api.databaseUrl, SWITCHES_WRITE.text, [JSON.stringify({ kv_enabled: true }), 'other-cell:1']);
+  let status = 503;
+  for (let i = 0; i < 300 && status !== 200; i++) {
+    status = (await kv(api.url, [put('h')])).status;
+    if (status !== 200) await new Promise((r) => setTimeout(r, 100));
+  }
+  expect(status).toBe(200);
 });
 
 test('a malformed flip is a 400 with a sentence, and changes nothing', async () => {
