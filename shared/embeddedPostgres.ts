@@ -147,13 +147,44 @@ async function portInUse(port: number): Promise<boolean> {
 
 /** A free TCP port on loopback, for tests that need a server of their own. */
 export async function freePort(): Promise<number> {
+  // Below the kernel's ephemeral range: a port the kernel handed out (listen on 0) is also what it
+  // hands the next outgoing connection, so between this check and the caller's bind a client socket
+  // of any test (each `fresh` request is a new connection) could take it: EADDRINUSE, seen once in
+  // eight runs of the cluster suites beside CPU hogs. Nothing takes a port below the range unasked.
+  const low = ephemeralLow();
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = low - 1 - Math.floor(Math.random() * Math.min(12_000, low - 1025));
+    if (await canListen(port)) return port;
+  }
+  return listenOnce(0);
+}
+
+/** The first port of the kernel's ephemeral range (Linux); 32768 where it cannot be read. */
+function ephemeralLow(): number {
+  try {
+    const low = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 2048 ? low : 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+function canListen(port: number): Promise<boolean> {
+  return listenOnce(port).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Listens on 127.0.0.1:port, closes, and gives the port it had. */
+function listenOnce(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+    server.listen(port, '127.0.0.1', () => {
       const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
+      const bound = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(bound));
     });
   });
 }

@@ -145,6 +145,9 @@ export function parseAnnouncement(payload: string | undefined): Announcement | u
  */
 const UNANNOUNCED_MS = 10_000;
 
+/** How long a flip waits for the primary to relay it before it writes the row anyway. */
+const RELAY_WAIT_MS = 1000;
+
 interface UnannouncedFlip {
   token: string;
   change: Partial<SwitchState>;
@@ -180,8 +183,11 @@ export class Switches {
   private readonly announced = new Map<string, number>();
   private listenerLost = false;
   private closed = false;
+  /** Flips sent to the primary, waiting for it to hand them back (it relays to every worker at once). */
+  private readonly relaying = new Map<string, () => void>();
   private readonly onIpc = (msg: unknown) => {
-    if (!isSwitchMessage(msg) || msg.from === process.pid) return;
+    if (!isSwitchMessage(msg)) return;
+    if (msg.from === process.pid) return void this.relaying.get(msg.token)?.();
     if (msg.replay) {
       this.pin(msg.change, undefined, 'cluster');
       this.pinsArrived?.();
@@ -189,8 +195,7 @@ export class Switches {
       // Never announced: stop waiting for it; the pin takes over.
       this.forget(msg.token);
       this.pin(msg.change, msg.token, 'cluster');
-    }
-    else this.flipHere(msg.change, msg.token, 'cluster');
+    } else this.flipHere(msg.change, msg.token, 'cluster');
   };
 
   constructor(
@@ -254,7 +259,19 @@ export class Switches {
     this.flipHere(change, token, 'operator');
     if (cluster.isWorker && process.send) {
       const msg: SwitchMessage = { type: 'queen:switches', change, from: process.pid, token };
+      // The row is written once the primary has handed the flip to every worker (its copy back to
+      // us says so), so that when the operator is answered the siblings have it too, rather than
+      // whenever a loaded primary gets round to it. Bounded: a primary that does not relay is not waited for.
+      const relayed = new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, RELAY_WAIT_MS);
+        this.relaying.set(token, () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
       process.send(msg);
+      await relayed;
+      this.relaying.delete(token);
     }
     const rows: Record<string, boolean> = {};
     for (const name of SWITCH_NAMES) if (change[name] !== undefined) rows[SWITCH_ROWS[name]] = change[name]!;
