@@ -3,7 +3,8 @@
 // in this order, because an operator pulling a lever during an incident must not wait on a
 // database that may be the thing going wrong:
 //   1. this worker, at once;
-//   2. every sibling worker, through the cluster primary (worker -> primary -> all workers, IPC);
+//   2. every sibling worker, through the cluster primary (worker -> primary -> all workers, IPC; the
+//      row waits, at most a second, until the primary has handed the flip back, i.e. to everyone);
 //   3. the queen.system_state rows, written and announced with NOTIFY queen_system_state, so that
 //      other cells, restarted workers and the sweeper follow. `mirrored` says whether this worked.
 // Each worker LISTENs on queen_system_state with one dedicated client, reads the rows at boot and on
