@@ -290,8 +290,15 @@ describe('refusals', () => {
     expect([ns.status, ns.body.error, ns.body.index]).toEqual([400, 'kv_invalid_namespace', 0]);
   });
 
-  test('the index of a refused operation is named', async () => {
+  test('the index of a refused operation is named, within the array its code names', async () => {
     const res = await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'ok' }] }, { type: 'nope' }] });
     expect(res.body).toMatchObject({ error: 'tx_unknown_operation', index: 1 });
+    // Nothing ran, so there is no flat results array to point into: a kv or timers refusal counts
+    // within its own array, however many operations come before it (README, the transaction wire).
+    const two = [{ type: 'push', items: [{ queue: 'ok' }] }, { type: 'push', items: [{ queue: 'ok' }] }];
+    const kvBad = await transaction(api.url, { operations: two, kv: [{ op: 'get', ns: 'n', key: 'k' }, { op: 'get', ns: '-bad', key: 'k' }] });
+    expect([kvBad.status, kvBad.body.error, kvBad.body.index]).toEqual([400, 'kv_invalid_namespace', 1]);
+    const timerBad = await transaction(api.url, { operations: two, kv: [{ op: 'get', ns: 'n', key: 'k' }], timers: [{ op: 'snooze', timerId: 'x' }] });
+    expect([timerBad.status, timerBad.body.error.startsWith('timers_'), timerBad.body.index]).toEqual([400, true, 0]);
   });
 });

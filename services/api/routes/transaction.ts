@@ -2,7 +2,9 @@
 // in ONE PostgreSQL transaction on the message pool, taken in the cell's lock order
 // (shared/lockOrder.ts): KV first, then timers, then partitions and messages. The answer is one
 // flat `results` array: the operations' answers, then the kv answers, then the timers' answers,
-// and every index (`failedIndex` too) counts in that flat array.
+// and each result's index and a verdict's `failedIndex` count in that flat array. A 400's `index`
+// counts within the array its code names (tx_* / log_*: operations, kv_*: kv, timers_*: timers):
+// nothing ran, so there is no flat array to point into.
 //
 // Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
 //  - everything applied: {"ok": true, "results": [...]};
