@@ -1,6 +1,6 @@
 // What every process does before it serves: parse the config (a bad variable ends the boot with a
 // line naming it), find the database (embedded when DATABASE_URL is unset), apply the schema.
-import { Client, Pool } from 'pg';
+import { Pool } from 'pg';
 import { Config, ConfigError, loadConfig } from './config';
 import { applySchema } from './db';
 import { isConnectionFailure, SQLSTATE } from './errors';
@@ -105,9 +105,8 @@ export async function checkConnectionBudget(config: Config, needed: number, log:
 }
 
 export async function applySchemaLogged(config: Config, log: Logger): Promise<void> {
-  await waitForDatabase(config, log);
   const started = Date.now();
-  await applySchema(config.databaseUrl);
+  await whenReachable(config, log, () => applySchema(config.databaseUrl));
   log.info({ ms: Date.now() - started }, 'schema applied');
 }
 
@@ -128,28 +127,26 @@ function notUpYet(err: unknown): boolean {
     isConnectionFailure(err) ||
     code === SQLSTATE.CANNOT_CONNECT_NOW || // starting up, in recovery, shutting down
     code === SQLSTATE.TOO_MANY_CONNECTIONS ||
-    /timeout expired|connection timeout/i.test((err as Error)?.message ?? '')
+    /timeout expired|timeout exceeded when trying to connect|connection timeout/i.test((err as Error)?.message ?? '')
   );
 }
 
 const BOOT_RETRY_MS = 1000;
 
 /**
- * Before the first statement of a boot: waits up to QUEEN_DB_BOOT_WAIT_MS for a database that is
- * not up yet (refused, starting up), with a line per attempt that says so, instead of exiting on the
- * first refused connection. A cell and its database started together (compose, one kubectl apply,
- * a PostgreSQL in crash recovery) no longer dies with "boot failed: connect ECONNREFUSED" and a
- * restart backoff. A refusal that waiting cannot fix (password, unknown database) ends the boot at once.
+ * The first statement of a boot (the schema apply, which is one transaction and safe to run again),
+ * retried for up to QUEEN_DB_BOOT_WAIT_MS while the database is not up yet (refused, starting up),
+ * with a line per attempt that says so, instead of exiting on the first refused connection. A cell
+ * and its database started together (compose, one kubectl apply, a PostgreSQL in crash recovery) no
+ * longer dies with "boot failed: connect ECONNREFUSED" and a restart backoff. A refusal that
+ * waiting cannot fix (password, unknown database, a failing statement) ends the boot at once.
  */
-export async function waitForDatabase(config: Config, log: Logger): Promise<void> {
+async function whenReachable(config: Config, log: Logger, first: () => Promise<void>): Promise<void> {
   const target = databaseTarget(config.databaseUrl);
   const started = Date.now();
   for (let attempt = 1; ; attempt++) {
-    const client = new Client({ connectionString: config.databaseUrl, connectionTimeoutMillis: 5000, application_name: 'queen-boot' });
-    client.on('error', () => undefined);
     try {
-      await client.connect();
-      await client.query('SELECT 1');
+      await first();
       if (attempt > 1) log.info({ database: target, attempts: attempt, waitedMs: Date.now() - started }, 'database reachable; booting');
       return;
     } catch (err) {
@@ -168,8 +165,6 @@ export async function waitForDatabase(config: Config, log: Logger): Promise<void
         'database not reachable yet; waiting for it before booting',
       );
       await new Promise((r) => setTimeout(r, BOOT_RETRY_MS));
-    } finally {
-      await client.end().catch(() => undefined);
     }
   }
 }

@@ -73,9 +73,14 @@ export function schemaFiles(dir = SQL_DIR): string[] {
  * is idempotent; booting twice changes nothing.
  */
 export async function applySchema(connectionString: string | undefined): Promise<void> {
-  const pool = new Pool({ connectionString, max: 1, application_name: 'queen-schema' });
+  // A connect timeout, so that a boot waiting for its database (shared/boot.ts) retries one that
+  // does not answer at all as it retries one that refuses.
+  const pool = new Pool({ connectionString, max: 1, application_name: 'queen-schema', connectionTimeoutMillis: 5000 });
   pool.on('error', () => undefined);
-  const client = await pool.connect();
+  const client = await pool.connect().catch(async (err: unknown) => {
+    await pool.end();
+    throw err;
+  });
   try {
     await client.query('BEGIN');
     await client.query('SELECT pg_advisory_xact_lock($1)', [SCHEMA_LOCK_KEY]);

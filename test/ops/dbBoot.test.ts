@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
 import { until } from '../support/sweeper';
-import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 const SWEEPER_MAIN = path.resolve(__dirname, '..', '..', 'services', 'sweeper', 'main.js');
 
@@ -26,16 +26,6 @@ afterAll(async () => {
   await pg?.stop();
   fs.rmSync(root, { recursive: true, force: true });
 });
-
-function jsonLines(text: string): Record<string, any>[] {
-  return text.split('\n').flatMap((l) => {
-    try {
-      return [JSON.parse(l)];
-    } catch {
-      return [];
-    }
-  });
-}
 
 const WAITING = 'database not reachable yet; waiting for it before booting';
 

@@ -10,7 +10,7 @@ import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
 import { SWITCHES_WRITE } from '../../shared/sql/system';
 import { scheduleDirect, spawnSweeper, SweeperProcess, until } from '../support/sweeper';
-import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
 let dataDir: string;
@@ -54,18 +54,21 @@ async function startPg(): Promise<void> {
 }
 
 /** The API's log lines (JSON) from character offset `from` of its output. */
-function linesSince(from: number): Record<string, any>[] {
-  return api!
-    .output()
-    .slice(from)
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    });
+const linesSince = (from: number) => jsonLines(api!.output().slice(from));
+
+/** Each call, twice (on fresh connections, so both workers answer): 503 db_unavailable, Retry-After 1. */
+async function expectUnavailable(calls: [string, string, unknown?][]): Promise<void> {
+  for (const [method, route, body] of calls) {
+    for (let i = 0; i < 2; i++) {
+      const res = await fresh(port, method, route, body);
+      expect({ route, status: res.status, error: res.body?.error, retryAfter: res.headers['retry-after'] }).toEqual({
+        route,
+        status: 503,
+        error: 'db_unavailable',
+        retryAfter: '1',
+      });
+    }
+  }
 }
 
 const bootApi = async () => {
@@ -102,17 +105,7 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
     ['GET', '/health'],
     ['GET', '/ready'],
   ];
-  for (const [method, route, body] of calls) {
-    for (let i = 0; i < 2; i++) {
-      const res = await fresh(port, method, route, body);
-      expect({ route, status: res.status, error: res.body?.error, retryAfter: res.headers['retry-after'] }).toEqual({
-        route,
-        status: 503,
-        error: 'db_unavailable',
-        retryAfter: '1',
-      });
-    }
-  }
+  await expectUnavailable(calls);
   const lp = await waiting;
   expect([lp.status, lp.body?.error]).toEqual([503, 'db_unavailable']);
   // A database outage is not a bug of ours: nothing was answered or logged as one.
@@ -196,17 +189,7 @@ test('a database that turns read-only (a failover, maintenance) is 503 db_unavai
       ['POST', '/api/v1/timers', { queue: 't', payload: 1, delaySeconds: 5 }],
       ['POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [{ queue: 'ro', payload: 2 }] }] }],
     ];
-    for (const [method, route, body] of calls) {
-      for (let i = 0; i < 2; i++) {
-        const res = await fresh(port, method, route, body);
-        expect({ route, status: res.status, error: res.body?.error, retryAfter: res.headers['retry-after'] }).toEqual({
-          route,
-          status: 503,
-          error: 'db_unavailable',
-          retryAfter: '1',
-        });
-      }
-    }
+    await expectUnavailable(calls);
     // Reads still answer.
     expect((await fresh(port, 'GET', '/api/v1/kv/ns/ro')).status).toBe(200);
     expect(linesSince(mark).filter((l) => l.msg === 'unhandled error answered as 500')).toEqual([]);

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { until } from '../support/sweeper';
-import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
 let api: Spawned | undefined;
@@ -21,19 +21,6 @@ afterAll(async () => {
   await api?.stop();
   fs.rmSync(root, { recursive: true, force: true });
 });
-
-function lines(): Record<string, any>[] {
-  return api!
-    .output()
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    });
-}
 
 test('an embedded PostgreSQL killed under the cell is logged, started again, and the cell serves again', async () => {
   const port = await freePort();
@@ -50,12 +37,12 @@ test('an embedded PostgreSQL killed under the cell is logged, started again, and
   const before = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] });
   expect(before.status).toBe(200);
 
-  const up = lines().find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const up = jsonLines(api!.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
   process.kill(postmaster, 'SIGKILL');
 
-  await until(async () => lines().some((l) => l.msg === 'embedded PostgreSQL is up again'), 15_000);
-  const died = lines().find((l) => String(l.msg).startsWith('embedded PostgreSQL exited unexpectedly'))!;
+  await until(async () => jsonLines(api!.output()).some((l) => l.msg === 'embedded PostgreSQL is up again'), 15_000);
+  const died = jsonLines(api!.output()).find((l) => String(l.msg).startsWith('embedded PostgreSQL exited unexpectedly'))!;
   expect(died).toMatchObject({ level: 50, signal: 'SIGKILL' });
   await untilHealthy(api, port);
 

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { until } from '../support/sweeper';
-import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
 const apis: Spawned[] = [];
@@ -34,19 +34,6 @@ afterAll(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
-function lines(api: Spawned): Record<string, any>[] {
-  return api
-    .output()
-    .split('\n')
-    .flatMap((l) => {
-      try {
-        return [JSON.parse(l)];
-      } catch {
-        return [];
-      }
-    });
-}
-
 test('after the main process is SIGKILLed, its sweeper stops and the next start takes the data folder back', async () => {
   const port = await freePort();
   const env = {
@@ -62,10 +49,10 @@ test('after the main process is SIGKILLed, its sweeper stops and the next start 
   await untilHealthy(first, port);
   const kept = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: 1, transactionId: 'kept-1' }] });
   expect(kept.status).toBe(200);
-  const up = lines(first).find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const up = jsonLines(first.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-  const sweeperPid = Number(lines(first).find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);
-  const workerPid = Number(lines(first).find((l) => l.msg === 'API worker listening')!.pid);
+  const sweeperPid = Number(jsonLines(first.output()).find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);
+  const workerPid = Number(jsonLines(first.output()).find((l) => l.msg === 'API worker listening')!.pid);
   strays.push(postmaster, sweeperPid, workerPid);
 
   process.kill(first.child.pid!, 'SIGKILL');
@@ -77,7 +64,7 @@ test('after the main process is SIGKILLed, its sweeper stops and the next start 
   apis.push(second);
   await untilHealthy(second, port);
   expect(alive(postmaster)).toBe(false);
-  expect(lines(second).some((l) => String(l.msg).includes('a server left running by a cell that died'))).toBe(true);
+  expect(jsonLines(second.output()).some((l) => String(l.msg).includes('a server left running by a cell that died'))).toBe(true);
   const popped = await fresh(port, 'GET', '/api/v1/pop/queue/kept');
   expect([popped.status, popped.body.messages.map((m: { transactionId: string }) => m.transactionId)]).toEqual([200, ['kept-1']]);
 });

@@ -39,6 +39,17 @@ export function spawnApi(env: Record<string, string>): Spawned {
   };
 }
 
+/** The JSON log lines of a process's output (pino writes one object a line; anything else is skipped). */
+export function jsonLines(text: string): Record<string, any>[] {
+  return text.split('\n').flatMap((l) => {
+    try {
+      return [JSON.parse(l)];
+    } catch {
+      return [];
+    }
+  });
+}
+
 export interface FreshAnswer {
   status: number;
   headers: http.IncomingHttpHeaders;
