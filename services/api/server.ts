@@ -7,11 +7,13 @@ import type { Duplex } from 'node:stream';
 import client from 'prom-client';
 import type { Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
+import { ApiError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
 import { createApp } from './app';
 import { workerMetricsSource } from './clusterMetrics';
 import { Guards } from './guards';
+import { sendError } from './http';
 import { Switches } from './switches';
 import { TenantBook } from './tenantBook';
 
@@ -53,13 +55,30 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   let ready = true;
   let draining = false;
   const app = createApp({ config, pools, log, metrics, isReady: () => ready, metricsText, ops });
-  const server = http.createServer({ IncomingMessage: app.IncomingMessage, ServerResponse: app.ServerResponse }, (req, res) => {
+  // requireHostHeader off: node's own refusal of an HTTP/1.1 request without Host is a bare 400 with
+  // no body; the request listener refuses it instead, in JSON.
+  const options = { IncomingMessage: app.IncomingMessage, ServerResponse: app.ServerResponse, requireHostHeader: false };
+  const server = http.createServer(options, (req, res) => {
     // A request that arrives during the drain is answered and its connection closed after it.
     if (draining) res.shouldKeepAlive = false;
+    if (req.httpVersion === '1.1' && req.headers.host === undefined) {
+      res.shouldKeepAlive = false;
+      return sendError(res, new ApiError('bad_request', 'An HTTP/1.1 request carries a Host header (RFC 9112, section 3.2).'));
+    }
     app.handle(req, res);
   });
   server.keepAliveTimeout = 65_000;
   server.on('clientError', answerClientError);
+  // Node answers an Expect it does not know (anything but 100-continue) with a bare 417, and a
+  // CONNECT by closing the socket; both get a JSON answer here. The connection closes after either:
+  // a body the client sends behind the refused Expect would otherwise be read as the next request.
+  server.on('checkExpectation', (_req: http.IncomingMessage, res: http.ServerResponse) => {
+    res.shouldKeepAlive = false;
+    sendError(res, new ApiError('expectation_failed', 'The only Expect this cell answers is 100-continue.'));
+  });
+  server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
+    endWithJson(socket, 400, 'Bad Request', 'bad_request', 'This cell is not a proxy: CONNECT is not served.');
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, resolve);
@@ -123,6 +142,11 @@ function answerClientError(err: Error & { code?: string }, socket: Duplex): void
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? [408, 'Request Timeout', 'request_timeout', 'The request did not arrive in time.']
         : [400, 'Bad Request', 'bad_request', 'The request is not valid HTTP/1.1.'];
+  endWithJson(socket, status, reason, code, message);
+}
+
+/** A JSON error written straight to a socket no response object owns, and the connection closed. */
+function endWithJson(socket: Duplex, status: number, reason: string, code: string, message: string): void {
   const body = JSON.stringify({ error: code, message });
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +

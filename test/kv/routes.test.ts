@@ -198,18 +198,52 @@ describe('odd paths', () => {
     expect((await h.call('GET', '/api/v1/kv/g/head')).status).toBe(200);
   });
 
-  test('a request node cannot parse (a raw non-ASCII byte in the path) is 400 with a JSON body', async () => {
+  /** Bytes written on a fresh socket, and everything the server sent until it closed the connection. */
+  function rawExchange(bytes: string): Promise<string> {
     const { port } = new URL(h.url);
-    const raw = await new Promise<string>((resolve, reject) => {
-      const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(Buffer.from('GET /api/v1/kv/g/\xe9 HTTP/1.1\r\nHost: x\r\n\r\n', 'latin1')));
+    return new Promise<string>((resolve, reject) => {
+      const socket = net.connect(Number(port), '127.0.0.1', () => socket.write(Buffer.from(bytes, 'latin1')));
       let text = '';
       socket.on('data', (d) => (text += d.toString('utf8')));
       socket.on('end', () => resolve(text));
       socket.on('error', reject);
     });
-    expect(raw).toMatch(/^HTTP\/1\.1 400 /);
-    expect(raw).toMatch(/\r\nContent-Type: application\/json/i);
-    expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toMatchObject({ error: 'bad_request', message: expect.any(String) });
+  }
+
+  /** The one answer of a raw exchange: its status line must be `status`, its body JSON with this code. */
+  function expectRawError(answer: string, status: number, code: string): { error: string; message: string } {
+    expect(answer).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+    expect(answer).toMatch(/\r\nContent-Type: application\/json/i);
+    const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4));
+    expect(body).toMatchObject({ error: code, message: expect.any(String) });
+    return body;
+  }
+
+  test('a request node cannot parse (a raw non-ASCII byte in the path) is 400 with a JSON body', async () => {
+    expectRawError(await rawExchange('GET /api/v1/kv/g/\xe9 HTTP/1.1\r\nHost: x\r\n\r\n'), 400, 'bad_request');
+  });
+
+  test('an HTTP/1.1 request without Host is 400 bad_request with a JSON body (node alone sends an empty one)', async () => {
+    const raw = await rawExchange('GET /api/v1/kv/g/head HTTP/1.1\r\n\r\n');
+    expect(expectRawError(raw, 400, 'bad_request').message).toMatch(/Host/);
+    // HTTP/1.0 has no Host requirement: the same read is answered.
+    expect(await rawExchange('GET /api/v1/kv/g/head HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
+  });
+
+  test('an Expect other than 100-continue is 417 expectation_failed JSON, and the write does not happen', async () => {
+    const body = '{"value":1,"forever":true}';
+    const head = `PUT /api/v1/kv/g/expect-header HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n`;
+    expectRawError(await rawExchange(`${head}Expect: 200-ok\r\n\r\n${body}`), 417, 'expectation_failed');
+    expect(await h.row('g', 'expect-header')).toBeNull();
+    // 100-continue is still honoured: the interim 100, then the write's answer.
+    const raw = await rawExchange(`${head}Expect: 100-continue\r\nConnection: close\r\n\r\n${body}`);
+    expect(raw).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
+    expect((await h.row('g', 'expect-header'))?.value).toBe(1);
+  });
+
+  test('CONNECT is 400 bad_request JSON (node alone closes the socket without a word)', async () => {
+    const body = expectRawError(await rawExchange('CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n'), 400, 'bad_request');
+    expect(body.message).toMatch(/CONNECT/);
   });
 
   test('a trailing slash is part of the key: a/ and a are two keys', async () => {
