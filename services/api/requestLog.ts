@@ -32,12 +32,16 @@ export function requestLog(log: Logger) {
     // 'close' comes once per response: after it is sent, or when the client went away first.
     res.once('close', () => {
       const path = pathOnly(url);
-      const failed = res.statusCode >= 500;
-      const level = failed ? 'error' : QUIET.has(path) ? 'debug' : 'info';
+      // A 503 is one of the documented refusals (a pause, the KV pool or the database unavailable,
+      // a drain), each with Retry-After: worth a warning, not the error line of a bug, which would
+      // page whoever alerts on errors once per call for as long as an operator's pause lasts.
+      const refused = res.statusCode === 503;
+      const failed = res.statusCode >= 500 && !refused;
+      const level = failed ? 'error' : refused ? 'warn' : QUIET.has(path) ? 'debug' : 'info';
       if (!log.isLevelEnabled(level)) return;
       const line = { req: { id, method: req.method, path }, res: { statusCode: res.statusCode }, responseTime: Date.now() - started };
       const completed = !req.readableAborted && res.writableFinished;
-      log[level](line, failed ? 'request errored' : completed ? 'request completed' : 'request aborted');
+      log[level](line, failed ? 'request errored' : refused ? 'request refused' : completed ? 'request completed' : 'request aborted');
     });
   };
 }

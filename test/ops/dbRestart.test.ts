@@ -108,8 +108,12 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
   await expectUnavailable(calls);
   const lp = await waiting;
   expect([lp.status, lp.body?.error]).toEqual([503, 'db_unavailable']);
-  // A database outage is not a bug of ours: nothing was answered or logged as one.
+  // A database outage is not a bug of ours: nothing was answered or logged as one. Each refusal's
+  // request line is a warning, never the error line of a 5xx bug.
   expect(linesSince(mark).filter((l) => l.msg === 'unhandled error answered as 500')).toEqual([]);
+  expect(linesSince(mark).filter((l) => l.req && l.level >= 50)).toEqual([]);
+  const refusedLine = linesSince(mark).find((l) => l.msg === 'request refused' && l.req?.path === '/api/v1/kv/ns/k');
+  expect(refusedLine).toMatchObject({ level: 40, req: { method: 'GET' }, res: { statusCode: 503 } });
   expect(api!.child.exitCode).toBeNull();
 
   await startPg();
