@@ -26,6 +26,14 @@ export function createMetrics(register = new client.Registry()) {
       registers: r,
     }),
     kvRefusals: counter('queen_kv_refusals_total', 'KV and timer requests refused by a rung, a limit or the pool, by error code.', ['code'] as const),
+    // Every API answer a route or a guard wrote, by surface, status and error code ("" for a
+    // success): the message path's error rate, an outage (db_unavailable) or a bug (internal) in one
+    // family. Not counted: requests node's HTTP parser refuses before any route sees them.
+    httpResponses: counter(
+      'queen_http_responses_total',
+      'API answers by surface (kv, timers, transaction, log, system, probe, other), HTTP status and error code ("" for a success).',
+      ['surface', 'status', 'code'] as const,
+    ),
     kvPoolInUse: gauge('queen_kv_pool_in_use', 'Connections of the dedicated KV pool checked out now.'),
     kvPoolWaiting: gauge('queen_kv_pool_waiting', 'Requests waiting for a connection of the dedicated KV pool.'),
     // The message log (API): how many one-item pushes each push statement to a partition carried

@@ -40,7 +40,7 @@ export interface App {
 
 export function createApp(deps: AppDeps): App {
   const { config, pools, log, metrics, ops } = deps;
-  const logRequest = requestLog(log);
+  const logRequest = requestLog(log, metrics);
   const kv = kvRoutes({ config, kvPool: pools.kv, metrics, log, guards: ops.guards, logRequest });
   const push = pushRoute({ config, messagePool: pools.message, log, metrics, logRequest });
   const app = express();

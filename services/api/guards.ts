@@ -176,6 +176,8 @@ export class Guards {
 
   private answerEarly(res: ServerResponse, status: number, code: string, message: string, retryAfter: number): true {
     this.deps.metrics.kvRefusals.inc({ code });
+    // No request line for these (the flood's cheap exit), but the answer is counted like any other.
+    this.deps.metrics.httpResponses.inc({ surface: 'kv', status: String(status), code });
     const body = JSON.stringify({ error: code, message });
     res.writeHead(status, {
       'Content-Type': 'application/json; charset=utf-8',

@@ -101,7 +101,16 @@ export function notModified(req: IncomingMessage, etag: string): boolean {
   return wanted.trim() === '*' || wanted.split(',').some((tag) => tag.trim().replace(/^W\//, '') === etag);
 }
 
+/** The error code an answer carried, for the request line's metric (requestLog.ts). */
+export const ANSWERED_CODE = Symbol('queen.answeredCode');
+type Coded = ServerResponse & { [ANSWERED_CODE]?: string };
+
+export function answeredCode(res: ServerResponse): string {
+  return (res as Coded)[ANSWERED_CODE] ?? '';
+}
+
 export function sendError(res: ServerResponse, err: ApiError): void {
+  (res as Coded)[ANSWERED_CODE] = err.code;
   if (err.extra.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(err.extra.retryAfterSeconds));
   sendJsonText(res, err.status, JSON.stringify(err.body()));
 }

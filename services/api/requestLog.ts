@@ -9,6 +9,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../../shared/log';
+import type { Metrics } from '../../shared/metrics';
+import { answeredCode } from './http';
 
 /** An incoming id is kept when it is short and plain; anything else is replaced, never echoed. */
 const REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;
@@ -22,7 +24,18 @@ export function pathOnly(url: string | undefined): string {
 /** Probes and scrapes come every few seconds from the platform; they are debug, not traffic. */
 const QUIET = new Set(['/health', '/ready', '/metrics', '/metrics/prometheus']);
 
-export function requestLog(log: Logger) {
+const SURFACES = ['kv', 'timers', 'transaction', 'system'];
+
+/** The part of the API a path belongs to, the `surface` label of queen_http_responses_total: a closed set. */
+export function surfaceOf(path: string): string {
+  if (QUIET.has(path)) return 'probe';
+  if (!path.startsWith('/api/v1/')) return 'other';
+  const slash = path.indexOf('/', 8);
+  const first = path.slice(8, slash < 0 ? undefined : slash);
+  return SURFACES.includes(first) ? first : 'log';
+}
+
+export function requestLog(log: Logger, metrics: Metrics) {
   return (req: IncomingMessage, res: ServerResponse): void => {
     const incoming = req.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();
@@ -32,6 +45,7 @@ export function requestLog(log: Logger) {
     // 'close' comes once per response: after it is sent, or when the client went away first.
     res.once('close', () => {
       const path = pathOnly(url);
+      metrics.httpResponses.inc({ surface: surfaceOf(path), status: String(res.statusCode), code: answeredCode(res) });
       // A 503 is one of the documented refusals (a pause, the KV pool or the database unavailable,
       // a drain), each with Retry-After: worth a warning, not the error line of a bug, which would
       // page whoever alerts on errors once per call for as long as an operator's pause lasts.

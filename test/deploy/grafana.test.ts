@@ -58,7 +58,7 @@ test('the panels the operations seed asks for are there', () => {
     'queen_kv_ops_total', 'queen_kv_refusals_total', 'queen_kv_pool_in_use', 'queen_kv_pool_waiting',
     'queen_timers_due', 'queen_timers_oldest_late_seconds', 'queen_timers_fired_total',
     'queen_sweeper_cycle_seconds_bucket', 'queen_sweeper_batch_size', 'queen_sweeper_phase_suspended',
-    'queen_kv_timers_switch', 'queen_kv_expired_not_pruned', 'queen_kv_expiry_lag_seconds',
+    'queen_kv_timers_switch', 'queen_kv_expired_not_pruned', 'queen_kv_expiry_lag_seconds', 'queen_http_responses_total',
   ]) {
     expect(exprs).toContain(family);
   }

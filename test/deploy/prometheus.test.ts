@@ -51,6 +51,8 @@ test('the alerts cover what the seeds say to watch, each with a severity, a summ
     ['QueenTimersFireSwitchedOff', /queen_kv_timers_switch\{switch="timersFire"\}/],
     ['QueenKvUnavailableRefusals', /queen_kv_refusals_total\{code="kv_unavailable"\}/],
     ['QueenSweeperStopped', /queen_sweeper_cycles_total/],
+    ['QueenDatabaseUnavailable', /queen_http_responses_total\{code="db_unavailable"\}/],
+    ['QueenApiInternalErrors', /queen_http_responses_total\{code="internal"\}/],
   ];
   for (const [name, expr] of expectations) {
     expect(byName.get(name)?.expr).toMatch(expr);

@@ -106,6 +106,14 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
     ['GET', '/ready'],
   ];
   await expectUnavailable(calls);
+  // What QueenDatabaseUnavailable (deploy/prometheus/alerts.yml) reads: every refusal, counted by
+  // code across both workers, and served while the database is away.
+  const scraped = await fresh(port, 'GET', '/metrics');
+  const refusals = String(scraped.body)
+    .split('\n')
+    .filter((l) => l.startsWith('queen_http_responses_total{') && l.includes('code="db_unavailable"'))
+    .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+  expect(refusals).toBeGreaterThanOrEqual(2 * calls.length);
   const lp = await waiting;
   expect([lp.status, lp.body?.error]).toEqual([503, 'db_unavailable']);
   // A database outage is not a bug of ours: nothing was answered or logged as one. Each refusal's
