@@ -95,6 +95,8 @@ DECLARE
   v_max_batch INT := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
   v_min JSONB;
   v_max JSONB;
+  v_fields TEXT[];
+  v_unknown JSONB;
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
     PERFORM queen.fail_v1('kv_unknown_op', format('Operation %s is not a JSON object.', p_index), p_index);
@@ -119,6 +121,23 @@ BEGIN
       p_index, left(v_ns::text, 140)), p_index);
   END IF;
   v_out := jsonb_build_object('i', p_index, 'op', v_name, 'kind', v_kind, 'ns', v_ns);
+
+  -- A field the operation does not take is refused, never ignored: a misspelled `expect` (expct,
+  -- Expect) ignored is an unconditional write where a fence was meant, and nothing would say so.
+  -- v_fields: what SPEC section 3 gives each op; the fields after them are refused further down
+  -- with a sentence of their own (required on a read, expect on putIfAbsent and incr, value on incr).
+  v_fields := CASE v_name
+    WHEN 'get' THEN '{ns,key}' WHEN 'getMany' THEN '{ns,keys}' WHEN 'getPrefix' THEN '{ns,prefix,limit,after}'
+    WHEN 'put' THEN '{ns,key,value,ttlSeconds,forever,expect,required}'
+    WHEN 'putIfAbsent' THEN '{ns,key,value,ttlSeconds,forever,required}'
+    WHEN 'delete' THEN '{ns,key,expect,required}'
+    WHEN 'incr' THEN '{ns,key,delta,min,max,ttlSeconds,forever,required}' END;
+  v_unknown := p_op - v_fields - CASE v_kind WHEN 'incr' THEN '{op,value,expect}' WHEN 'put' THEN '{op,expect}' ELSE '{op,required}' END::text[];
+  IF v_unknown <> '{}'::jsonb THEN
+    PERFORM queen.fail_v1('kv_invalid_field', format(
+      'Operation %s (%s) has a field %s does not take: %s. Its fields are op, %s.', p_index, v_name, v_name,
+      (SELECT string_agg(left(f, 64), ', ' ORDER BY f) FROM jsonb_object_keys(v_unknown) f), array_to_string(v_fields, ', ')), p_index);
+  END IF;
 
   IF p_op ? 'required' AND jsonb_typeof(p_op->'required') <> 'boolean' THEN
     PERFORM queen.fail_v1('kv_invalid_field', format('Operation %s: required must be true or false.', p_index), p_index);

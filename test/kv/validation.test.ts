@@ -272,3 +272,50 @@ describe('the batch', () => {
     expect(await h.row('v', 'en')).toBeNull();
   });
 });
+
+describe('fields an operation does not take', () => {
+  test.each([['expct'], ['Expect'], ['expected'], ['ifVersion']])(
+    'a put whose fence is misspelled (%s) is 400 kv_invalid_field, never an unconditional write',
+    async (typo) => {
+      await h.batch([put({ key: 'fenced', value: 'first' })]);
+      const res = await h.batch([{ op: 'get', ns: 'v', key: 'x' }, put({ key: 'fenced', value: 'second', [typo]: 99 })]);
+      expectError(res, 400, 'kv_invalid_field', 1);
+      expect(res.body.message).toContain(typo);
+      expect(res.body.message).toMatch(/Its fields are op, ns, key, value, ttlSeconds, forever, expect, required\./);
+      expect((await h.row('v', 'fenced'))?.value).toBe('first');
+    },
+  );
+
+  test('a misspelled required on a delete is refused: nothing is deleted', async () => {
+    await h.batch([put({ key: 'kept' })]);
+    expectError(await h.batch([{ op: 'delete', ns: 'v', key: 'kept', requierd: true }]), 400, 'kv_invalid_field', 0);
+    expect(await h.row('v', 'kept')).not.toBeNull();
+  });
+
+  test.each([
+    [{ op: 'get', ns: 'v', key: 'k', ttlSeconds: 60 }, 'ttlSeconds'],
+    [{ op: 'getMany', ns: 'v', keys: ['k'], limit: 5 }, 'limit'],
+    [{ op: 'getPrefix', ns: 'v', prefix: 'k', key: 'k' }, 'key'],
+    [{ op: 'delete', ns: 'v', key: 'k', value: 1 }, 'value'],
+    [{ op: 'incr', ns: 'v', key: 'c', forever: true, step: 2 }, 'step'],
+    [{ op: 'putIfAbsent', ns: 'v', key: 'n', value: 1, forever: true, ttl: 60 }, 'ttl'],
+  ])('%j: a field another op takes, or none does, is 400 kv_invalid_field naming it', async (op, field) => {
+    const res = await h.batch([op]);
+    expectError(res, 400, 'kv_invalid_field', 0);
+    expect(res.body.message).toContain(`does not take: ${field}.`);
+  });
+
+  test('the path routes refuse the same way: a PUT body with a misspelled fence writes nothing', async () => {
+    const res = await h.call('PUT', '/api/v1/kv/v/path-fenced', { value: 1, forever: true, expct: 3 });
+    expectError(res, 400, 'kv_invalid_field');
+    expect(await h.row('v', 'path-fenced')).toBeNull();
+    expectError(await h.call('DELETE', '/api/v1/kv/v/path-fenced', { Expect: 3 }), 400, 'kv_invalid_field');
+  });
+
+  test('the fields that keep their own, more specific refusal still get it', async () => {
+    expectError(await h.batch([{ op: 'get', ns: 'v', key: 'k', required: true }]), 400, 'kv_invalid_field', 0);
+    expectError(await h.batch([{ op: 'putIfAbsent', ns: 'v', key: 'k', value: 1, forever: true, expect: 0 }]), 400, 'kv_expect_invalid', 0);
+    expectError(await h.batch([{ op: 'incr', ns: 'v', key: 'k', forever: true, expect: 1 }]), 400, 'kv_expect_invalid', 0);
+    expectError(await h.batch([{ op: 'incr', ns: 'v', key: 'k', forever: true, value: 1 }]), 400, 'kv_invalid_field', 0);
+  });
+});

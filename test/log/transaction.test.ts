@@ -202,6 +202,7 @@ describe('the KV rules are the same on the wire', () => {
     ['a key touched twice', [{ op: 'put', ns: 'wire-rules', key: 'd', value: 1, forever: true }, { op: 'get', ns: 'wire-rules', key: 'd' }], 'kv_duplicate_key'],
     ['a value over 64 KiB', [{ op: 'put', ns: 'wire-rules', key: 'big', value: 'x'.repeat(65535), forever: true }], 'kv_value_too_large'],
     ['a bad namespace', [{ op: 'get', ns: '.hidden', key: 'k' }], 'kv_invalid_namespace'],
+    ['a misspelled required (requried)', [{ op: 'putIfAbsent', ns: 'wire-rules', key: 'd', value: 1, forever: true, requried: true }], 'kv_invalid_field'],
   ];
   test.each(refusals)('%s: 400, nothing commits, the ack included', async (_name, kvOps, code) => {
     const m = await one(`wire-rules-${code}`);
