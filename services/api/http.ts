@@ -102,7 +102,7 @@ export function notModified(req: IncomingMessage, etag: string): boolean {
 }
 
 /** The error code an answer carried, for the request line's metric (requestLog.ts). */
-export const ANSWERED_CODE = Symbol('queen.answeredCode');
+const ANSWERED_CODE = Symbol('queen.answeredCode');
 type Coded = ServerResponse & { [ANSWERED_CODE]?: string };
 
 export function answeredCode(res: ServerResponse): string {
