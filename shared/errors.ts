@@ -64,6 +64,7 @@ const STATUS: Record<string, number> = {
   timers_invalid_limit: 400,
   timers_invalid_cursor: 400,
   timers_body_conflicts_with_path: 400,
+  timers_invalid_field: 400,
   tenant_required: 400,
   // The message log (sql/011_log_procs.sql) and the transaction wire.
   log_queue_required: 400,

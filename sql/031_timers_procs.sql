@@ -105,6 +105,7 @@ LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_max_payload BIGINT := coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536);
   v_kind TEXT;
+  v_fields TEXT[];
 BEGIN
   IF jsonb_typeof(p_op) IS DISTINCT FROM 'object' THEN
     PERFORM queen.fail_v1('timers_unknown_op', format('Operation %s must be an object with op.', p_index), p_index);
@@ -113,6 +114,15 @@ BEGIN
   IF v_kind IS NULL OR v_kind NOT IN ('schedule', 'cancel', 'reschedule') THEN
     PERFORM queen.fail_v1('timers_unknown_op',
       format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
+  END IF;
+  -- A field the operation does not take is refused, never ignored: a misspelled timerKey ignored
+  -- makes every retry of a schedule a new timer, each delivered (SPEC section 7 gives the fields).
+  v_fields := CASE v_kind WHEN 'schedule' THEN '{op,queue,partition,payload,deliverAt,delaySeconds,timerKey}'
+                          WHEN 'cancel' THEN '{op,timerId}' ELSE '{op,timerId,deliverAt,delaySeconds}' END;
+  IF (p_op - v_fields) <> '{}'::jsonb THEN
+    PERFORM queen.fail_v1('timers_invalid_field', format('Operation %s (%s) has a field %s does not take: %s. Its fields are %s.',
+      p_index, v_kind, v_kind, (SELECT string_agg(left(f, 64), ', ' ORDER BY f) FROM jsonb_object_keys(p_op - v_fields) f),
+      array_to_string(v_fields, ', ')), p_index);
   END IF;
   IF v_kind = 'cancel' THEN
     PERFORM queen.timers_uuid_v1(p_op -> 'timerId', p_index);
@@ -189,6 +199,7 @@ BEGIN
     -- AND stops at a false but not at a NULL, so no term below may raise on what an earlier one let through.
     IF jsonb_array_length(p_ops) = 1 AND jsonb_typeof(v_op) = 'object'
        AND v_op -> 'op' = '"schedule"'::jsonb
+       AND (v_op - '{op,queue,partition,payload,delaySeconds,timerKey}'::text[]) = '{}'::jsonb
        AND jsonb_typeof(v_op -> 'queue') = 'string' AND queen.name_ok_v1(v_op ->> 'queue')
        AND (NOT v_op ? 'partition' OR v_op -> 'partition' = 'null'::jsonb
             OR (jsonb_typeof(v_op -> 'partition') = 'string' AND queen.name_ok_v1(v_op ->> 'partition')))

@@ -183,6 +183,10 @@ test('refusals are 400s with their own codes', async () => {
     [{ queue: 'q', delaySeconds: 1 }, 'timers_payload_required'],
     [{ queue: 'q', payload: 'x'.repeat(300), delaySeconds: 1 }, 'timers_payload_too_large'],
     [{ queue: 'q', payload: 1, delaySeconds: 1, timerKey: '' }, 'timers_invalid_timer_key'],
+    // A misspelled timerKey would make every retry a new timer: refused, never ignored.
+    [{ queue: 'q', payload: 1, delaySeconds: 1, timer_key: 'order-1' }, 'timers_invalid_field'],
+    [{ queue: 'q', payload: 1, delaySeconds: 1, timerkey: 'order-1' }, 'timers_invalid_field'],
+    [{ queue: 'q', payload: 1, deliverAt: '2020-01-01T00:00:00Z', delay: 5 }, 'timers_invalid_field'],
     ['[1,2]', 'invalid_json'],
     ['{"queue":', 'invalid_json'],
   ];

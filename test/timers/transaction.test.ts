@@ -76,4 +76,7 @@ test('a bad timer operation is a 400 naming its code, and nothing beside it comm
   expect(pushed.rows[0].n).toBe(0);
   const unknown = await tx({ timers: [{ op: 'snooze', timerId: 'x' }] });
   expect([unknown.status, unknown.body.error]).toEqual([400, 'timers_unknown_op']);
+  // A field the op does not take (a cancel carrying a delay it would silently not apply).
+  const stray = await tx({ timers: [{ op: 'cancel', timerId: '00000000-0000-4000-8000-000000000000', delaySeconds: 60 }] });
+  expect([stray.status, stray.body.error, stray.body.index]).toEqual([400, 'timers_invalid_field', 0]);
 });
