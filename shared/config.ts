@@ -63,6 +63,8 @@ export interface Config {
   dataDir: string;
   embeddedPgPort: number;
   logLevel: string;
+  /** When set, every /api/v1/system/* route asks for `Authorization: Bearer <it>`. Never logged. */
+  adminToken: string | undefined;
   /** Variables the seeds retired; set, they do nothing and the boot log says so. */
   retiredVariablesSet: string[];
 }
@@ -161,6 +163,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
     embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
     logLevel,
+    adminToken: env.QUEEN_ADMIN_TOKEN?.trim() || undefined,
     retiredVariablesSet: retired,
   };
 }

@@ -94,6 +94,7 @@ const STATUS: Record<string, number> = {
   tx_unknown_operation: 400,
   tx_batch_too_large: 400,
   bad_request: 400,
+  unauthorized: 401,
   expectation_failed: 417,
   feature_gated: 403,
   // Rung 1 is 503 on a route and 403 inside the transaction wire (ApiError's `status` overrides).

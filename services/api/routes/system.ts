@@ -1,6 +1,7 @@
 // The operator's surface: the kill switches (GET/POST /api/v1/system/kv-timers) and the numbers an
 // operator, or a proxy summing a storage quota, needs (GET /api/v1/system/cluster).
-import { Router } from 'express';
+import { timingSafeEqual } from 'node:crypto';
+import { NextFunction, Request, Response, Router } from 'express';
 import type { Pool } from 'pg';
 import type { Config } from '../../../shared/config';
 import { ApiError } from '../../../shared/errors';
@@ -31,8 +32,26 @@ function parseFlip(text: string): Partial<SwitchState> {
   return change;
 }
 
+/**
+ * With QUEEN_ADMIN_TOKEN set, the operator's surface answers only `Authorization: Bearer <token>`:
+ * a kill switch pauses KV for every tenant, and /cluster lists every tenant's usage. Compared in
+ * constant time; a wrong or missing token is 401 and changes nothing.
+ */
+function requireAdmin(token: string | undefined) {
+  const expected = token === undefined ? undefined : Buffer.from(token);
+  return (req: Request, res: Response, next: NextFunction): void => {
+    if (expected === undefined) return next();
+    const header = req.headers.authorization ?? '';
+    const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
+    if (given.length === expected.length && timingSafeEqual(given, expected)) return next();
+    res.setHeader('WWW-Authenticate', 'Bearer realm="queen-system"');
+    next(new ApiError('unauthorized', 'The system routes need Authorization: Bearer <QUEEN_ADMIN_TOKEN>.'));
+  };
+}
+
 export function systemRoutes({ config, pool, switches }: SystemRouteDeps): Router {
   const router = Router();
+  router.use('/api/v1/system', requireAdmin(config.adminToken));
 
   // The state in force in this worker, and a fresh read of the rows the rest of the cell follows.
   router.get('/api/v1/system/kv-timers', async (_req, res) => {
