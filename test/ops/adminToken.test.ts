@@ -38,6 +38,9 @@ describe('with QUEEN_ADMIN_TOKEN set', () => {
     const on = await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: true }, bearer(TOKEN));
     expect([on.status, on.body.kv]).toEqual([200, true]);
     expect((await call(api.url, 'GET', '/api/v1/system/cluster', undefined, bearer(TOKEN))).status).toBe(200);
+    // The scheme is case-insensitive, the token is not.
+    expect((await call(api.url, 'GET', '/api/v1/system/kv-timers', undefined, { authorization: `bearer ${TOKEN}` })).status).toBe(200);
+    expect((await call(api.url, 'GET', '/api/v1/system/kv-timers', undefined, bearer(TOKEN.toUpperCase()))).status).toBe(401);
     expect((await call(api.url, 'GET', '/api/v1/kv/admin/k')).status).toBe(200);
     expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'admin', payload: 1 }] })).status).toBe(200);
     expect((await call(api.url, 'GET', '/metrics')).status).toBe(200);

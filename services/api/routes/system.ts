@@ -42,7 +42,8 @@ function requireAdmin(token: string | undefined) {
   return (req: Request, res: Response, next: NextFunction): void => {
     if (expected === undefined) return next();
     const header = req.headers.authorization ?? '';
-    const given = Buffer.from(header.startsWith('Bearer ') ? header.slice(7) : '');
+    // The scheme is case-insensitive (RFC 9110, section 11.1); the token is not.
+    const given = Buffer.from(/^bearer /i.test(header) ? header.slice(7) : '');
     if (given.length === expected.length && timingSafeEqual(given, expected)) return next();
     res.setHeader('WWW-Authenticate', 'Bearer realm="queen-system"');
     next(new ApiError('unauthorized', 'The system routes need Authorization: Bearer <QUEEN_ADMIN_TOKEN>.'));
