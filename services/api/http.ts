@@ -67,6 +67,9 @@ export function refuseNul(value: string | null | undefined, code: string, messag
   if (value != null && value.includes('\u0000')) throw new ApiError(code, message);
 }
 
+/** The name rule of namespaces, queues, partitions and groups, worded as queen.name_ok_v1's refusals word it. */
+export const nameRule = (what: string) => `${what} is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.`;
+
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { until } from '../support/sweeper';
-import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
+import { allInOneEnv, fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
 let api: Spawned | undefined;
@@ -24,15 +24,7 @@ afterAll(async () => {
 
 test('an embedded PostgreSQL killed under the cell is logged, started again, and the cell serves again', async () => {
   const port = await freePort();
-  api = spawnApi({
-    PORT: String(port),
-    QUEEN_WORKERS: '1',
-    DB_POOL_SIZE: '10',
-    QUEEN_DATA_DIR: path.join(root, 'pg'),
-    QUEEN_EMBEDDED_PG_PORT: String(await freePort()),
-    QUEEN_SWEEPER_METRICS_PORT: '0',
-    QUEEN_SWEEPER_INTERVAL_MS: '100',
-  });
+  api = spawnApi({ ...(await allInOneEnv(root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
   await untilHealthy(api, port);
   const before = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] });
   expect(before.status).toBe(200);

@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { until } from '../support/sweeper';
-import { fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
+import { allInOneEnv, fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
 
 let root: string;
 const apis: Spawned[] = [];
@@ -36,14 +36,7 @@ afterAll(async () => {
 
 test('after the main process is SIGKILLed, its sweeper stops and the next start takes the data folder back', async () => {
   const port = await freePort();
-  const env = {
-    PORT: String(port),
-    QUEEN_WORKERS: '1',
-    DB_POOL_SIZE: '10',
-    QUEEN_DATA_DIR: path.join(root, 'pg'),
-    QUEEN_EMBEDDED_PG_PORT: String(await freePort()),
-    QUEEN_SWEEPER_METRICS_PORT: '0',
-  };
+  const env = await allInOneEnv(root, port);
   const first = spawnApi(env);
   apis.push(first);
   await untilHealthy(first, port);

@@ -3,6 +3,7 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import http from 'node:http';
 import path from 'node:path';
+import { freePort } from '../../shared/embeddedPostgres';
 
 export const MAIN = path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js');
 
@@ -36,6 +37,21 @@ export function spawnApi(env: Record<string, string>): Spawned {
       await exited;
       clearTimeout(timer);
     },
+  };
+}
+
+/**
+ * The environment of an all-in-one start (`npm start`: no DATABASE_URL, so its own embedded
+ * PostgreSQL and one sweeper) on `port`, with its data under `root` and free ports for the rest.
+ */
+export async function allInOneEnv(root: string, port: number): Promise<Record<string, string>> {
+  return {
+    PORT: String(port),
+    QUEEN_WORKERS: '1',
+    DB_POOL_SIZE: '10',
+    QUEEN_DATA_DIR: path.join(root, 'pg'),
+    QUEEN_EMBEDDED_PG_PORT: String(await freePort()),
+    QUEEN_SWEEPER_METRICS_PORT: '0',
   };
 }
 

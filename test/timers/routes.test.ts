@@ -195,28 +195,25 @@ test('refusals are 400s with their own codes', async () => {
     expect({ body, status: res.status, error: res.body?.error }).toEqual({ body, status: 400, error: code });
     expect(typeof res.body.message).toBe('string');
   }
-  const badId = await call(api.url, 'DELETE', '/api/v1/timers/not-a-uuid');
-  expect([badId.status, badId.body.error]).toEqual([400, 'timers_invalid_timer_id']);
-  const badPeek = await call(api.url, 'GET', '/api/v1/timers/123');
-  expect([badPeek.status, badPeek.body.error]).toEqual([400, 'timers_invalid_timer_id']);
-  const badLimit = await call(api.url, 'GET', '/api/v1/timers?limit=0');
-  expect([badLimit.status, badLimit.body.error]).toEqual([400, 'timers_invalid_limit']);
-  const badLimit2 = await call(api.url, 'GET', '/api/v1/timers?limit=ten');
-  expect([badLimit2.status, badLimit2.body.error]).toEqual([400, 'timers_invalid_limit']);
-  const badCursor = await call(api.url, 'GET', '/api/v1/timers?after=yesterday');
-  expect([badCursor.status, badCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
-  // %00 cannot be bound as PostgreSQL text: these were 400 invalid_json on a GET with no body.
-  const nulCursor = await call(api.url, 'GET', '/api/v1/timers?after=%00');
-  expect([nulCursor.status, nulCursor.body.error]).toEqual([400, 'timers_invalid_cursor']);
-  const nulQueue = await call(api.url, 'GET', '/api/v1/timers?queue=q%00');
-  expect([nulQueue.status, nulQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
-  // Like any name a schedule would refuse (it answered an empty page, as if no timer were pending).
-  const badQueue = await call(api.url, 'GET', '/api/v1/timers?queue=no%20spaces');
-  expect([badQueue.status, badQueue.body.error]).toEqual([400, 'timers_invalid_queue']);
-  const stray = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', { queue: 'x', delaySeconds: 1 });
-  expect([stray.status, stray.body.error]).toEqual([400, 'timers_body_conflicts_with_path']);
-  const noWhen = await call(api.url, 'POST', '/api/v1/timers/00000000-0000-4000-8000-000000000000/reschedule', {});
-  expect([noWhen.status, noWhen.body.error]).toEqual([400, 'timers_when_required']);
+  const AN_ID = '00000000-0000-4000-8000-000000000000';
+  const routeRefusals: Array<[string, string, unknown, string]> = [
+    ['DELETE', '/api/v1/timers/not-a-uuid', undefined, 'timers_invalid_timer_id'],
+    ['GET', '/api/v1/timers/123', undefined, 'timers_invalid_timer_id'],
+    ['GET', '/api/v1/timers?limit=0', undefined, 'timers_invalid_limit'],
+    ['GET', '/api/v1/timers?limit=ten', undefined, 'timers_invalid_limit'],
+    ['GET', '/api/v1/timers?after=yesterday', undefined, 'timers_invalid_cursor'],
+    // %00 cannot be bound as PostgreSQL text: these were 400 invalid_json on a GET with no body.
+    ['GET', '/api/v1/timers?after=%00', undefined, 'timers_invalid_cursor'],
+    ['GET', '/api/v1/timers?queue=q%00', undefined, 'timers_invalid_queue'],
+    // Like any name a schedule would refuse (it answered an empty page, as if no timer were pending).
+    ['GET', '/api/v1/timers?queue=no%20spaces', undefined, 'timers_invalid_queue'],
+    ['POST', `/api/v1/timers/${AN_ID}/reschedule`, { queue: 'x', delaySeconds: 1 }, 'timers_body_conflicts_with_path'],
+    ['POST', `/api/v1/timers/${AN_ID}/reschedule`, {}, 'timers_when_required'],
+  ];
+  for (const [method, path, body, code] of routeRefusals) {
+    const res = await call(api.url, method, path, body);
+    expect([method, path, res.status, res.body?.error]).toEqual([method, path, 400, code]);
+  }
   // The operator's ceilings are counted as refusals by a limit.
   expect(await refusals('timers_beyond_horizon')).toBe(horizonBefore + 1);
   expect(await refusals('timers_payload_too_large')).toBe(payloadBefore + 1);

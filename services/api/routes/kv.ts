@@ -16,7 +16,7 @@ import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../guards';
-import { answerWithBody, bodyText, isPlainObject, notModified, parseJson, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
@@ -73,10 +73,9 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
       'KV path routes take no query string: keys and prefixes in URLs end up in every access log on the way.',
     );
   }
-  // PostgreSQL's text cannot hold U+0000, so the SQL rule "no NUL" could never see it.
-  if (key.includes('\u0000')) throw new ApiError('kv_invalid_key', 'A key may not contain U+0000.');
-  // Nor can a namespace's %00 reach the namespace rule: without this it failed the bind, 400 invalid_json.
-  if (ns.includes('\u0000')) throw new ApiError('kv_invalid_namespace', NAMESPACE_RULE);
+  // PostgreSQL's text cannot hold U+0000, so the SQL rules could never see it (http.ts, refuseNul).
+  refuseNul(key, 'kv_invalid_key', 'A key may not contain U+0000.');
+  refuseNul(ns, 'kv_invalid_namespace', NAMESPACE_RULE);
   const text = bodyText(req);
   if (text.trim() === '') {
     if (requireObject) throw new ApiError('invalid_json', 'This route needs a JSON object body with at least value and an expiry.');
@@ -94,7 +93,7 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
   return { text, fields: body };
 }
 
-const NAMESPACE_RULE = 'A namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.';
+const NAMESPACE_RULE = nameRule('A namespace');
 
 /**
  * A NUL in a batch key or namespace is refused with the KV's own code; a NUL elsewhere fails the

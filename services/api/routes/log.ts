@@ -9,7 +9,7 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
-import { answerWithBody, bodyText, isPlainObject, notFound, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
@@ -46,9 +46,6 @@ function queryString(req: Request, name: string): string | undefined {
   }
   return v;
 }
-
-/** The log's name rule, worded as queen.log_name_ok_v1's refusals word it. */
-const NAME_RULE = (what: string) => `${what} is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.`;
 
 function wholeNumber(text: string | undefined, fallback: number, min: number, max: number, code: string, what: string): number {
   if (text === undefined || text === '') return fallback;
@@ -88,9 +85,9 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
     );
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
-    refuseNul(params.queue, 'log_invalid_queue', NAME_RULE('A queue name'));
-    refuseNul(params.partition, 'log_invalid_partition', NAME_RULE('A partition name'));
-    refuseNul(group, 'log_invalid_consumer_group', NAME_RULE('A consumer group'));
+    refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
+    refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
+    refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const values = [params.queue, params.partition ?? null, group, batch];
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,

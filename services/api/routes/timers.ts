@@ -16,7 +16,7 @@ import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
-import { bodyText, isPlainObject, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
+import { bodyText, isPlainObject, nameRule, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
 
 export interface TimerRouteDeps {
   config: Config;
@@ -82,7 +82,7 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     }
     const queue = queryString(req, 'queue');
     const after = queryString(req, 'after');
-    refuseNul(queue, 'timers_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.');
+    refuseNul(queue, 'timers_invalid_queue', nameRule('A queue name'));
     refuseNul(after, 'timers_invalid_cursor', 'after must be the next value of a previous page.');
     const { rows } = await pool.query({
       ...TIMERS_LIST,
