@@ -65,7 +65,7 @@ export interface Config {
   logLevel: string;
   /** When set, every /api/v1/system/* route asks for `Authorization: Bearer <it>`. Never logged. */
   adminToken: string | undefined;
-  /** Variables the seeds retired; set, they do nothing and the boot log says so. */
+  /** Variables retired by the kill switches; set, they do nothing and the boot log says so. */
   retiredVariablesSet: string[];
 }
 
@@ -101,7 +101,7 @@ function bool(env: Env, name: string, fallback: boolean): boolean {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
-/** The seeds' derivation: clamp(DB_POOL_SIZE / 10, 4, 32); 16 on the default 160. */
+/** The default derivation: clamp(DB_POOL_SIZE / 10, 4, 32); 16 on the default 160. */
 export function deriveKvPoolSize(dbPoolSize: number): number {
   return Math.min(32, Math.max(4, Math.floor(dbPoolSize / 10)));
 }

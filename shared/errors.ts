@@ -331,3 +331,8 @@ export function answerTooLarge(err: unknown): unknown {
 export function statusOf(code: string): number {
   return STATUS[code] ?? 500;
 }
+
+/** Every code and its status: what docs/errors.md must list (test/docs/docs.test.ts holds them together). */
+export function errorCodes(): ReadonlyArray<readonly [string, number]> {
+  return Object.entries(STATUS);
+}

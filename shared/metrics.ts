@@ -1,4 +1,4 @@
-// The Prometheus families of SPEC section 5, registered once per process and present from boot, so
+// The Prometheus families of docs/operations.md, registered once per process and present from boot, so
 // an alert can be written before the first key. Label sets are small and closed. The API and the
 // sweeper each create their own registry from this one definition; a family a process never moves
 // still reads 0 there, which is the truth.

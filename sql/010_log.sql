@@ -1,4 +1,4 @@
--- 010: the message log, minimal and real (SPEC section 6). Queues, their partitions, the messages,
+-- 010: the message log, minimal and real (docs/log-and-transactions.md). Queues, their partitions, the messages,
 -- and per (partition, consumer group) the cursor and the lease. The rules are in 011_log_procs.sql.
 --
 -- Decisions, briefly:

@@ -1,4 +1,4 @@
--- 011: the log's rules. Every route of SPEC section 6 and the transaction wire's `operations` call
+-- 011: the log's rules. Every log route and the transaction wire's `operations` call
 -- these; the timers sweeper fires a timer through queen.log_push_v1. TypeScript only carries JSON.
 --
 -- Errors: SQLSTATE QK400 with DETAIL {"code", "index"} (a bad request, the API's 400), and QK412

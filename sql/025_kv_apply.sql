@@ -124,7 +124,7 @@ BEGIN
 
   -- A field the operation does not take is refused, never ignored: a misspelled `expect` (expct,
   -- Expect) ignored is an unconditional write where a fence was meant, and nothing would say so.
-  -- v_fields: what SPEC section 3 gives each op; the fields after them are refused further down
+  -- v_fields: what docs/kv.md gives each op; the fields after them are refused further down
   -- with a sentence of their own (required on a read, expect on putIfAbsent and incr, value on incr).
   v_fields := CASE v_name
     WHEN 'get' THEN '{ns,key}' WHEN 'getMany' THEN '{ns,keys}' WHEN 'getPrefix' THEN '{ns,prefix,limit,after}'

@@ -116,7 +116,7 @@ BEGIN
       format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
   END IF;
   -- A field the operation does not take is refused, never ignored: a misspelled timerKey ignored
-  -- makes every retry of a schedule a new timer, each delivered (SPEC section 7 gives the fields).
+  -- makes every retry of a schedule a new timer, each delivered (docs/timers.md gives the fields).
   v_fields := CASE v_kind WHEN 'schedule' THEN '{op,queue,partition,payload,deliverAt,delaySeconds,timerKey}'
                           WHEN 'cancel' THEN '{op,timerId}' ELSE '{op,timerId,deliverAt,delaySeconds}' END;
   IF (p_op - v_fields) <> '{}'::jsonb THEN

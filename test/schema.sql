@@ -427,7 +427,7 @@ BEGIN
 
   -- A field the operation does not take is refused, never ignored: a misspelled `expect` (expct,
   -- Expect) ignored is an unconditional write where a fence was meant, and nothing would say so.
-  -- v_fields: what SPEC section 3 gives each op; the fields after them are refused further down
+  -- v_fields: what docs/kv.md gives each op; the fields after them are refused further down
   -- with a sentence of their own (required on a read, expect on putIfAbsent and incr, value on incr).
   v_fields := CASE v_name
     WHEN 'get' THEN '{ns,key}' WHEN 'getMany' THEN '{ns,keys}' WHEN 'getPrefix' THEN '{ns,prefix,limit,after}'
@@ -2023,7 +2023,7 @@ BEGIN
       format('Operation %s: op must be one of schedule, cancel, reschedule.', p_index), p_index);
   END IF;
   -- A field the operation does not take is refused, never ignored: a misspelled timerKey ignored
-  -- makes every retry of a schedule a new timer, each delivered (SPEC section 7 gives the fields).
+  -- makes every retry of a schedule a new timer, each delivered (docs/timers.md gives the fields).
   v_fields := CASE v_kind WHEN 'schedule' THEN '{op,queue,partition,payload,deliverAt,delaySeconds,timerKey}'
                           WHEN 'cancel' THEN '{op,timerId}' ELSE '{op,timerId,deliverAt,delaySeconds}' END;
   IF (p_op - v_fields) <> '{}'::jsonb THEN

@@ -1,6 +1,6 @@
 // The admission of every KV and timer-schedule call, in one place, so each route applies it with
 // one call and every route refuses in the same order. A refused call is told the outermost reason
-// (seeds: the one the caller can act on):
+// (the one the caller can act on):
 //
 //   1. the operator's kill switch     503 + Retry-After on a route, 403 inside /api/v1/transaction
 //   2. the tenant's grant             403 feature_gated (no row under grant mode, or granted=false),

@@ -96,7 +96,7 @@ export function sendJsonText(res: ServerResponse, status: number, text: string):
 
 /**
  * A GET whose If-None-Match names the ETag it would get: 304, no body. The ETag saves bandwidth,
- * never the read (seeds/kv-routes.md): the database was asked either way.
+ * never the read: the database was asked either way.
  */
 export function notModified(req: IncomingMessage, etag: string): boolean {
   const wanted = req.headers['if-none-match'];

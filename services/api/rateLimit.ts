@@ -1,4 +1,4 @@
-// Token buckets in the broker (seeds: "a defence that exists only in the proxy is not a defence of
+// Token buckets in the broker ("a defence that exists only in the proxy is not a defence of
 // the product"). Per tenant one bucket for reads and one for writes, plus one cell ceiling over all
 // KV operations, because N conforming tenants can add up to a non-conforming cell. One operation is
 // one token: a batch of n operations costs n.

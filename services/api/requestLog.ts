@@ -1,6 +1,6 @@
 // One line per request: id, method, path, status, time. Never the body, the query string or the
 // headers: `?prefix=quota:acme:` in an access log is exactly the leak the KV path routes refuse query
-// strings for (seeds/kv-routes.md), so the line carries the path up to the `?` only, on every route,
+// strings for, so the line carries the path up to the `?` only, on every route,
 // including the ones that refuse the query string.
 //
 // Built on pino directly rather than pino-http: pino-http makes two child loggers per request (their

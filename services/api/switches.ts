@@ -1,4 +1,4 @@
-// The runtime kill switches (SPEC section 4, seeds "KV and timers"). Read on every call, so the
+// The runtime kill switches (docs/operations.md). Read on every call, so the
 // state is a plain in-process object and reading it costs nothing. A flip lands in three places,
 // in this order, because an operator pulling a lever during an incident must not wait on a
 // database that may be the thing going wrong:
@@ -18,7 +18,7 @@
 //
 // A flip whose row could not be written (`mirrored: false`, typically because the database is the
 // thing going wrong) is pinned: it stays in force on this cell, on top of every later read of the
-// rows, until an operator flips that switch again here or the cell restarts (the seeds: "in force on
+// rows, until an operator flips that switch again here or the cell restarts ("in force on
 // this broker but will not survive a restart"). Without the pin, the re-read that follows the
 // listener's reconnect, once the database was back, silently undid a pause taken during the outage.
 // The primary keeps the pins too, and hands them to a worker it forks later (a replaced worker).

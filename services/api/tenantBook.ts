@@ -1,12 +1,12 @@
 // What this worker knows about each tenant's grant, limits and occupancy, kept in-process so that
 // no request pays a statement for it.
 //
-// This is NOT a value cache (the seeds forbid caching values). queen.kv_quota is configuration an
+// This is NOT a value cache (values are never cached: a stale idempotency marker performs an effect twice). queen.kv_quota is configuration an
 // operator writes by hand and queen.kv_usage is the sweeper's periodic measurement; both are read in
 // full every QUOTA_REFRESH_MS in the background, on the message pool, and the write path only
 // consults the copy. A grant or limit changed in the database is in force within one refresh.
 //
-// The occupancy quota is soft by construction (seeds: an exact counter would be a per-tenant row
+// The occupancy quota is soft by construction (an exact counter would be a per-tenant row
 // every write locks, in the outermost lock space). Blocking is immediate and local: the last
 // measurement plus this worker's own writes since it was taken. Releasing is slow and shared: only
 // a measurement taken after the block, below 90% of the limit, lifts it (hysteresis), so a tenant

@@ -1,5 +1,5 @@
 // The sweeper's answer to a slow database: shrink the batch, lengthen the sleep, and shed phases in
-// the fixed order of the seeds' shedding ladder: pruning first (its cost is disk alone, reads stay
+// the fixed order of the shedding ladder (docs/operations.md): pruning first (its cost is disk alone, reads stay
 // correct), the usage rollup second (quotas go stale: precision, not delivery). Firing is never
 // shed: under pressure the visible result is a rising fire lag, never a delivery that stopped.
 //

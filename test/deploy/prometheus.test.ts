@@ -41,7 +41,7 @@ test('alerts.yml: promtool check rules, and the unit tests in alerts.test.yml pa
   expect(tested.status).toBe(0);
 });
 
-test('the alerts cover what the seeds say to watch, each with a severity, a summary and a hold time', () => {
+test('the alerts cover the gauges docs/operations.md says to watch, each with a severity, a summary and a hold time', () => {
   const all = rules();
   const byName = new Map(all.map((r) => [r.alert, r]));
   const expectations: [string, RegExp][] = [

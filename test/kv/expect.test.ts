@@ -1,4 +1,4 @@
-// The expect matrix (SPEC section 3): absent / 0 / N against an absent, a live and an expired row,
+// The expect matrix (docs/kv.md): absent / 0 / N against an absent, a live and an expired row,
 // for put and delete. expect N never creates; a write that does not apply still answers the
 // current value and version so the loser needs no second round trip.
 import { startKv, KvHarness, expectError } from './harness';

@@ -5,7 +5,7 @@ import http from 'node:http';
 import { Client } from 'pg';
 import { startTestApi, TestApi, kv, call, JsonResponse } from '../support/api';
 
-// The per-tenant token buckets (SPEC section 4) would turn the load-shaped tests here into 429s;
+// The per-tenant token buckets (docs/operations.md) would turn the load-shaped tests here into 429s;
 // these suites test the store's rules, so the buckets are opened wide. The acquire timeout is long
 // because 2 shared cores under a concurrent test can queue a request for more than a second.
 const WIDE_OPEN: Record<string, string> = {
@@ -105,7 +105,7 @@ export function byteOrder(keys: string[]): string[] {
   return [...keys].sort((a, b) => Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8')));
 }
 
-/** An error answer as SPEC section 3 has it: JSON, a code, a sentence, never a stack trace. */
+/** An error answer as docs/errors.md has it: JSON, a code, a sentence, never a stack trace. */
 export function expectError(res: JsonResponse, status: number, code: string, index?: number): void {
   expect({ status: res.status, error: res.body?.error }).toEqual({ status, error: code });
   expect(res.headers.get('content-type')).toMatch(/^application\/json/);

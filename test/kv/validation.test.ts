@@ -1,4 +1,4 @@
-// Refusals at the boundary: every 400 code of SPEC section 3, its index, and the rule that a
+// Refusals at the boundary: every 400 code of the KV surface, its index, and the rule that a
 // refused call writes nothing. Errors are JSON with a code and a sentence, never HTML or a stack.
 import { startKv, KvHarness, expectError } from './harness';
 

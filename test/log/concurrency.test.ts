@@ -124,7 +124,7 @@ test('with zombies (consumers that stall past a 1 s lease), every message is sti
           committed.set(m.transactionId, id);
           count('ok');
         } else if (res.body.reason === 'kv_precondition') {
-          // Finished by someone else: the seeds' answer is a plain ack, which may itself be late.
+          // Finished by someone else: the documented answer is a plain ack, which may itself be late.
           count('kv_precondition');
           await call(api.url, 'POST', '/api/v1/ack', ackOf(m));
         } else {

@@ -1,4 +1,4 @@
-// What the log suites share: thin wrappers over the HTTP surface of SPEC section 6.
+// What the log suites share: thin wrappers over the log's HTTP surface.
 import { call, JsonResponse } from '../support/api';
 
 export interface Message {
@@ -67,7 +67,7 @@ export function transaction(base: string, body: Record<string, unknown>) {
   return call(base, 'POST', '/api/v1/transaction', body);
 }
 
-/** The seeds' `once`: putIfAbsent under the name of the question it answers, required. */
+/** The client's `once`: putIfAbsent under the name of the question it answers, required. */
 export function once(ns: string, key: string, value: unknown = true) {
   return { op: 'putIfAbsent', ns, key, value, ttlSeconds: 86400, required: true };
 }

@@ -1,4 +1,4 @@
-// The message log over HTTP (SPEC section 6): push dedup, pop and its leases, consumer groups,
+// The message log over HTTP (docs/log-and-transactions.md): push dedup, pop and its leases, consumer groups,
 // acks and their failure cases, failed-ack redelivery up to retryLimit then dead letter, long poll,
 // lease extend, and the shape refusals.
 import fs from 'node:fs';

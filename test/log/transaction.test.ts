@@ -1,5 +1,4 @@
-// The transaction wire (SPEC section 6, seeds/kv-state.md "The one thing a store on the side cannot
-// do"): the idempotency marker and the ack in one commit, over HTTP against the real database.
+// The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
 import { startTestApi, TestApi, call, kv } from '../support/api';
 import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
 
@@ -19,7 +18,7 @@ async function one(queue: string, payload: unknown = { order: 1 }, o: { transact
   return m;
 }
 
-describe('the seeds scenario', () => {
+describe('the once-marker scenario', () => {
   test('pop, then ack + once-marker in one bundle: both commit, and the message is not redelivered', async () => {
     const m = await one('charges', { order: 'o-1' });
     const res = await transaction(api.url, {

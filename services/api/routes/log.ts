@@ -1,4 +1,4 @@
-// The message log's routes (SPEC section 6): configure, push, pop (with long poll), ack, ack batch,
+// The message log's routes (docs/log-and-transactions.md): configure, push, pop (with long poll), ack, ack batch,
 // lease extend. Shapes at the boundary; the rules are in sql/011_log_procs.sql. The log uses the
 // message pool, never the dedicated KV pool.
 import { Router, Request, Response } from 'express';

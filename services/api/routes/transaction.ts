@@ -8,7 +8,7 @@
 //
 // Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
 //  - everything applied: {"ok": true, "results": [...]};
-//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of SPEC section 3
+//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of docs/kv.md
 //    with the winner's value and version;
 //  - an ack that cannot apply (lease expired or taken over, unknown message, already acked, not
 //    leased): nothing commits, not even an unconditional KV write beside it:

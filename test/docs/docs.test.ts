@@ -1,0 +1,68 @@
+// The documentation cannot drift from the code it describes: every error code is listed with its
+// status, every link resolves, and nothing points outside the repository (a clone has nothing else).
+import fs from 'node:fs';
+import path from 'node:path';
+import { errorCodes } from '../../shared/errors';
+
+const ROOT = path.resolve(__dirname, '../../..');
+const SKIP_DIRS = new Set(['node_modules', 'dist', '.git', '.queen']);
+
+function walk(dir: string, out: string[] = []): string[] {
+  for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+    if (SKIP_DIRS.has(entry.name)) continue;
+    const full = path.join(dir, entry.name);
+    if (entry.isDirectory()) walk(full, out);
+    else out.push(full);
+  }
+  return out;
+}
+
+const markdown = walk(ROOT).filter((f) => f.endsWith('.md'));
+const rel = (f: string) => path.relative(ROOT, f);
+
+test('docs/errors.md lists every error code with the status the code answers, and no code the table lacks', () => {
+  const text = fs.readFileSync(path.join(ROOT, 'docs/errors.md'), 'utf8');
+  const rows = new Map<string, number>();
+  for (const m of text.matchAll(/^\| `([a-z_]+)` \| (\d{3}) \|/gm)) rows.set(m[1], Number(m[2]));
+  const codes = new Map(errorCodes());
+  const missing = [...codes.keys()].filter((c) => !rows.has(c));
+  const unknown = [...rows.keys()].filter((c) => !codes.has(c));
+  const wrong = [...codes].filter(([c, s]) => rows.has(c) && rows.get(c) !== s).map(([c, s]) => `${c}: ${rows.get(c)} in the doc, ${s} in the code`);
+  expect({ missing, unknown, wrong }).toEqual({ missing: [], unknown: [], wrong: [] });
+});
+
+test('every relative link in the README, CONTRIBUTING and docs resolves to a file in the repository', () => {
+  expect(markdown.length).toBeGreaterThan(5);
+  const broken: string[] = [];
+  for (const file of markdown) {
+    const text = fs.readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      const target = m[1];
+      if (/^[a-z]+:/i.test(target) || target.startsWith('#')) continue;
+      const resolved = path.resolve(path.dirname(file), target.split('#')[0]);
+      if (!fs.existsSync(resolved)) broken.push(`${rel(file)} -> ${target}`);
+    }
+  }
+  expect(broken).toEqual([]);
+});
+
+test('the README is the front door: short, with the two set-up commands and a link to every page of docs/', () => {
+  const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+  expect(readme.split('\n').length).toBeLessThanOrEqual(250);
+  expect(readme).toContain('npm ci && npm start');
+  expect(readme).toContain('npm ci && npm test');
+  const pages = fs.readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md'));
+  expect(pages.filter((p) => !readme.includes(`(docs/${p})`))).toEqual([]);
+});
+
+test('nothing in the repository points at documents a clone does not have', () => {
+  const outside = /SPEC section|SPEC\.md|shared\/spec\/|STYLE\.md|\bseeds\b/i;
+  const text = /\.(ts|js|sql|md|ya?ml|json|sh|txt)$|(^|\/)(Procfile|run)$/;
+  const self = 'test/docs/docs.test.ts';
+  const offenders = walk(ROOT)
+    .filter((f) => text.test(f) && !f.endsWith('package-lock.json'))
+    .filter((f) => outside.test(fs.readFileSync(f, 'utf8')))
+    .map(rel)
+    .filter((f) => f !== self);
+  expect(offenders).toEqual([]);
+});
