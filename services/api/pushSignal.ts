@@ -3,10 +3,8 @@
 // A notification is a hint, never the truth: the pop that wakes asks the database again, and the
 // waiters also wake on a short interval, which covers what sends no notification (an expired lease,
 // a `failed` ack that released its partition) and a listener that lost its connection.
-import { Client } from 'pg';
+import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
-
-export const PUSH_CHANNEL = 'queen_log';
 
 export interface Armed {
   /** Resolves on a push to the queue, after `ms`, or when the signal closes; whichever comes first. */
@@ -15,15 +13,24 @@ export interface Armed {
 }
 
 export class PushSignal {
-  private client: Client | undefined;
-  private connecting: Promise<void> | undefined;
+  private readonly listener: Listener;
   private readonly waiters = new Map<string, Set<() => void>>();
   private closed = false;
 
-  constructor(
-    private readonly databaseUrl: string | undefined,
-    private readonly log: Logger,
-  ) {}
+  constructor(databaseUrl: string | undefined, log: Logger) {
+    // Connected on the first long poll, not at boot: a worker that never long-polls holds no
+    // LISTEN connection.
+    this.listener = new Listener({
+      connectionString: databaseUrl,
+      applicationName: 'queen-api-listen',
+      channels: [CHANNEL.log],
+      name: 'log',
+      log,
+      onNotification: (_channel, queue) => {
+        if (queue !== undefined) this.wake(queue);
+      },
+    });
+  }
 
   get isClosed(): boolean {
     return this.closed;
@@ -34,7 +41,8 @@ export class PushSignal {
    * and the wait still wakes it. Never throws: without a listener, the wait is a timed poll.
    */
   async arm(queue: string): Promise<Armed> {
-    await this.listen().catch((err) => this.log.warn({ err }, 'log: LISTEN unavailable, long polls fall back to short polling'));
+    // Without a listener (down, reconnecting) the wait is a timed poll.
+    await this.listener.start();
     let wake: () => void = () => undefined;
     let woken = false;
     const fired = new Promise<void>((resolve) => {
@@ -63,36 +71,6 @@ export class PushSignal {
     };
   }
 
-  private listen(): Promise<void> {
-    if (this.closed || this.client) return Promise.resolve();
-    this.connecting ??= (async () => {
-      const client = new Client({ connectionString: this.databaseUrl, application_name: 'queen-api-listen' });
-      client.on('notification', (msg) => {
-        if (msg.channel === PUSH_CHANNEL && msg.payload !== undefined) this.wake(msg.payload);
-      });
-      client.on('error', (err) => {
-        this.log.warn({ err }, 'log: LISTEN connection lost; reconnecting on the next long poll');
-        if (this.client === client) this.client = undefined;
-        client.end().catch(() => undefined);
-      });
-      try {
-        await client.connect();
-        await client.query(`LISTEN ${PUSH_CHANNEL}`);
-      } catch (err) {
-        await client.end().catch(() => undefined);
-        throw err;
-      }
-      if (this.closed) {
-        await client.end().catch(() => undefined);
-        return;
-      }
-      this.client = client;
-    })().finally(() => {
-      this.connecting = undefined;
-    });
-    return this.connecting;
-  }
-
   private wake(queue: string): void {
     const set = this.waiters.get(queue);
     if (!set) return;
@@ -104,9 +82,6 @@ export class PushSignal {
     this.closed = true;
     for (const set of this.waiters.values()) for (const wake of [...set]) wake();
     this.waiters.clear();
-    await this.connecting?.catch(() => undefined);
-    const client = this.client;
-    this.client = undefined;
-    await client?.end().catch(() => undefined);
+    await this.listener.close();
   }
 }

@@ -24,10 +24,11 @@
 // The primary keeps the pins too, and hands them to a worker it forks later (a replaced worker).
 import { randomBytes } from 'node:crypto';
 import cluster from 'node:cluster';
-import { Client, Pool } from 'pg';
+import type { Pool } from 'pg';
+import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { LISTEN_SWITCHES, SWITCHES_READ, SWITCHES_WRITE } from '../../shared/sql/system';
+import { SWITCHES_READ, SWITCHES_WRITE } from '../../shared/sql/system';
 
 export interface SwitchState {
   kv: boolean;
@@ -44,8 +45,6 @@ export const SWITCH_ROWS: Record<SwitchName, string> = {
   timersSchedule: 'timers_schedule_enabled',
   timersFire: 'timers_fire_enabled',
 };
-
-export const SWITCH_CHANNEL = 'queen_system_state';
 
 /** The IPC message a worker sends the primary, and the primary sends every worker. */
 export interface SwitchMessage {
@@ -177,12 +176,10 @@ export class Switches {
   private reading: Promise<void> | undefined;
   private readAgain = false;
   private announcementsHeard = 0;
-  private listener: Client | undefined;
-  private reconnectTimer: NodeJS.Timeout | undefined;
+  private readonly listener: Listener;
   private expiryTimer: NodeJS.Timeout | undefined;
   /** Tokens of the announcements heard lately, and when (see UNANNOUNCED_MS). */
   private readonly announced = new Map<string, number>();
-  private listenerLost = false;
   private closed = false;
   /** Flips sent to the primary, waiting for it to hand them back (it relays to every worker at once). */
   private readonly relaying = new Map<string, () => void>();
@@ -201,11 +198,29 @@ export class Switches {
 
   constructor(
     private readonly pool: Pool,
-    private readonly databaseUrl: string | undefined,
+    databaseUrl: string | undefined,
     private readonly log: Logger,
     private readonly metrics: Metrics,
   ) {
     this.publishGauges();
+    this.listener = new Listener({
+      connectionString: databaseUrl,
+      applicationName: 'queen-api-switches',
+      channels: [CHANNEL.systemState],
+      name: 'switches',
+      log,
+      onNotification: (_channel, payload) => {
+        const announcement = parseAnnouncement(payload);
+        if (announcement) return this.heard(announcement);
+        // Somebody wrote the rows by hand and said so: read them.
+        this.reload().catch((err) => this.log.warn({ err: String(err) }, 'switches: re-read after a notification failed'));
+      },
+      // A flip may have been announced while nobody listened (a reconnect): read the rows again.
+      onListening: async (afterLoss) => {
+        await this.reload();
+        if (afterLoss) this.log.info({ switches: this.snapshot() }, 'switches: listening on queen_system_state again; rows re-read');
+      },
+    });
   }
 
   /** The hot path: a property read. */
@@ -241,17 +256,14 @@ export class Switches {
     await this.reload().catch((err) => this.log.warn({ err: String(err) }, 'switches: could not read queen.system_state at boot; all on'));
     await pins;
     this.pinsArrived = undefined;
-    await this.listen();
+    await this.listener.start();
   }
 
   async close(): Promise<void> {
     this.closed = true;
     if (cluster.isWorker) process.off('message', this.onIpc);
-    clearTimeout(this.reconnectTimer);
     clearTimeout(this.expiryTimer);
-    const client = this.listener;
-    this.listener = undefined;
-    await client?.end().catch(() => undefined);
+    await this.listener.close();
   }
 
   /** The operator's flip: here, then the siblings, then the rows. */
@@ -405,42 +417,6 @@ export class Switches {
 
   private publishGauges(): void {
     for (const name of SWITCH_NAMES) this.metrics.switchState.set({ switch: name }, this.state[name] ? 1 : 0);
-  }
-
-  private async listen(): Promise<void> {
-    if (this.closed) return;
-    const client = new Client({ connectionString: this.databaseUrl, application_name: 'queen-api-switches' });
-    const retry = () => {
-      if (this.closed || this.listener !== client) return;
-      this.listener = undefined;
-      client.end().catch(() => undefined);
-      this.listenerLost = true;
-      this.log.warn('switches: lost the queen_system_state listener; reconnecting in 1s');
-      this.reconnectTimer = setTimeout(() => void this.listen(), 1000);
-    };
-    client.on('error', retry);
-    client.on('end', retry);
-    client.on('notification', (n) => {
-      if (n.channel !== SWITCH_CHANNEL) return;
-      const announcement = parseAnnouncement(n.payload);
-      if (announcement) return this.heard(announcement);
-      // Somebody wrote the rows by hand and said so: read them.
-      this.reload().catch((err) => this.log.warn({ err: String(err) }, 'switches: re-read after a notification failed'));
-    });
-    this.listener = client;
-    try {
-      await client.connect();
-      await client.query(LISTEN_SWITCHES);
-      // A flip may have been announced while nobody listened (a reconnect): read the rows again.
-      await this.reload();
-      if (this.listenerLost) {
-        this.listenerLost = false;
-        this.log.info({ switches: this.snapshot() }, 'switches: listening on queen_system_state again; rows re-read');
-      }
-    } catch (err) {
-      this.log.warn({ err: String(err) }, 'switches: could not LISTEN on queen_system_state');
-      retry();
-    }
   }
 }
 

@@ -11,10 +11,10 @@
 import { EventEmitter } from 'node:events';
 import os from 'node:os';
 import crypto from 'node:crypto';
-import { Client, Pool } from 'pg';
+import type { Pool } from 'pg';
+import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { SYSTEM_STATE_CHANNEL } from '../../shared/sql/sweeper';
 import { PassResult, readGauges, rollupUsage, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
@@ -29,9 +29,6 @@ const GAUGE_INTERVAL_MS = 1000;
 export const MIN_SLEEP_MS = 25;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
-/** Between attempts to get the LISTEN connection back. */
-const LISTEN_RETRY_MS = 1000;
-const LISTEN_CONNECT_TIMEOUT_MS = 5000;
 
 export interface SweeperOptions {
   pool: Pool;
@@ -69,10 +66,8 @@ export class Sweeper extends EventEmitter {
   private stopping = false;
   private loop: Promise<void> | undefined;
   private wakeSleep: (() => void) | undefined;
-  private listener: Client | undefined;
-  private listenRetry: NodeJS.Timeout | undefined;
-  /** Failed LISTEN attempts since the listener was last up (0 while it is up). */
-  private listenFailures = 0;
+  /** Wakes the loop on a switch flip; absent without a databaseUrl (the fresh read per cycle alone). */
+  private readonly listener: Listener | undefined;
   private cycles = 0;
   private inCycle = false;
   private lastUsageAt = 0;
@@ -86,6 +81,21 @@ export class Sweeper extends EventEmitter {
     this.shardsPerPass = o.shardsPerPass ?? DEFAULT_SHARDS_PER_PASS;
     this.pressure = new Pressure(o.batch, o.intervalMs, o.slowPassMs ?? DEFAULT_SLOW_PASS_MS);
     this.publishPressure();
+    if (o.databaseUrl) {
+      this.listener = new Listener({
+        connectionString: o.databaseUrl,
+        applicationName: 'queen-sweeper-listen',
+        channels: [CHANNEL.systemState],
+        name: 'sweeper',
+        log: o.log,
+        onNotification: () => this.wake(),
+        // LISTEN for switch flips, so turning timersFire back on drains at once rather than after a
+        // sleep. Back after a loss, a flip may have been missed: cycle now.
+        onListening: (afterLoss) => {
+          if (afterLoss) this.wake();
+        },
+      });
+    }
   }
 
   start(): this {
@@ -96,12 +106,9 @@ export class Sweeper extends EventEmitter {
   /** Stops claiming; the pass in flight finishes and commits; resolves when the loop has ended. */
   async stop(): Promise<void> {
     this.stopping = true;
-    clearTimeout(this.listenRetry);
     this.wakeSleep?.();
     await this.loop;
-    const listener = this.listener;
-    this.listener = undefined;
-    await listener?.end().catch(() => undefined);
+    await this.listener?.close();
   }
 
   /** Ends the sleep now (a switch flip, a test that has just scheduled work). */
@@ -120,7 +127,7 @@ export class Sweeper extends EventEmitter {
   }
 
   private async run(): Promise<void> {
-    await this.listen();
+    await this.listener?.start();
     while (!this.stopping) {
       let sleepMs = this.pressure.sleepMs;
       this.inCycle = true;
@@ -247,57 +254,5 @@ export class Sweeper extends EventEmitter {
       const timer = setTimeout(done, ms);
       this.wakeSleep = done;
     });
-  }
-
-  /**
-   * LISTEN for switch flips, so turning timersFire back on drains at once rather than after a sleep.
-   * A lost connection (PostgreSQL restarted) is reconnected every LISTEN_RETRY_MS: without that, a
-   * sweeper that had lived through a restart slept its whole interval after every later flip. A
-   * reconnect wakes the loop, since a flip announced while nobody listened was never heard.
-   */
-  private async listen(): Promise<void> {
-    if (!this.o.databaseUrl || this.stopping) return;
-    const client = new Client({
-      connectionString: this.o.databaseUrl,
-      application_name: 'queen-sweeper-listen',
-      // A server that takes the TCP connection but never answers must not hold the retry forever.
-      connectionTimeoutMillis: LISTEN_CONNECT_TIMEOUT_MS,
-    });
-    let lost = false;
-    const onLost = (err?: Error) => {
-      if (lost) return;
-      lost = true;
-      if (this.listener === client) this.listener = undefined;
-      client.end().catch(() => undefined);
-      if (this.stopping) return;
-      // One warning per outage; the retries are quiet until the listener is back.
-      if (this.listenFailures++ === 0) {
-        this.o.log.warn(
-          { err: err ? { message: err.message } : undefined, retryInMs: LISTEN_RETRY_MS },
-          'sweeper LISTEN connection lost; reconnecting (switch flips are seen at the next cycle meanwhile)',
-        );
-      }
-      this.listenRetry = setTimeout(() => void this.listen(), LISTEN_RETRY_MS);
-    };
-    client.on('error', onLost);
-    client.on('end', () => onLost());
-    client.on('notification', () => this.wake());
-    try {
-      await client.connect();
-      await client.query(`LISTEN ${SYSTEM_STATE_CHANNEL}`);
-    } catch (err) {
-      onLost(err as Error);
-      return;
-    }
-    if (this.stopping || lost) {
-      await client.end().catch(() => undefined);
-      return;
-    }
-    this.listener = client;
-    if (this.listenFailures > 0) {
-      this.o.log.info({ attempts: this.listenFailures }, 'sweeper LISTEN restored');
-      this.listenFailures = 0;
-      this.wake();
-    }
   }
 }

@@ -16,6 +16,3 @@ export const KV_USAGE_ROLLUP = {
   name: 'kv_usage_rollup_v1',
   text: `SELECT queen.kv_usage_rollup_v1() AS tenants`,
 };
-
-/** The channel an operator's switch flip is announced on (POST /api/v1/system/kv-timers). */
-export const SYSTEM_STATE_CHANNEL = 'queen_system_state';

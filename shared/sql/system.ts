@@ -2,9 +2,7 @@
 // in-process caches of queen.kv_quota (configuration) and queen.kv_usage (the sweeper's measurement).
 // Named, so each is planned once per connection; none of them runs on a request's path except the
 // two operator routes.
-
-/** A utility statement, so not a named one; the channel name is fixed. */
-export const LISTEN_SWITCHES = 'LISTEN queen_system_state';
+import { CHANNEL } from '../listener';
 
 /** The three switch rows. An absent row means on. */
 export const SWITCHES_READ = {
@@ -26,7 +24,7 @@ export const SWITCHES_WRITE = {
            ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at
            RETURNING key)
          SELECT count(*)::int AS written,
-                pg_notify('queen_system_state', jsonb_build_object('token', $2::text, 'rows', $1::jsonb)::text) AS notified
+                pg_notify('${CHANNEL.systemState}', jsonb_build_object('token', $2::text, 'rows', $1::jsonb)::text) AS notified
            FROM written`,
 };
 
