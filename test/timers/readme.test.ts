@@ -1,4 +1,4 @@
-// The README's timer flow, run as written (its curl lines, with the placeholders filled in), so the
+// The timer flow of docs/timers.md, run as written (its curl lines, with the placeholders filled in), so the
 // documentation cannot drift from the API: schedule with a timerKey, the same key again, peek,
 // list, reschedule, cancel.
 import fs from 'node:fs';
@@ -17,10 +17,10 @@ interface Curl {
   body?: string;
 }
 
-/** The curl lines of the README's "Timers and the sweeper" section, parsed. */
+/** The curl lines of docs/timers.md's first bash block, parsed. */
 function readmeCurls(): Curl[] {
-  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## Timers and the sweeper'));
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'docs', 'timers.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('# Timers and the sweeper'));
   const block = section.slice(section.indexOf('```bash') + 7, section.indexOf('```', section.indexOf('```bash') + 7));
   return block
     .split('\n')
@@ -33,7 +33,7 @@ function readmeCurls(): Curl[] {
     });
 }
 
-test('the README timer flow answers as the README says', async () => {
+test('the timer flow of docs/timers.md answers as the page says', async () => {
   const curls = readmeCurls();
   expect(curls.map((c) => c.method)).toEqual(['POST', 'GET', 'GET', 'POST', 'DELETE']);
   const [schedule, peek, list, reschedule, cancel] = curls;
