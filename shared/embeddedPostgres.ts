@@ -285,6 +285,8 @@ function run(cmd: string, args: string[], ids: { uid?: number; gid?: number }): 
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const { log, port } = options;
+  // First: without the binaries (a production install) nothing else is worth a line.
+  const native = binariesDir();
   const dataDir = reachableDataDir(options.dataDir, log);
   await stopOrphan(dataDir, log);
   // Before anything is written: a refused start leaves no data folder behind.
@@ -294,7 +296,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
         'Stop whatever holds it, set QUEEN_EMBEDDED_PG_PORT to a free port, or set DATABASE_URL.',
     );
   }
-  const bin = path.join(reachableBinaries(binariesDir()), 'bin');
+  const bin = path.join(reachableBinaries(native), 'bin');
   const ids: { uid?: number; gid?: number } = isRoot() ? postgresUser() : {};
 
   // Parents walkable (0755), the data folder private (0700) and, as root, owned by postgres.
