@@ -71,3 +71,16 @@ test('without DATABASE_URL it refuses (exit 1) instead of starting an embedded P
   expect(run.code).toBe(1);
   expect(run.lines[run.lines.length - 1].msg).toMatch(/DATABASE_URL is not set/);
 });
+
+test('sslmode=require against a server without TLS is refused at once, not waited for, and the line says so', async () => {
+  const db = await createTestDatabase({ empty: true });
+  try {
+    // The suite's server has no TLS: pg 8 never falls back to plain text when the URL asks for TLS.
+    const run = await migrate({ DATABASE_URL: `${db.url}?sslmode=require`, QUEEN_DB_BOOT_WAIT_MS: '60000' });
+    expect(run.code).toBe(1);
+    expect(run.lines.filter((l) => l.msg === 'database not reachable yet; waiting for it before booting')).toEqual([]);
+    expect(run.lines[run.lines.length - 1].msg).toMatch(/does not support SSL connections/);
+  } finally {
+    await db.drop();
+  }
+});
