@@ -1,15 +1,16 @@
-// TLS to the database, as docs/deploy.md describes it, against a PostgreSQL of this test's own with
-// ssl=on and a self-signed certificate (the shape of a managed database whose CA Node does not
-// know): pg 8 treats sslmode=require as verify-full, so the release command refuses the
-// certificate at once; no-verify (in the URL or as PGSSLMODE) connects encrypted; verify-full with
-// the certificate as sslrootcert connects.
+// A small managed database, as docs/deploy.md describes it, played by a PostgreSQL of this test's
+// own with ssl=on, a self-signed certificate (a CA Node does not know) and max_connections 20.
+// TLS: pg 8 treats sslmode=require as verify-full, so the release command refuses the certificate
+// at once; no-verify (in the URL or as PGSSLMODE) connects encrypted; verify-full with the
+// certificate as sslrootcert connects. Pool sizing: the defaults are refused with the documented
+// arithmetic (182 needed, 17 allowed) and the documented small-plan settings boot.
 import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
-import { REPO } from './processes';
+import { API_MAIN, REPO, spawnLogged } from './processes';
 
 const MIGRATE = path.join(REPO, 'dist', 'services', 'migrate.js');
 
@@ -100,4 +101,31 @@ test('sslmode=verify-full with the CA as sslrootcert connects', async () => {
   const url = `${pg!.url}?sslmode=verify-full&sslrootcert=${encodeURIComponent(cert)}`;
   expect((await migrate(url)).code).toBe(0);
   expect(await encrypted(url)).toBe(true);
+});
+
+test('pool sizing on 20 connections: the defaults are refused with the arithmetic, the small-plan settings boot', async () => {
+  const url = `${pg!.url}?sslmode=no-verify`;
+  const refused = spawnLogged(process.execPath, [API_MAIN], { DATABASE_URL: url, QUEEN_WORKERS: '1', PORT: '0', LOG_LEVEL: 'info' });
+  expect((await refused.exited).code).toBe(1);
+  const line = refused.lines[refused.lines.length - 1];
+  expect(line.level).toBe(60);
+  expect(line.msg).toContain('DB_POOL_SIZE: the pools need 182 connections but the server allows 17 (max_connections 20 less 3 reserved)');
+
+  const port = await freePort();
+  const small = spawnLogged(process.execPath, [API_MAIN], {
+    DATABASE_URL: url,
+    WEB_CONCURRENCY: '1',
+    DB_POOL_SIZE: '6',
+    QUEEN_KV_POOL_SIZE: '2',
+    PORT: String(port),
+    LOG_LEVEL: 'info',
+  });
+  try {
+    const config = await small.waitForLine((l) => l.msg === 'config: kv_timers', 'the API config line', 60_000);
+    expect(config).toMatchObject({ workers: 1, messagePoolPerWorker: 6, kvPoolPerWorker: 2 });
+    await small.waitForLine((l) => l.msg === 'API worker listening', 'API worker listening', 60_000);
+  } finally {
+    small.child.kill('SIGTERM');
+    await small.exited;
+  }
 });
