@@ -10,19 +10,24 @@ import { createLogger } from '../shared/log';
 async function main(): Promise<void> {
   const config = loadConfigOrExit('migrate');
   const log = createLogger('migrate', config.logLevel);
+  // The last line is the verdict a release log shows: written out before the exit, not lost with it.
+  const exit = (code: number) => {
+    setTimeout(() => process.exit(code), 2000);
+    log.flush(() => process.exit(code));
+  };
   if (!config.databaseUrl) {
     log.fatal('DATABASE_URL is not set: the release command applies the schema to the cell\'s PostgreSQL, so it needs its URL');
-    process.exit(1);
+    return exit(1);
   }
   const database = databaseTarget(config.databaseUrl);
   try {
     await applySchemaLogged(config, log);
   } catch (err) {
     log.fatal({ database, err: { message: (err as Error)?.message } }, `migrate: the schema could not be applied to ${database}: ${(err as Error)?.message ?? err}`);
-    process.exit(1);
+    return exit(1);
   }
   log.info({ database }, `migrate: the schema is applied to ${database}`);
-  process.exit(0);
+  exit(0);
 }
 
 void main();
