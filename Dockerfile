@@ -15,8 +15,7 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY shared ./shared
 COPY services ./services
-COPY test ./test
-COPY bench ./bench
+# The processes only: tsconfig's test/ and bench/ globs match nothing here, so they are not compiled.
 RUN npm run build
 
 # Runtime stage: production dependencies only, the compiled processes and the schema files.
