@@ -77,6 +77,16 @@ describe('the Dockerfile', () => {
   test('.dockerignore keeps installed, built and local files out of the build context', () => {
     const ignored = fs.readFileSync(path.join(REPO, '.dockerignore'), 'utf8').split('\n').map((l) => l.trim());
     for (const entry of ['node_modules', 'dist', '.git', '.queen', '.env']) expect(ignored).toContain(entry);
+    // Nothing a COPY from the context needs is left out of it.
+    const fromContext = dockerfile
+      .flatMap((st) => st.instructions)
+      .filter((i) => i.op === 'COPY' && !i.args.startsWith('--from='))
+      .flatMap((i) => i.args.split(/\s+/).slice(0, -1));
+    expect(fromContext.length).toBeGreaterThan(0);
+    for (const source of fromContext) {
+      expect(ignored).not.toContain(source);
+      expect(fs.existsSync(path.join(REPO, source))).toBe(true);
+    }
   });
 });
 
