@@ -106,6 +106,16 @@ export function deriveKvPoolSize(dbPoolSize: number): number {
   return Math.min(32, Math.max(4, Math.floor(dbPoolSize / 10)));
 }
 
+/**
+ * QUEEN_WORKERS unset: WEB_CONCURRENCY, the worker count Heroku (its Node.js buildpack sizes it to
+ * the dyno) and other Procfile platforms set, else one worker per CPU. QUEEN_WORKERS wins.
+ */
+function defaultWorkers(env: Env): number {
+  const cpus = Math.max(1, os.availableParallelism());
+  if (env.QUEEN_WORKERS !== undefined && env.QUEEN_WORKERS.trim() !== '') return cpus;
+  return int(env, 'WEB_CONCURRENCY', cpus, 1, 256);
+}
+
 export function loadConfig(env: Env = process.env): Config {
   const databaseUrl = env.DATABASE_URL?.trim() || undefined;
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
@@ -134,7 +144,7 @@ export function loadConfig(env: Env = process.env): Config {
   return {
     databaseUrl,
     port: int(env, 'PORT', DEFAULTS.port, 0, 65535),
-    workers: int(env, 'QUEEN_WORKERS', Math.max(1, os.availableParallelism()), 1, 256),
+    workers: int(env, 'QUEEN_WORKERS', defaultWorkers(env), 1, 256),
     dbPoolSize,
     kvPoolSize: int(env, 'QUEEN_KV_POOL_SIZE', deriveKvPoolSize(dbPoolSize), 1, 1000),
     kvAcquireTimeoutMs: int(env, 'QUEEN_KV_ACQUIRE_TIMEOUT_MS', DEFAULTS.kvAcquireTimeoutMs, 1, 600_000),

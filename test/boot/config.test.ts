@@ -52,3 +52,16 @@ test('the API process refuses to boot on a malformed variable, exits 1 and says 
   expect(line.variable).toBe('QUEEN_KV_STATEMENT_TIMEOUT_MS');
   expect(line.msg).toMatch(/QUEEN_KV_STATEMENT_TIMEOUT_MS: must be a whole number/);
 });
+
+test('WEB_CONCURRENCY (Heroku) is the worker count when QUEEN_WORKERS is unset; QUEEN_WORKERS wins; a bad one is named', () => {
+  expect(loadConfig({ WEB_CONCURRENCY: '3' }).workers).toBe(3);
+  expect(loadConfig({ WEB_CONCURRENCY: ' 5 ' }).workers).toBe(5);
+  expect(loadConfig({ WEB_CONCURRENCY: '3', QUEEN_WORKERS: '2' }).workers).toBe(2);
+  // Unused, it cannot stop the boot.
+  expect(loadConfig({ WEB_CONCURRENCY: 'lots', QUEEN_WORKERS: '2' }).workers).toBe(2);
+  expect(loadConfig({ WEB_CONCURRENCY: '' }).workers).toBe(loadConfig({}).workers);
+  for (const bad of ['lots', '0', '1.5']) {
+    expect(() => loadConfig({ WEB_CONCURRENCY: bad })).toThrow(ConfigError);
+    expect(() => loadConfig({ WEB_CONCURRENCY: bad })).toThrow(/WEB_CONCURRENCY/);
+  }
+});

@@ -1,6 +1,10 @@
 // deploy/k8s, read as the API server would read it: kinds and references that resolve, probes on
 // the paths the processes serve, a grace period longer than the drain, config from the ConfigMap
-// and the database URL from the Secret only. (No cluster here: structure, not scheduling.)
+// and the database URL from a Secret the kustomization never renders, pods the `restricted` Pod
+// Security Standard admits, the HPA alone owning the api's replica count, the release Job. Where
+// kubectl is installed, `kubectl kustomize deploy/k8s` must render and its output is checked too
+// (QUEEN_REQUIRE_KUBECTL=1 makes a missing kubectl a failure). No cluster here: structure, not scheduling.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
@@ -20,6 +24,15 @@ const find = (kind: string, name: string) => {
   if (!doc) throw new Error(`no ${kind} ${name} in deploy/k8s`);
   return doc;
 };
+const kustomization = () => docs.find((d) => d.kind === 'Kustomization')!;
+const procfileLine = (name: string) =>
+  fs.readFileSync(path.join(REPO, 'Procfile'), 'utf8').split('\n').find((l) => l.startsWith(`${name}:`))!.slice(name.length + 1).trim();
+/** Every workload with a pod template: the two Deployments and the migrate Job. */
+const WORKLOADS: [string, string][] = [
+  ['Deployment', 'api'],
+  ['Deployment', 'sweeper'],
+  ['Job', 'migrate'],
+];
 const configMap = () => find('ConfigMap', 'queen-config');
 
 test('the kustomization lists every manifest, and every manifest has an apiVersion, a kind and a name', () => {
@@ -36,10 +49,62 @@ test('the ConfigMap is a configuration the processes accept, without DATABASE_UR
   const data = configMap().data as Record<string, string>;
   expect(Object.values(data).every((v) => typeof v === 'string')).toBe(true);
   expect(data.DATABASE_URL).toBeUndefined();
-  const secret = find('Secret', 'queen-database');
-  expect(Object.keys(secret.stringData)).toEqual(['DATABASE_URL']);
-  const config = loadConfig({ ...data, DATABASE_URL: secret.stringData.DATABASE_URL });
+  const config = loadConfig({ ...data, DATABASE_URL: 'postgres://queen@db.example:5432/queen' });
   expect(config.workers).toBeGreaterThan(0);
+});
+
+test('no Secret is applied by apply -k: no manifest, no generator, no placeholder; the docs say how to create it', () => {
+  expect(docs.filter((d) => d.kind === 'Secret')).toEqual([]);
+  expect(kustomization().secretGenerator).toBeUndefined();
+  for (const d of docs) expect(d.text).not.toMatch(/CHANGE_ME/);
+  const deploy = fs.readFileSync(path.join(REPO, 'docs', 'deploy.md'), 'utf8');
+  expect(deploy).toContain(`kubectl -n ${kustomization().namespace} create secret generic queen-database --from-literal=DATABASE_URL=`);
+});
+
+test('the kustomization sets the namespace, which enforces the restricted Pod Security Standard, and the image', () => {
+  const k = kustomization();
+  expect(k.namespace).toBeTruthy();
+  const ns = find('Namespace', k.namespace);
+  expect(ns.metadata.labels['pod-security.kubernetes.io/enforce']).toBe('restricted');
+  // No manifest pins a namespace of its own.
+  for (const d of docs) expect(d.metadata?.namespace).toBeUndefined();
+  const version = JSON.parse(fs.readFileSync(path.join(REPO, 'package.json'), 'utf8')).version;
+  expect(k.images).toEqual([{ name: 'queen-kv', newName: expect.any(String), newTag: version }]);
+  for (const [kind, name] of WORKLOADS) {
+    for (const c of find(kind, name).spec.template.spec.containers) expect(c.image.split(':')[0]).toBe('queen-kv');
+  }
+});
+
+describe.each(WORKLOADS)('%s %s: a pod the restricted Pod Security Standard admits', (kind, name) => {
+  test('non-root, RuntimeDefault seccomp, no privilege escalation, no capabilities, a read-only root', () => {
+    const pod = find(kind, name).spec.template.spec;
+    expect(pod.securityContext.runAsNonRoot).toBe(true);
+    expect(pod.securityContext.runAsUser).toBeGreaterThan(0);
+    expect(pod.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
+    expect(pod.hostNetwork ?? false).toBe(false);
+    expect(pod.volumes ?? []).toEqual([]);
+    for (const c of pod.containers) {
+      expect(c.securityContext.allowPrivilegeEscalation).toBe(false);
+      expect(c.securityContext.capabilities.drop).toEqual(['ALL']);
+      expect(c.securityContext.capabilities.add ?? []).toEqual([]);
+      expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
+      expect(c.securityContext.privileged ?? false).toBe(false);
+    }
+  });
+});
+
+test('the migrate Job runs the Procfile release line once, bounded, with the cell\'s configuration', () => {
+  const job = find('Job', 'migrate');
+  const pod = job.spec.template.spec;
+  expect(pod.containers).toHaveLength(1);
+  expect(pod.containers[0].command.join(' ')).toBe(procfileLine('release'));
+  expect(pod.restartPolicy).toBe('Never');
+  expect(job.spec.backoffLimit).toBeGreaterThanOrEqual(0);
+  expect(job.spec.activeDeadlineSeconds).toBeGreaterThan(0);
+  expect(pod.containers[0].envFrom).toEqual([{ configMapRef: { name: 'queen-config' } }]);
+  expect(pod.containers[0].env).toEqual([{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: 'queen-database', key: 'DATABASE_URL' } } }]);
+  expect(pod.containers[0].resources.limits.memory).toBeTruthy();
+  expect(job.text).toContain('kubectl -n queen delete job migrate --ignore-not-found');
 });
 
 describe.each(['api', 'sweeper'])('Deployment %s', (name) => {
@@ -50,9 +115,20 @@ describe.each(['api', 'sweeper'])('Deployment %s', (name) => {
   test('selector matches its pod labels; the command is its Procfile line', () => {
     const d = deployment();
     for (const [k, v] of Object.entries(d.spec.selector.matchLabels)) expect(d.spec.template.metadata.labels[k]).toBe(v);
-    const procfile = fs.readFileSync(path.join(REPO, 'Procfile'), 'utf8');
-    const line = procfile.split('\n').find((l) => l.startsWith(name === 'api' ? 'web:' : 'sweeper:'))!;
-    expect(container().command.join(' ')).toBe(line.split(': ')[1]);
+    expect(container().command.join(' ')).toBe(procfileLine(name === 'api' ? 'web' : 'sweeper'));
+  });
+
+  test('replicas spread over zones and nodes, softly, by its own pod labels', () => {
+    const labels = deployment().spec.template.metadata.labels;
+    const spread = pod().topologySpreadConstraints as { topologyKey: string; whenUnsatisfiable: string; maxSkew: number; labelSelector: { matchLabels: Record<string, string> } }[];
+    expect(spread.map((c) => c.topologyKey).sort()).toEqual(['kubernetes.io/hostname', 'topology.kubernetes.io/zone']);
+    for (const c of spread) {
+      expect(c.maxSkew).toBe(1);
+      // Never a reason to leave a pod unscheduled (a one-zone cluster, a rollout's surge pod).
+      expect(c.whenUnsatisfiable).toBe('ScheduleAnyway');
+      expect(c.labelSelector.matchLabels).toEqual(deployment().spec.selector.matchLabels);
+      for (const [k, v] of Object.entries(c.labelSelector.matchLabels)) expect(labels[k]).toBe(v);
+    }
   });
 
   test('configuration from the ConfigMap, DATABASE_URL from the Secret and nowhere else', () => {
@@ -93,8 +169,10 @@ test('the api is served by a Service, protected by a PodDisruptionBudget and sca
   expect(service.spec.ports[0].targetPort).toBe('http');
   const pdb = find('PodDisruptionBudget', 'api');
   for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels)) expect(labels[k]).toBe(v);
-  expect(pdb.spec.maxUnavailable ?? 0).toBeLessThan(api.spec.replicas);
   const hpa = find('HorizontalPodAutoscaler', 'api');
+  expect(pdb.spec.maxUnavailable ?? 0).toBeLessThan(hpa.spec.minReplicas);
+  // The HPA alone owns the count: a replicas field would reset it at every apply.
+  expect(api.spec.replicas).toBeUndefined();
   expect(hpa.apiVersion).toBe('autoscaling/v2');
   expect(hpa.spec.scaleTargetRef).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: 'api' });
   expect(hpa.spec.minReplicas).toBeLessThanOrEqual(hpa.spec.maxReplicas);
@@ -102,15 +180,45 @@ test('the api is served by a Service, protected by a PodDisruptionBudget and sca
 
 test('the HPA ceiling fits the connection budget it documents', () => {
   const data = configMap().data;
-  const perPod = Number(data.DB_POOL_SIZE) + Number(data.QUEEN_KV_POOL_SIZE);
+  // Each worker's share of both pools plus its two LISTEN connections (services/api/main.ts).
+  const perPod = Number(data.DB_POOL_SIZE) + Number(data.QUEEN_KV_POOL_SIZE) + 2 * Number(data.QUEEN_WORKERS);
   const hpa = find('HorizontalPodAutoscaler', 'api');
   const documented = Number(/max_connections of at least (\d+)/.exec(hpa.text)![1]);
   const sweepers = find('Deployment', 'sweeper').spec.replicas;
-  expect(hpa.spec.maxReplicas * perPod + sweepers * 3).toBeLessThanOrEqual(documented);
+  // Sweepers hold 4 each, the migrate Job 1, the server reserves 3 for superusers.
+  expect(hpa.spec.maxReplicas * perPod + sweepers * 4 + 1 + 3).toBeLessThanOrEqual(documented);
 });
 
 test('the sweeper Deployment tells the operator it is leaderless and how to scale it', () => {
   const text = find('Deployment', 'sweeper').text;
   expect(text).toMatch(/LEADERLESS/);
-  expect(text).toContain('kubectl scale deploy/sweeper --replicas=N');
+  expect(text).toContain(`kubectl -n ${kustomization().namespace} scale deploy/sweeper --replicas=N`);
+});
+
+const KUBECTL = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8', timeout: 20_000 }).status === 0 ? 'kubectl' : undefined;
+
+test('kubectl kustomize deploy/k8s renders: every object in the namespace, the image set, no Secret', () => {
+  if (!KUBECTL) {
+    if (process.env.QUEEN_REQUIRE_KUBECTL === '1') throw new Error('QUEEN_REQUIRE_KUBECTL=1 but kubectl is not installed');
+    console.warn('kubectl is not installed: the rendering of deploy/k8s was not checked (the manifests were read as YAML above)');
+    return;
+  }
+  const r = spawnSync(KUBECTL, ['kustomize', DIR], { encoding: 'utf8', timeout: 60_000 });
+  expect(r.stderr).toBe('');
+  expect(r.status).toBe(0);
+  const rendered = parseAllDocuments(r.stdout).map((d) => d.toJS());
+  const k = kustomization();
+  expect(rendered.map((d) => `${d.kind}/${d.metadata.name}`).sort()).toEqual(
+    docs.filter((d) => d.kind !== 'Kustomization').map((d) => `${d.kind}/${d.metadata.name}`).sort(),
+  );
+  for (const d of rendered) {
+    if (d.kind === 'Namespace') expect(d.metadata.name).toBe(k.namespace);
+    else expect(d.metadata.namespace).toBe(k.namespace);
+  }
+  const image = `${k.images[0].newName}:${k.images[0].newTag}`;
+  for (const d of rendered.filter((x) => x.spec?.template?.spec)) {
+    for (const c of d.spec.template.spec.containers) expect(c.image).toBe(image);
+    expect(d.spec.template.spec.securityContext.seccompProfile).toEqual({ type: 'RuntimeDefault' });
+  }
+  expect(rendered.find((d) => d.kind === 'Deployment' && d.metadata.name === 'api').spec.replicas).toBeUndefined();
 });

@@ -1,5 +1,5 @@
-// The Procfile as Heroku-style platforms run it, through node-foreman's `nf start`: both lines
-// against one database, the API answering on $PORT, then stopped by the runner's PID.
+// The Procfile as Heroku-style platforms run it, through node-foreman's `nf start web=1,sweeper=1`:
+// both process lines against one database, the API answering on $PORT, then stopped by the runner's PID.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,9 +23,9 @@ afterAll(async () => {
   if (db) await db.drop();
 });
 
-test('the Procfile lists web and sweeper on the built output', () => {
+test('the Procfile lists the release command, web and sweeper on the built output', () => {
   const lines = fs.readFileSync(path.join(REPO, 'Procfile'), 'utf8').trim().split('\n');
-  expect(lines).toEqual(['web: node dist/services/api/main.js', 'sweeper: node dist/services/sweeper/main.js']);
+  expect(lines).toEqual(['release: node dist/services/migrate.js', 'web: node dist/services/api/main.js', 'sweeper: node dist/services/sweeper/main.js']);
 });
 
 test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SIGINT to nf stops everything', async () => {
@@ -39,8 +39,10 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
     envFile,
     [`DATABASE_URL=${db.url}`, 'QUEEN_WORKERS=2', 'DB_POOL_SIZE=8', `QUEEN_SWEEPER_METRICS_PORT=${sweeperMetricsPort}`, 'LOG_LEVEL=info', ''].join('\n'),
   );
-  // nf gives web.1 PORT=-p and the next process type PORT+100; the sweeper does not use PORT.
-  nf = spawnLogged(NF, ['start', '-j', 'Procfile', '-e', envFile, '-p', String(port), '--raw'], { HOME: envDir }, { group: true });
+  // nf gives the first process named PORT=-p and the next PORT+100; the sweeper does not use PORT.
+  // `release` is Heroku's phase, not a process: nf would run it as one (and take PORT for it), so
+  // the processes are named, as docs/deploy.md tells a Procfile user to.
+  nf = spawnLogged(NF, ['start', '-j', 'Procfile', '-e', envFile, '-p', String(port), '--raw', 'web=1,sweeper=1'], { HOME: envDir }, { group: true });
 
   const workers = await Promise.all([0, 1].map((i) => nf.waitForLine((l) => l.msg === 'API worker listening' && nf.lines.filter((x) => x.msg === 'API worker listening').length > i, `worker ${i + 1} listening`)));
   const sweeperConfig = await nf.waitForLine((l) => l.msg === 'config: sweeper', 'the sweeper config line');
