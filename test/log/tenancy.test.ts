@@ -184,7 +184,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     expect([a.payload, a.retryCount]).toEqual(['a', 0]);
   });
 
-  test('transaction: pushes dedupe per tenant; an ack of another tenant\'s message rolls the bundle back as an unknown one', async () => {
+  test('transaction: pushes dedupe per tenant; an ack of another tenant\'s message rolls the bundle back as an unknown one; kv and timers stay apart', async () => {
     const pushOp = (payload: string) => ({ operations: [{ type: 'push', items: [{ queue: 'txq', payload, transactionId: 'tx-same' }] }] });
     expect((await txAs(A, pushOp('a'))).body.results[0].items[0].status).toBe('queued');
     expect((await txAs(B, pushOp('b'))).body.results[0].items[0].status).toBe('queued');
@@ -205,6 +205,20 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     // Each acks its own inside a bundle.
     expect((await txAs(A, { operations: [{ type: 'ack', ...ack(a) }] })).body.ok).toBe(true);
     expect((await txAs(B, { operations: [{ type: 'ack', ...ack(b) }] })).body.ok).toBe(true);
+    // The wire's kv and timers arrays: a key and a timer of one tenant are absent for the other.
+    const put = await txAs(A, { kv: [{ op: 'put', ns: 'wire', key: 'k', value: 'a', forever: true }], timers: [{ op: 'schedule', queue: 'later', payload: 1, delaySeconds: 3600 }] });
+    expect(put.body.ok).toBe(true);
+    const timerId = put.body.results[1].timerId;
+    const probe = await txAs(B, { kv: [{ op: 'get', ns: 'wire', key: 'k' }], timers: [{ op: 'cancel', timerId }] });
+    expect(probe.body.results.map((r: { found?: boolean; cancelled?: boolean; reason?: string }) => [r.found, r.cancelled, r.reason])).toEqual([
+      [false, undefined, undefined],
+      [undefined, false, 'absent'],
+    ]);
+    const own = await txAs(A, { kv: [{ op: 'get', ns: 'wire', key: 'k' }], timers: [{ op: 'cancel', timerId }] });
+    expect(own.body.results.map((r: { value?: unknown; cancelled?: boolean }) => [r.value, r.cancelled])).toEqual([
+      ['a', undefined],
+      [undefined, true],
+    ]);
   });
 
   test('a timer fires into its own tenant\'s queue: the other tenant, with a queue of that name, never sees it', async () => {
