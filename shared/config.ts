@@ -131,6 +131,16 @@ export function loadConfig(env: Env = process.env): Config {
         'set QUEEN_KV_TRUSTED_PROXY=1 to affirm that a proxy in front sets that header and strips the client\'s.',
     );
   }
+  // Under tenancy every tenant reaches the API; /api/v1/system/* (the kill switches, every tenant's
+  // usage) must answer the operator only, so a tenancy cell without the token does not boot.
+  const adminToken = env.QUEEN_ADMIN_TOKEN?.trim() || undefined;
+  if (tenancyHeader && adminToken === undefined) {
+    throw new ConfigError(
+      'QUEEN_ADMIN_TOKEN',
+      'QUEEN_TENANCY_HEADER=1 lets every tenant reach this API, and without a token /api/v1/system/* (the kill switches, ' +
+        'every tenant\'s usage) answers any of them; set QUEEN_ADMIN_TOKEN to a secret the operator alone holds.',
+    );
+  }
   const logLevel = (env.LOG_LEVEL ?? 'info').trim().toLowerCase();
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(env.LOG_LEVEL)}.`);
@@ -173,7 +183,7 @@ export function loadConfig(env: Env = process.env): Config {
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
     embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
     logLevel,
-    adminToken: env.QUEEN_ADMIN_TOKEN?.trim() || undefined,
+    adminToken,
     retiredVariablesSet: retired,
   };
 }

@@ -71,6 +71,8 @@ const STATUS: Record<string, number> = {
   log_invalid_queue: 400,
   log_invalid_partition: 400,
   log_invalid_transaction_id: 400,
+  // `timer:` transactionIds are the sweeper's (a timer's fire); a client push with one is refused.
+  log_reserved_transaction_id: 400,
   log_items_required: 400,
   log_invalid_item: 400,
   log_invalid_options: 400,

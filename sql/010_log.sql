@@ -12,19 +12,64 @@
 --    cursor, the acks that arrived ahead of it, the lease. Its row lock is the partition-for-this-group
 --    lock: pop takes it with SKIP LOCKED, ack takes it and waits.
 --  * COLLATE "C" on every name: lock order and sorting identical on every host.
---  * Nothing here takes ACCESS EXCLUSIVE on an existing table at boot (CREATE ... IF NOT EXISTS only).
+--  * Nothing here takes ACCESS EXCLUSIVE on an existing table at boot (CREATE ... IF NOT EXISTS only),
+--    but once: the boot that first finds a queues table from before tenancy (below, bounded).
+--  * Tenancy: a queue belongs to a tenant; every procedure of 011 takes the tenant and finds a
+--    queue, partition, message or lease only through the tenant's own queues.
 
 CREATE TABLE IF NOT EXISTS queen.queues (
   id          UUID PRIMARY KEY DEFAULT gen_random_uuid(),
-  name        TEXT COLLATE "C" NOT NULL UNIQUE,
+  name        TEXT COLLATE "C" NOT NULL,
   -- Seconds a pop's lease lasts before the messages become available to the group again.
   lease_time  INTEGER NOT NULL DEFAULT 300 CHECK (lease_time > 0),
   -- Failed deliveries a message may take and still be redelivered; one more sets it aside (dead
   -- letter). A failed delivery is a `failed` ack, or a lease that expired holding it unacked.
   retry_limit INTEGER NOT NULL DEFAULT 3 CHECK (retry_limit >= 0),
   created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
-  updated_at  TIMESTAMPTZ NOT NULL DEFAULT now()
+  updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+  -- The tenant owning the queue, and through it its partitions, messages, consumer groups and dead
+  -- letters: a queue name, and a transactionId in it, is unique per tenant. Last, so a table that
+  -- predates tenancy gains it (below) and ends up column for column what a fresh one is. The
+  -- default is the cell's default tenant (shared/config.ts DEFAULT_TENANT), as on queen.kv.
+  tenant_id   UUID NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001',
+  CONSTRAINT queues_tenant_id_name_key UNIQUE (tenant_id, name)
 );
+
+-- A queues table from before tenancy (name alone unique): its rows become the default tenant's.
+-- Once in a cell's life, behind a catalog check. The lock: ACCESS EXCLUSIVE on queen.queues (ALTER
+-- TABLE), which every push, pop, ack and configure waits behind, held from here to this boot's
+-- commit: the rest of the apply, function definitions (100-210 ms measured on a shared 2-core
+-- machine, 2026-12-01), plus the unique index built over the queues rows (one per queue). ADD
+-- COLUMN with a constant default rewrites nothing (PostgreSQL 11 and later store it once). A lock
+-- request queues the traffic behind it while it waits, so each attempt waits at most 200 ms
+-- (lock_timeout), and a refused attempt is retried after a 100 ms pause that lets the queued traffic
+-- through, up to 50 times (about 15 s); then the boot fails, saying so, and nothing has changed.
+-- test/boot/schema.test.ts holds it to that.
+DO $$
+DECLARE
+  v_attempt INT := 0;
+  v_lock_timeout TEXT := current_setting('lock_timeout');
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'queen.queues'::regclass AND attname = 'tenant_id' AND NOT attisdropped) THEN
+    RETURN;
+  END IF;
+  LOOP
+    BEGIN
+      PERFORM set_config('lock_timeout', '200ms', true);
+      ALTER TABLE queen.queues ADD COLUMN tenant_id UUID NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001',
+        ADD CONSTRAINT queues_tenant_id_name_key UNIQUE (tenant_id, name),
+        DROP CONSTRAINT IF EXISTS queues_name_key;
+      EXIT;
+    EXCEPTION WHEN lock_not_available THEN
+      v_attempt := v_attempt + 1;
+      IF v_attempt >= 50 THEN
+        RAISE EXCEPTION 'queen.queues gains tenant_id once, under a brief ACCESS EXCLUSIVE lock, and 50 attempts of 200 ms each found it held; boot again when the transactions holding queen.queues have ended';
+      END IF;
+    END;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
+END $$;
 
 CREATE TABLE IF NOT EXISTS queen.partitions (
   id         UUID PRIMARY KEY DEFAULT gen_random_uuid(),

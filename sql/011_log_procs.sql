@@ -5,10 +5,29 @@
 -- with DETAIL {"failedIndex", "ackReason"} (an ack that failed inside the transaction wire: raising
 -- aborts the whole bundle, which is the point).
 --
+-- Tenancy: every entry point takes the tenant first and reaches queues, partitions, messages,
+-- consumer groups and leases only through that tenant's queues (queen.queues.tenant_id), so a
+-- partitionId, leaseId or transactionId of another tenant is answered exactly as an unknown one.
+-- The API passes the x-queen-tenant UUID under QUEEN_TENANCY_HEADER=1, else the default tenant;
+-- the sweeper's fire passes the timer's tenant.
+--
 -- Locks, inside the partitions/messages space (the last of shared/lockOrder.ts): partition rows
 -- (push) before partition_consumers rows (ack), each in ascending order, taken up front by
 -- queen.log_apply_v1 and queen.log_ack_batch_v1 so two bundles can never wait on each other in a
 -- circle. Pop takes one partition_consumers row with SKIP LOCKED and waits on nothing.
+
+-- The signatures from before tenancy, whose bodies found a queue by name alone. The entry points
+-- the API calls stay, as wrappers for the default tenant (at the end of this file), so an API of the
+-- previous release running beside this one keeps working until it is replaced; the rest go.
+DROP FUNCTION IF EXISTS queen.log_ensure_partition_v1(TEXT, TEXT);
+DROP FUNCTION IF EXISTS queen.log_push_v1(TEXT, TEXT, JSONB, TEXT);
+DROP FUNCTION IF EXISTS queen.log_push_items_v1(JSONB, INT);
+DROP FUNCTION IF EXISTS queen.log_lock_partitions_v1(JSONB);
+DROP FUNCTION IF EXISTS queen.log_lock_consumers_v1(JSONB[]);
+DROP FUNCTION IF EXISTS queen.log_ack_one_v1(JSONB, INT, BOOLEAN);
+DROP FUNCTION IF EXISTS queen.log_push_fast_many_v1(TEXT, TEXT, JSONB[], TEXT[]);
+DROP FUNCTION IF EXISTS queen.log_push_fast_v1(TEXT, TEXT, JSONB, TEXT);
+DROP FUNCTION IF EXISTS queen.log_push_one_fast_v1(JSONB);
 
 -- Queue, partition and consumer-group names: queen.name_ok_v1, and never NULL.
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name TEXT) RETURNS BOOLEAN
@@ -55,15 +74,29 @@ BEGIN
   END IF;
 END $$;
 
--- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
--- existing row, so the common case is two index probes and no lock.
-CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_queue TEXT, p_partition TEXT, OUT q_id UUID, OUT p_id UUID)
+-- What only a client push is refused: a transactionId starting with `timer:`. Those are the
+-- sweeper's: a timer fires as 'timer:' || timer_id (queen.timers_fire_v1), and a client push that
+-- took one first made the fire a silent duplicate, the timer's payload never delivered. Checked
+-- by the client's entry points (log_push_items_v1, log_apply_v1; the fast path declines such an
+-- id), never by log_push_v1, which the fire calls.
+CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id TEXT, p_index INT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
-  SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  IF starts_with(p_transaction_id, 'timer:') THEN
+    PERFORM queen.fail_v1('log_reserved_transaction_id', format(
+      'Item %s: transactionIds starting with timer: are reserved for the messages timers deliver; choose another.', p_index), p_index);
+  END IF;
+END $$;
+
+-- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
+-- existing row, so the common case is two index probes and no lock.
+CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, OUT q_id UUID, OUT p_id UUID)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   IF q_id IS NULL THEN
-    INSERT INTO queen.queues AS q (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
-    SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+    INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+    SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   END IF;
   SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
   IF p_id IS NULL THEN
@@ -72,13 +105,13 @@ BEGIN
   END IF;
 END $$;
 
--- THE push. Public interface (the timers sweeper fires a timer through it, with a transactionId
--- derived from the timer id): creates queue and partition on first use; a transactionId already in
+-- THE push. Public interface (the timers sweeper fires a timer through it, with the timer's tenant
+-- and a transactionId derived from the timer id): creates the tenant's queue and partition on first use; a transactionId already in
 -- the partition stores nothing and answers "duplicate". A NULL partition is "Default"; a NULL
 -- transactionId gets a fresh UUID.
 -- Answer: {"transactionId", "partitionId", "queue", "partition", "status": "queued" | "duplicate"}.
 CREATE OR REPLACE FUNCTION queen.log_push_v1(
-  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
+  p_tenant UUID, p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
 ) RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
   v_partition TEXT := coalesce(p_partition, 'Default');
@@ -88,7 +121,7 @@ DECLARE
   v_status TEXT := 'queued';
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
-  v_ids := queen.log_ensure_partition_v1(p_queue, v_partition);
+  v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, v_partition);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
   -- commit order, and the duplicate check below cannot race another push of the same id.
   SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
@@ -99,7 +132,8 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_last + 1, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    PERFORM pg_notify('queen_log', p_queue);
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/pushSignal.ts).
+    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_ids.p_id, 'queue', p_queue,
                             'partition', v_partition, 'status', v_status);
@@ -109,7 +143,7 @@ END $$;
 -- of them; the partitions locked in ascending (queue, partition) order; then pushed in request
 -- order. Answers one element per item, in request order. `p_index` (the wire's operation index)
 -- names the 400 when given; otherwise the item's index does.
-CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items JSONB, p_index INT DEFAULT NULL) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_tenant UUID, p_items JSONB, p_index INT DEFAULT NULL) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_n INT;
@@ -141,8 +175,9 @@ BEGIN
     END IF;
     PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
+    PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
   END LOOP;
-  PERFORM queen.log_lock_partitions_v1(p_items);
+  PERFORM queen.log_lock_partitions_v1(p_tenant, p_items);
   -- Each item validated above and its partition created and locked: the fast path takes each run
   -- of consecutive items to one partition in one call (its expressions set up once, last_seq and
   -- the NOTIFY once a run), unless queen.log_fast_path = off, and then log_push_v1 does, as it
@@ -159,20 +194,21 @@ BEGIN
       v_txids := v_txids || coalesce(p_items->j->>'transactionId', '');
       j := j + 1;
     END LOOP;
-    v_run := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+    v_run := queen.log_push_fast_many_v1(p_tenant, v_queue, v_partition, v_payloads, v_txids);
     FOR k IN i .. j - 1 LOOP
       v_item := p_items->k;
       v_out := v_out || coalesce(v_run[k - i + 1],
-        queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
+        queen.log_push_v1(p_tenant, v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
     END LOOP;
     i := j;
   END LOOP;
   RETURN to_jsonb(v_out);
 END $$;
 
--- Creates and locks, in ascending (queue, partition) order, every partition these (validated)
--- items push to.
-CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_items JSONB) RETURNS VOID
+-- Creates and locks, in ascending (queue, partition) order, every partition of the tenant these
+-- (validated) items push to. (The fire, pushing for several tenants, calls it tenant by tenant in
+-- ascending tenant order: one order, restricted to any one tenant the same.)
+CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant UUID, p_items JSONB) RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
   r RECORD;
@@ -182,14 +218,14 @@ BEGIN
     SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
       FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
   LOOP
-    v_ids := queen.log_ensure_partition_v1(r.queue, r.partition);
+    v_ids := queen.log_ensure_partition_v1(p_tenant, r.queue, r.partition);
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $$;
 
 -- POST /api/v1/configure: {queue, options: {leaseTime?, retryLimit?}}. Creates the queue when new;
 -- an omitted option keeps its current value (its default on a new queue).
-CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body JSONB) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_queue TEXT := queen.log_str_v1(p_body->'queue');
@@ -225,9 +261,9 @@ BEGIN
     END IF;
     v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
-  INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
-  VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
                                    retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
   RETURNING * INTO v_row;
   RETURN jsonb_build_object('ok', true, 'queue', v_row.name,
@@ -297,7 +333,7 @@ END $$;
 -- (queen.log_lapse_lease_v1: each message it held unacked counts one failed delivery, and one past
 -- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
 -- time starts at the beginning of the partition: consumer groups each see every message.
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
@@ -323,7 +359,7 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
+  SELECT * INTO v_queue FROM queen.queues WHERE tenant_id = p_tenant AND name = p_queue;
   IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
   IF p_partition IS NOT NULL THEN
     SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
@@ -425,22 +461,25 @@ BEGIN
                             'consumerGroup', v_group, 'leaseId', lower(v_lease));
 END $$;
 
--- Locks, in ascending (partition, group) order, the partition_consumers rows these normalized acks
--- touch, so the acks of one call never wait on another call's in a circle.
+-- Locks, in ascending (partition, group) order, the partition_consumers rows of the tenant's queues
+-- these normalized acks touch, so the acks of one call never wait on another call's in a circle
+-- (and never on another tenant's rows: a partitionId of another tenant is not even locked).
 -- (plpgsql, not sql: a sql function's body is analysed at CREATE, which would take a lock on the
 -- table at every boot.)
-CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks JSONB[]) RETURNS VOID
+CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant UUID, p_acks JSONB[]) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM 1 FROM queen.partition_consumers c
    WHERE (c.partition_id, c.consumer_group) IN (
      SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
+     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
    ORDER BY c.partition_id, c.consumer_group
    FOR NO KEY UPDATE OF c;
 END $$;
 
 -- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
---   not_found      no message with this transactionId in this partition;
+--   not_found      no message with this transactionId in this partition of the tenant's;
 --   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
 --                  under the current lease and awaits redelivery;
 --   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
@@ -461,7 +500,7 @@ END $$;
 --
 -- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
 -- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
-CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID := (a->>'partitionId')::uuid;
@@ -476,7 +515,10 @@ DECLARE
   v_dead BOOLEAN := false;
   v_finished BOOLEAN := false;
 BEGIN
-  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId';
+  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
+  SELECT m.seq INTO v_seq FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
   IF v_seq IS NULL THEN
     v_reason := 'not_found';
   ELSE
@@ -563,7 +605,7 @@ END $$;
 -- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
 -- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
 -- is one element per ack.
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[] := '{}';
@@ -581,9 +623,9 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
-  PERFORM queen.log_lock_consumers_v1(v_norm);
+  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(v_norm[i], i - 1, p_raise);
+    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
   END LOOP;
   RETURN to_jsonb(v_out);
 END $$;
@@ -593,7 +635,7 @@ END $$;
 -- partition_consumers rows (acks) in ascending order, then applies them in request order.
 -- A failing ack raises QK412 (everything in the bundle rolls back). Answers one element per
 -- operation: {index, type: "push", items: [...]} or {index, type: "ack", ...}.
-CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops JSONB) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant UUID, p_ops JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_n INT;
@@ -638,6 +680,7 @@ BEGIN
         END IF;
         PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
           coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
         v_items := v_items || v_item;
       END LOOP;
     ELSE
@@ -645,17 +688,17 @@ BEGIN
     END IF;
   END LOOP;
 
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(to_jsonb(v_items)); END IF;
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
   SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
-  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(v_acks); END IF;
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
     IF v_op->>'type' = 'ack' THEN
-      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(p_tenant, v_op->'items', i));
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
@@ -663,8 +706,8 @@ END $$;
 
 -- POST /api/v1/lease/:leaseId/extend: pushes a live lease's expiry to now + p_seconds (the queue's
 -- lease time when NULL). An expired or unknown lease is not revived: a consumer whose lease lapsed
--- may already have been overtaken.
-CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease TEXT, p_seconds INT) RETURNS JSONB
+-- may already have been overtaken. Another tenant's lease is answered as an unknown one.
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant UUID, p_lease TEXT, p_seconds INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
@@ -681,6 +724,8 @@ BEGIN
            SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
          updated_at = v_now
    WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
   RETURNING c.lease_expires_at INTO v_expires;
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
@@ -707,12 +752,12 @@ END $$;
 -- set-based INSERT for all the items cost 0.2 ms more a call than it saved below eight items.)
 -- Answers NULL, having done nothing, when the fast path does not apply (a name the general path
 -- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off), and a NULL
--- element, that item skipped, for a transactionId the general path might refuse (empty, or over
--- 256 bytes): the general path then decides, refusals included, so every rule keeps one
+-- element, that item skipped, for a transactionId the general path might refuse (empty, over
+-- 256 bytes, or the sweeper's `timer:` prefix): the general path then decides, refusals included, so every rule keeps one
 -- definition. The names' test is queen.name_ok_v1, the one definition of a name.
 -- test/log/fastPath.test.ts holds both paths to the same answers and rows.
 CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(
-  p_queue TEXT, p_partition TEXT, p_payloads JSONB[], p_transaction_ids TEXT[]
+  p_tenant UUID, p_queue TEXT, p_partition TEXT, p_payloads JSONB[], p_transaction_ids TEXT[]
 ) RETURNS JSONB[] LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID;
@@ -729,7 +774,7 @@ BEGIN
   END IF;
   SELECT p.id, p.last_seq INTO v_pid, v_last
     FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-   WHERE q.name = p_queue AND p.name = p_partition
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND p.name = p_partition
      FOR NO KEY UPDATE OF p;
   IF v_pid IS NULL THEN
     RETURN NULL;
@@ -737,7 +782,7 @@ BEGIN
   v_seq := v_last;
   FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
     v_txid := p_transaction_ids[i];
-    IF NOT coalesce(octet_length(v_txid) <= 256, false) THEN
+    IF NOT coalesce(octet_length(v_txid) <= 256, false) OR starts_with(v_txid, 'timer:') THEN
       v_out := v_out || NULL::jsonb;
       CONTINUE;
     END IF;
@@ -756,16 +801,16 @@ BEGIN
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
-    PERFORM pg_notify('queen_log', p_queue);
+    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN v_out;
 END $$;
 
 -- One item: the fast path above with one element.
 CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(
-  p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
+  p_tenant UUID, p_queue TEXT, p_partition TEXT, p_payload JSONB, p_transaction_id TEXT
 ) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT (queen.log_push_fast_many_v1(p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
+  SELECT (queen.log_push_fast_many_v1(p_tenant, p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
 $$;
 
 -- How the fast path reads a push request's items (the one-item request alone, and each body of a
@@ -791,9 +836,9 @@ $$;
 -- One request's items through the fast path when they are a single item: its answer, or NULL when
 -- the shape is anything else or the fast path declined (having done nothing). Inlined into its
 -- caller, as are the readers above.
-CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_tenant UUID, p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
   SELECT CASE WHEN queen.log_fast_item_v1(p_items) IS NOT NULL THEN
-    queen.log_push_fast_v1(queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
+    queen.log_push_fast_v1(p_tenant, queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
                            p_items->0->'payload', queen.log_fast_transaction_id_v1(p_items->0))
   END
 $$;
@@ -801,19 +846,19 @@ $$;
 -- POST /api/v1/push's entry: one item tries the fast path (inlined into the route's statement, a
 -- named statement planned once per connection, sparing a plpgsql call); a declined fast path has
 -- done nothing and log_push_items_v1 answers as it always did.
-CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_items)), '[null]'::jsonb),
-                  queen.log_push_items_v1(p_items))
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_tenant UUID, p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_tenant, p_items)), '[null]'::jsonb),
+                  queen.log_push_items_v1(p_tenant, p_items))
 $$;
 
--- One-item pushes to one partition that an API worker gathered while an earlier push to that
+-- One tenant's one-item pushes to one partition that an API worker gathered while an earlier push to that
 -- partition was in flight (services/api/pushCoalescer.ts says why): the bodies whose one item goes
 -- to the first such body's queue and partition, through the fast path in one call, so one lock and
 -- one commit serve them all. Answers one row per body, in order: that request's results array, or
 -- NULL where the fast path declined it (a shape or transactionId it does not take, another
 -- partition, having done nothing for it); the API then sends that request alone, down the general
 -- path.
-CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS SETOF TEXT
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant UUID, p_bodies JSONB) RETURNS SETOF TEXT
 LANGUAGE plpgsql AS $$
 DECLARE
   v_item JSONB;
@@ -845,10 +890,28 @@ BEGIN
     v_txids := v_txids || queen.log_fast_transaction_id_v1(v_item);
   END LOOP;
   IF v_queue IS NOT NULL THEN
-    v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+    v_answers := queen.log_push_fast_many_v1(p_tenant, v_queue, v_partition, v_payloads, v_txids);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_at := array_position(v_taken, i);
     RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at])::text END;
   END LOOP;
 END $$;
+
+-- The entry points as the API of the previous release calls them (no tenant): the default tenant's,
+-- which is what every row written before tenancy became (010_log.sql). An API of that release
+-- running beside this one during a rolling deploy keeps answering; nothing of this release calls them.
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_configure_v1('00000000-0000-0000-0000-000000000001'::uuid, p_body) $$;
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_push_request_v1('00000000-0000-0000-0000-000000000001'::uuid, p_items) $$;
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS SETOF TEXT LANGUAGE sql AS $$
+  SELECT queen.log_push_coalesced_v1('00000000-0000-0000-0000-000000000001'::uuid, p_bodies) $$;
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_pop_v1('00000000-0000-0000-0000-000000000001'::uuid, p_queue, p_partition, p_group, p_batch) $$;
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_v1('00000000-0000-0000-0000-000000000001'::uuid, p_acks, p_raise) $$;
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops JSONB) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, p_ops) $$;
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease TEXT, p_seconds INT) RETURNS JSONB LANGUAGE sql AS $$
+  SELECT queen.log_extend_lease_v1('00000000-0000-0000-0000-000000000001'::uuid, p_lease, p_seconds) $$;

@@ -407,6 +407,7 @@ LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
 DECLARE
   v_claimed queen.log_timers[];
   r queen.log_timers;
+  v_tenant UUID;
   v_answer JSONB;
   v_fired INT := 0;
   v_duplicates INT := 0;
@@ -433,14 +434,17 @@ BEGIN
   IF v_claimed IS NULL THEN
     RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
   END IF;
-  -- The lock order: timers (held above), then partitions in ascending (queue, partition) order,
-  -- taken up front as queen.log_push_items_v1 does, so a pass and a transaction-wire bundle pushing
-  -- to the same partitions can never wait on each other in a circle.
-  PERFORM queen.log_lock_partitions_v1((
-    SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
-    FROM unnest(v_claimed) AS c));
+  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
+  -- order, taken up front as queen.log_push_items_v1 does for its one tenant, so a pass and a
+  -- transaction-wire bundle pushing to the same partitions can never wait on each other in a circle.
+  -- Each timer fires into its own tenant's queue.
+  FOR v_tenant IN SELECT DISTINCT c.tenant_id FROM unnest(v_claimed) AS c ORDER BY c.tenant_id LOOP
+    PERFORM queen.log_lock_partitions_v1(v_tenant, (
+      SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
+      FROM unnest(v_claimed) AS c WHERE c.tenant_id = v_tenant));
+  END LOOP;
   FOREACH r IN ARRAY v_claimed LOOP
-    v_answer := queen.log_push_v1(r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
+    v_answer := queen.log_push_v1(r.tenant_id, r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     IF v_answer ->> 'status' = 'duplicate' THEN
       v_duplicates := v_duplicates + 1;
     END IF;

@@ -80,6 +80,7 @@ COLUMN queues.lease_time integer NOT NULL DEFAULT 300
 COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
 COLUMN sweeper_shards.shard smallint NOT NULL
 COLUMN sweeper_shards.last_swept_at timestamp with time zone
 COLUMN sweeper_shards.swept_by text
@@ -103,9 +104,9 @@ CONSTRAINT partitions.partitions_pkey PRIMARY KEY (id)
 CONSTRAINT partitions.partitions_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
 CONSTRAINT partitions.partitions_queue_id_name_key UNIQUE (queue_id, name)
 CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
-CONSTRAINT queues.queues_name_key UNIQUE (name)
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
+CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
 CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
@@ -127,8 +128,8 @@ CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, s
 CREATE UNIQUE INDEX partition_consumers_pkey ON queen.partition_consumers USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
 CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
-CREATE UNIQUE INDEX queues_name_key ON queen.queues USING btree (name)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
+CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 
@@ -993,6 +994,11 @@ AS $function$
 $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_ack_batch_v1('00000000-0000-0000-0000-000000000001'::uuid, p_acks, p_raise) $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -1011,13 +1017,13 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
-  PERFORM queen.log_lock_consumers_v1(v_norm);
+  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(v_norm[i], i - 1, p_raise);
+    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(a jsonb, p_index integer, p_raise boolean)
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant uuid, a jsonb, p_index integer, p_raise boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1034,7 +1040,10 @@ DECLARE
   v_dead BOOLEAN := false;
   v_finished BOOLEAN := false;
 BEGIN
-  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId';
+  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
+  SELECT m.seq INTO v_seq FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
   IF v_seq IS NULL THEN
     v_reason := 'not_found';
   ELSE
@@ -1119,6 +1128,11 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops jsonb)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, p_ops) $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -1164,6 +1178,7 @@ BEGIN
         END IF;
         PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
           coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
         v_items := v_items || v_item;
       END LOOP;
     ELSE
@@ -1171,17 +1186,17 @@ BEGIN
     END IF;
   END LOOP;
 
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(to_jsonb(v_items)); END IF;
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
   SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
-  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(v_acks); END IF;
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
     IF v_op->>'type' = 'ack' THEN
-      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(v_norm[i + 1], i, true));
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(v_op->'items', i));
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(p_tenant, v_op->'items', i));
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
@@ -1219,6 +1234,16 @@ BEGIN
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
                             'consumerGroup', v_group, 'leaseId', lower(v_lease));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id text, p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF starts_with(p_transaction_id, 'timer:') THEN
+    PERFORM queen.fail_v1('log_reserved_transaction_id', format(
+      'Item %s: transactionIds starting with timer: are reserved for the messages timers deliver; choose another.', p_index), p_index);
+  END IF;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_push_v1(p_queue text, p_partition text, p_transaction_id text, p_index integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -1241,6 +1266,11 @@ BEGIN
   END IF;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_configure_v1('00000000-0000-0000-0000-000000000001'::uuid, p_body) $function$
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1278,23 +1308,23 @@ BEGIN
     END IF;
     v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
-  INSERT INTO queen.queues AS q (name, lease_time, retry_limit)
-  VALUES (v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
                                    retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
   RETURNING * INTO v_row;
   RETURN jsonb_build_object('ok', true, 'queue', v_row.name,
     'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_queue text, p_partition text, OUT q_id uuid, OUT p_id uuid)
+CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_tenant uuid, p_queue text, p_partition text, OUT q_id uuid, OUT p_id uuid)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+  SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   IF q_id IS NULL THEN
-    INSERT INTO queen.queues AS q (name) VALUES (p_queue) ON CONFLICT (name) DO NOTHING;
-    SELECT q.id INTO q_id FROM queen.queues q WHERE q.name = p_queue;
+    INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+    SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   END IF;
   SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
   IF p_id IS NULL THEN
@@ -1303,6 +1333,11 @@ BEGIN
   END IF;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease text, p_seconds integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_extend_lease_v1('00000000-0000-0000-0000-000000000001'::uuid, p_lease, p_seconds) $function$
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1321,6 +1356,8 @@ BEGIN
            SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
          updated_at = v_now
    WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
   RETURNING c.lease_expires_at INTO v_expires;
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
@@ -1396,7 +1433,7 @@ BEGIN
          dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
    WHERE partition_id = p_partition AND consumer_group = p_group;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_acks jsonb[])
+CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant uuid, p_acks jsonb[])
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -1404,10 +1441,12 @@ BEGIN
   PERFORM 1 FROM queen.partition_consumers c
    WHERE (c.partition_id, c.consumer_group) IN (
      SELECT (a->>'partitionId')::uuid, (a->>'consumerGroup') COLLATE "C" FROM unnest(p_acks) a)
+     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
    ORDER BY c.partition_id, c.consumer_group
    FOR NO KEY UPDATE OF c;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_items jsonb)
+CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant uuid, p_items jsonb)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -1419,7 +1458,7 @@ BEGIN
     SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
       FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
   LOOP
-    v_ids := queen.log_ensure_partition_v1(r.queue, r.partition);
+    v_ids := queen.log_ensure_partition_v1(p_tenant, r.queue, r.partition);
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $function$
@@ -1431,6 +1470,11 @@ AS $function$
   SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_pop_v1('00000000-0000-0000-0000-000000000001'::uuid, p_queue, p_partition, p_group, p_batch) $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1458,7 +1502,7 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  SELECT * INTO v_queue FROM queen.queues WHERE name = p_queue;
+  SELECT * INTO v_queue FROM queen.queues WHERE tenant_id = p_tenant AND name = p_queue;
   IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
   IF p_partition IS NOT NULL THEN
     SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
@@ -1527,6 +1571,11 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies jsonb)
  RETURNS SETOF text
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_push_coalesced_v1('00000000-0000-0000-0000-000000000001'::uuid, p_bodies) $function$
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant uuid, p_bodies jsonb)
+ RETURNS SETOF text
  LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -1559,14 +1608,14 @@ BEGIN
     v_txids := v_txids || queen.log_fast_transaction_id_v1(v_item);
   END LOOP;
   IF v_queue IS NOT NULL THEN
-    v_answers := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+    v_answers := queen.log_push_fast_many_v1(p_tenant, v_queue, v_partition, v_payloads, v_txids);
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_at := array_position(v_taken, i);
     RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at])::text END;
   END LOOP;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
+CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
  RETURNS jsonb[]
  LANGUAGE plpgsql
 AS $function$
@@ -1585,7 +1634,7 @@ BEGIN
   END IF;
   SELECT p.id, p.last_seq INTO v_pid, v_last
     FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-   WHERE q.name = p_queue AND p.name = p_partition
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND p.name = p_partition
      FOR NO KEY UPDATE OF p;
   IF v_pid IS NULL THEN
     RETURN NULL;
@@ -1593,7 +1642,7 @@ BEGIN
   v_seq := v_last;
   FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
     v_txid := p_transaction_ids[i];
-    IF NOT coalesce(octet_length(v_txid) <= 256, false) THEN
+    IF NOT coalesce(octet_length(v_txid) <= 256, false) OR starts_with(v_txid, 'timer:') THEN
       v_out := v_out || NULL::jsonb;
       CONTINUE;
     END IF;
@@ -1612,17 +1661,17 @@ BEGIN
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
-    PERFORM pg_notify('queen_log', p_queue);
+    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN v_out;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
+CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT (queen.log_push_fast_many_v1(p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
+  SELECT (queen.log_push_fast_many_v1(p_tenant, p_queue, p_partition, ARRAY[p_payload], ARRAY[p_transaction_id]))[1]
 $function$
-CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_items jsonb, p_index integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queen.log_push_items_v1(p_tenant uuid, p_items jsonb, p_index integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1656,8 +1705,9 @@ BEGIN
     END IF;
     PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
       coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
+    PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), coalesce(p_index, i));
   END LOOP;
-  PERFORM queen.log_lock_partitions_v1(p_items);
+  PERFORM queen.log_lock_partitions_v1(p_tenant, p_items);
   -- Each item validated above and its partition created and locked: the fast path takes each run
   -- of consecutive items to one partition in one call (its expressions set up once, last_seq and
   -- the NOTIFY once a run), unless queen.log_fast_path = off, and then log_push_v1 does, as it
@@ -1674,22 +1724,22 @@ BEGIN
       v_txids := v_txids || coalesce(p_items->j->>'transactionId', '');
       j := j + 1;
     END LOOP;
-    v_run := queen.log_push_fast_many_v1(v_queue, v_partition, v_payloads, v_txids);
+    v_run := queen.log_push_fast_many_v1(p_tenant, v_queue, v_partition, v_payloads, v_txids);
     FOR k IN i .. j - 1 LOOP
       v_item := p_items->k;
       v_out := v_out || coalesce(v_run[k - i + 1],
-        queen.log_push_v1(v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
+        queen.log_push_v1(p_tenant, v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
     END LOOP;
     i := j;
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_items jsonb)
+CREATE OR REPLACE FUNCTION queen.log_push_one_fast_v1(p_tenant uuid, p_items jsonb)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
   SELECT CASE WHEN queen.log_fast_item_v1(p_items) IS NOT NULL THEN
-    queen.log_push_fast_v1(queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
+    queen.log_push_fast_v1(p_tenant, queen.log_fast_queue_v1(p_items->0), queen.log_fast_partition_v1(p_items->0),
                            p_items->0->'payload', queen.log_fast_transaction_id_v1(p_items->0))
   END
 $function$
@@ -1697,10 +1747,15 @@ CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items jsonb)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_items)), '[null]'::jsonb),
-                  queen.log_push_items_v1(p_items))
+  SELECT queen.log_push_request_v1('00000000-0000-0000-0000-000000000001'::uuid, p_items) $function$
+CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_tenant uuid, p_items jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_tenant, p_items)), '[null]'::jsonb),
+                  queen.log_push_items_v1(p_tenant, p_items))
 $function$
-CREATE OR REPLACE FUNCTION queen.log_push_v1(p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
+CREATE OR REPLACE FUNCTION queen.log_push_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1712,7 +1767,7 @@ DECLARE
   v_status TEXT := 'queued';
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
-  v_ids := queen.log_ensure_partition_v1(p_queue, v_partition);
+  v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, v_partition);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
   -- commit order, and the duplicate check below cannot race another push of the same id.
   SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
@@ -1723,7 +1778,8 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_last + 1, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    PERFORM pg_notify('queen_log', p_queue);
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/pushSignal.ts).
+    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_ids.p_id, 'queue', p_queue,
                             'partition', v_partition, 'status', v_status);
@@ -2087,6 +2143,7 @@ AS $function$
 DECLARE
   v_claimed queen.log_timers[];
   r queen.log_timers;
+  v_tenant UUID;
   v_answer JSONB;
   v_fired INT := 0;
   v_duplicates INT := 0;
@@ -2113,14 +2170,17 @@ BEGIN
   IF v_claimed IS NULL THEN
     RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
   END IF;
-  -- The lock order: timers (held above), then partitions in ascending (queue, partition) order,
-  -- taken up front as queen.log_push_items_v1 does, so a pass and a transaction-wire bundle pushing
-  -- to the same partitions can never wait on each other in a circle.
-  PERFORM queen.log_lock_partitions_v1((
-    SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
-    FROM unnest(v_claimed) AS c));
+  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
+  -- order, taken up front as queen.log_push_items_v1 does for its one tenant, so a pass and a
+  -- transaction-wire bundle pushing to the same partitions can never wait on each other in a circle.
+  -- Each timer fires into its own tenant's queue.
+  FOR v_tenant IN SELECT DISTINCT c.tenant_id FROM unnest(v_claimed) AS c ORDER BY c.tenant_id LOOP
+    PERFORM queen.log_lock_partitions_v1(v_tenant, (
+      SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
+      FROM unnest(v_claimed) AS c WHERE c.tenant_id = v_tenant));
+  END LOOP;
   FOREACH r IN ARRAY v_claimed LOOP
-    v_answer := queen.log_push_v1(r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
+    v_answer := queen.log_push_v1(r.tenant_id, r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     IF v_answer ->> 'status' = 'duplicate' THEN
       v_duplicates := v_duplicates + 1;
     END IF;

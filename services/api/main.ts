@@ -50,11 +50,6 @@ function logKvTimersConfig(config: Config, log: Logger): void {
   for (const name of config.retiredVariablesSet) {
     log.warn({ variable: name }, `${name} is set but does nothing: KV and timers are on every cell; pause them with POST /api/v1/system/kv-timers`);
   }
-  if (config.tenancyHeader && config.adminToken === undefined) {
-    log.warn(
-      'QUEEN_TENANCY_HEADER=1 without QUEEN_ADMIN_TOKEN: /api/v1/system/* (the kill switches, every tenant\'s usage) answers any caller the proxy lets through; set QUEEN_ADMIN_TOKEN or block those paths at the proxy',
-    );
-  }
 }
 
 async function primary(): Promise<void> {

@@ -24,19 +24,20 @@ export const COALESCE_LIMITS = { requests: 100, bytes: 1 << 20 } as const;
 const REFUSED_FOR_A_BODY = /^(22|23|54)[0-9A-Z]{3}$/;
 
 interface Waiting {
+  tenant: string;
   text: string;
   resolve(results: string): void;
   reject(err: unknown): void;
 }
 
-/** The partition a one-item push goes to, or undefined when the request is anything else. */
-function partitionOf(body: Record<string, unknown>): string | undefined {
+/** The tenant's partition a one-item push goes to, or undefined when the request is anything else. */
+function partitionOf(tenant: string, body: Record<string, unknown>): string | undefined {
   const items = body.items;
   if (!Array.isArray(items) || items.length !== 1) return undefined;
   const item = items[0] as Record<string, unknown> | null;
   if (typeof item !== 'object' || item === null || Array.isArray(item) || typeof item.queue !== 'string') return undefined;
   const partition = item.partition ?? 'Default';
-  return typeof partition === 'string' ? `${item.queue}\u0000${partition}` : undefined;
+  return typeof partition === 'string' ? `${tenant}\u0000${item.queue}\u0000${partition}` : undefined;
 }
 
 export class PushCoalescer {
@@ -49,19 +50,22 @@ export class PushCoalescer {
     private readonly onStatement: (pushes: number) => void = () => undefined,
   ) {}
 
-  /** A push's results array as JSON text. `text` is the request body; `body` is it parsed (an object). */
-  push(text: string, body: Record<string, unknown>): Promise<string> {
-    const partition = partitionOf(body);
-    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(text);
+  /**
+   * A push's results array as JSON text. `tenant` owns it (a gathering is one tenant's); `text` is
+   * the request body; `body` is it parsed (an object).
+   */
+  push(tenant: string, text: string, body: Record<string, unknown>): Promise<string> {
+    const partition = partitionOf(tenant, body);
+    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(tenant, text);
     const waiting = this.inFlight.get(partition);
-    if (waiting) return new Promise((resolve, reject) => waiting.push({ text, resolve, reject }));
+    if (waiting) return new Promise((resolve, reject) => waiting.push({ tenant, text, resolve, reject }));
     this.inFlight.set(partition, []);
     this.onStatement(1);
-    return this.alone(text).finally(() => this.next(partition));
+    return this.alone(tenant, text).finally(() => this.next(partition));
   }
 
-  private async alone(text: string): Promise<string> {
-    const { rows } = await this.pool.query({ ...LOG_PUSH, values: [text] });
+  private async alone(tenant: string, text: string): Promise<string> {
+    const { rows } = await this.pool.query({ ...LOG_PUSH, values: [tenant, text] });
     return rows[0].results;
   }
 
@@ -73,11 +77,12 @@ export class PushCoalescer {
     let n = 0;
     while (n < waiting.length && n < COALESCE_LIMITS.requests && bytes + waiting[n].text.length <= COALESCE_LIMITS.bytes) bytes += waiting[n++].text.length;
     const batch = waiting.splice(0, Math.max(n, 1));
-    const sendAlone = (w: Waiting) => this.alone(w.text).then(w.resolve, w.reject);
+    const sendAlone = (w: Waiting) => this.alone(w.tenant, w.text).then(w.resolve, w.reject);
     this.onStatement(batch.length);
     // What gathered meanwhile goes before this gathering is answered: the partition's next
     // statement is the message path's critical path; the answers are not.
-    this.pool.query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [`[${batch.map((w) => w.text).join(',')}]`] }).then(
+    // One partition key is one tenant's: the batch's first request names it for all.
+    this.pool.query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [batch[0].tenant, `[${batch.map((w) => w.text).join(',')}]`] }).then(
       ({ rows }) => {
         this.next(partition);
         batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!)));

@@ -1,5 +1,6 @@
-// Wakes long-polling pops when a push commits. queen.log_push_v1 does NOTIFY queen_log, '<queue>';
-// one LISTEN connection per API worker fans the notification out to the pops waiting on that queue.
+// Wakes long-polling pops when a push commits. queen.log_push_v1 does NOTIFY queen_log,
+// '<tenant>/<queue>'; one LISTEN connection per API worker fans the notification out to the pops
+// waiting on that tenant's queue (another tenant's queue of the same name wakes no one).
 // A notification is a hint, never the truth: the pop that wakes asks the database again, and the
 // waiters also wake on a short interval, which covers what sends no notification (an expired lease,
 // a `failed` ack that released its partition) and a listener that lost its connection.
@@ -40,7 +41,8 @@ export class PushSignal {
    * Registers interest in `queue` before the caller looks, so a push that commits between the look
    * and the wait still wakes it. Never throws: without a listener, the wait is a timed poll.
    */
-  async arm(queue: string): Promise<Armed> {
+  async arm(tenant: string, queueName: string): Promise<Armed> {
+    const queue = `${tenant}/${queueName}`;
     // Without a listener (down, reconnecting) the wait is a timed poll.
     await this.listener.start();
     let wake: () => void = () => undefined;

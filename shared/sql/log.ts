@@ -1,11 +1,12 @@
 // The statements the API sends for the message log and the transaction wire. Named, so each is
 // parsed and planned once per connection; never built per request. Every rule is in
 // sql/011_log_procs.sql: request text goes in as is, jsonb text comes back and is written out as is.
+// $1 of each is the tenant (services/api/http.ts tenantOf): every log procedure takes it.
 
 /** POST /api/v1/configure: the body as is. */
 export const LOG_CONFIGURE = {
   name: 'log_configure_v1',
-  text: `SELECT queen.log_configure_v1($1::jsonb)::text AS body`,
+  text: `SELECT queen.log_configure_v1($1::uuid, $2::jsonb)::text AS body`,
 };
 
 /**
@@ -14,42 +15,42 @@ export const LOG_CONFIGURE = {
  */
 export const LOG_PUSH = {
   name: 'log_push_request_v1',
-  text: `SELECT queen.log_push_request_v1(s.items)::text AS results FROM (SELECT $1::jsonb -> 'items' AS items OFFSET 0) s`,
+  text: `SELECT queen.log_push_request_v1($1::uuid, s.items)::text AS results FROM (SELECT $2::jsonb -> 'items' AS items OFFSET 0) s`,
 };
 
 /**
- * Concurrent one-item pushes to one partition, gathered by services/api/pushCoalescer.ts: $1 is a
+ * Concurrent one-item pushes of one tenant to one partition, gathered by services/api/pushCoalescer.ts: $2 is a
  * JSON array of the request bodies, as the clients wrote them. One row per body, in order: its
  * results array, or NULL where the fast path declined.
  */
 export const LOG_PUSH_COALESCED = {
   name: 'log_push_coalesced_v1',
-  text: `SELECT queen.log_push_coalesced_v1($1::jsonb) AS results`,
+  text: `SELECT queen.log_push_coalesced_v1($1::uuid, $2::jsonb) AS results`,
 };
 
-/** GET /api/v1/pop: $1 queue, $2 partition (NULL: any), $3 consumer group, $4 batch. */
+/** GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. */
 export const LOG_POP = {
   name: 'log_pop_v1',
-  text: `SELECT queen.log_pop_v1($1::text, $2::text, $3::text, $4::int)::text AS messages`,
+  text: `SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int)::text AS messages`,
 };
 
 /** POST /api/v1/ack: the body is one ack. */
 export const LOG_ACK_ONE = {
   name: 'log_ack_one_v1',
-  text: `SELECT (queen.log_ack_batch_v1(jsonb_build_array($1::jsonb), false) -> 0)::text AS body`,
+  text: `SELECT (queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), false) -> 0)::text AS body`,
 };
 
 /** POST /api/v1/ack/batch: each ack succeeds or fails on its own. */
 export const LOG_ACK_BATCH = {
   name: 'log_ack_batch_v1',
   text: `SELECT r::text AS results, NOT (r @> '[{"ok": false}]') AS ok
-           FROM (SELECT queen.log_ack_batch_v1($1::jsonb -> 'acknowledgments', false) AS r) s`,
+           FROM (SELECT queen.log_ack_batch_v1($1::uuid, $2::jsonb -> 'acknowledgments', false) AS r) s`,
 };
 
-/** POST /api/v1/lease/:leaseId/extend: $2 seconds (NULL: the queue's lease time). */
+/** POST /api/v1/lease/:leaseId/extend: $2 the lease id, $3 seconds (NULL: the queue's lease time). */
 export const LOG_EXTEND_LEASE = {
   name: 'log_extend_lease_v1',
-  text: `SELECT queen.log_extend_lease_v1($1::text, $2::int)::text AS body`,
+  text: `SELECT queen.log_extend_lease_v1($1::uuid, $2::text, $3::int)::text AS body`,
 };
 
 /**
@@ -67,5 +68,5 @@ export const TX_EXPR = {
   kv: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.kv_offset)) ORDER BY k), '[]'::jsonb)
          FROM jsonb_array_elements(queen.kv_apply_v1(a.tenant, a.body -> 'kv', true)) WITH ORDINALITY AS t(e, k)`,
   /** The `operations` (push, ack): the partitions/messages space. */
-  partitions: `queen.log_apply_v1(a.body -> 'operations')`,
+  partitions: `queen.log_apply_v1(a.tenant, a.body -> 'operations')`,
 } as const;

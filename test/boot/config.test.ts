@@ -34,10 +34,19 @@ test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {
 });
 
 test('tenancy without a trusted proxy is refused', () => {
-  expect(() => loadConfig({ QUEEN_TENANCY_HEADER: '1' })).toThrow(/QUEEN_KV_TRUSTED_PROXY/);
-  const ok = loadConfig({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1' });
+  expect(() => loadConfig({ QUEEN_TENANCY_HEADER: '1', QUEEN_ADMIN_TOKEN: 't' })).toThrow(/QUEEN_KV_TRUSTED_PROXY/);
+  const ok = loadConfig({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 't' });
   expect(ok.kvRequireGrant).toBe(true);
   expect(loadConfig({}).kvRequireGrant).toBe(false);
+});
+
+test('tenancy without QUEEN_ADMIN_TOKEN is refused, naming it; a blank token is no token', () => {
+  const tenancy = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1' };
+  expect(() => loadConfig(tenancy)).toThrow(/^QUEEN_ADMIN_TOKEN: /);
+  expect(() => loadConfig({ ...tenancy, QUEEN_ADMIN_TOKEN: '  ' })).toThrow(/^QUEEN_ADMIN_TOKEN: /);
+  expect(loadConfig({ ...tenancy, QUEEN_ADMIN_TOKEN: 'op' }).adminToken).toBe('op');
+  // Tenancy off: the token stays optional.
+  expect(loadConfig({}).adminToken).toBeUndefined();
 });
 
 test('the API process refuses to boot on a malformed variable, exits 1 and says which', () => {

@@ -54,3 +54,98 @@ test('a boot beside in-flight writes on every queen table completes without wait
     await writer.end();
   }
 });
+
+describe('a queues table from before tenancy', () => {
+  const DEFAULT_TENANT = '00000000-0000-0000-0000-000000000001';
+
+  /** A database whose queen.queues is as it was before tenancy (name alone unique), with one message in it. */
+  async function preTenancy(): Promise<{ url: string; drop(): Promise<void> }> {
+    const old = await createTestDatabase();
+    const c = new Client({ connectionString: old.url });
+    await c.connect();
+    try {
+      await c.query(`ALTER TABLE queen.queues DROP CONSTRAINT queues_tenant_id_name_key, DROP COLUMN tenant_id,
+                       ADD CONSTRAINT queues_name_key UNIQUE (name)`);
+      await c.query(`WITH q AS (INSERT INTO queen.queues (name, lease_time) VALUES ('legacy', 60) RETURNING id),
+                          p AS (INSERT INTO queen.partitions (queue_id, name, last_seq) SELECT id, 'Default', 1 FROM q RETURNING id)
+                     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) SELECT id, 1, 'old-1', '"before"' FROM p`);
+    } finally {
+      await c.end();
+    }
+    return old;
+  }
+
+  const hasTenantColumn = async (c: Client) =>
+    (await c.query(`SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'queen.queues'::regclass AND attname = 'tenant_id' AND NOT attisdropped`)).rows[0].n === 1;
+
+  test('gains tenant_id once: its rows are the default tenant\'s, readable as before, and the schema ends as a fresh one\'s', async () => {
+    const old = await preTenancy();
+    const c = new Client({ connectionString: old.url });
+    await c.connect();
+    try {
+      expect(await hasTenantColumn(c)).toBe(false);
+      await applySchema(old.url);
+      expect(await dumpSchema(old.url)).toBe(await dumpSchema(db.url));
+      const { rows } = await c.query(`SELECT tenant_id::text AS t, lease_time FROM queen.queues WHERE name = 'legacy'`);
+      expect(rows).toEqual([{ t: DEFAULT_TENANT, lease_time: 60 }]);
+      const popped = await c.query(`SELECT queen.log_pop_v1($1::uuid, 'legacy', NULL, '__QUEUE_MODE__', 10) AS m`, [DEFAULT_TENANT]);
+      expect(popped.rows[0].m.map((m: { transactionId: string; payload: unknown }) => [m.transactionId, m.payload])).toEqual([['old-1', 'before']]);
+      // The entry points as the previous release calls them (no tenant) reach the default tenant's rows.
+      const previous = await c.query(`SELECT queen.log_push_request_v1('[{"queue":"legacy","payload":2,"transactionId":"old-1"}]'::jsonb) -> 0 ->> 'status' AS s`);
+      expect(previous.rows[0].s).toBe('duplicate');
+      // Another tenant may now have a queue of that name.
+      const other = await c.query(`SELECT queen.log_push_v1('aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa', 'legacy', NULL, '1', 'old-1') ->> 'status' AS s`);
+      expect(other.rows[0].s).toBe('queued');
+      await applySchema(old.url);
+      expect(await dumpSchema(old.url)).toBe(await dumpSchema(db.url));
+    } finally {
+      await c.end();
+      await old.drop();
+    }
+  });
+
+  test('beside in-flight traffic: each attempt waits at most its lock_timeout, traffic passes between attempts, and the boot completes once the lock is free', async () => {
+    const old = await preTenancy();
+    const [writer, reader] = [new Client({ connectionString: old.url }), new Client({ connectionString: old.url })];
+    await Promise.all([writer.connect(), reader.connect()]);
+    try {
+      await writer.query('BEGIN');
+      await writer.query('LOCK TABLE queen.queues IN ROW EXCLUSIVE MODE');
+      const boot = applySchema(old.url);
+      const failed = boot.then(() => undefined, (err: Error) => err);
+      // Wait until the boot is seen asking for its lock, then read the table as a pop does, several
+      // times, each under a bound: a request that stalled traffic for good would fail them.
+      await reader.query(`SET lock_timeout = '2s'`);
+      for (let seen = 0; seen < 1; ) {
+        seen = (await reader.query(`SELECT count(*)::int AS n FROM pg_locks WHERE relation = 'queen.queues'::regclass AND mode = 'AccessExclusiveLock' AND NOT granted`)).rows[0].n;
+      }
+      for (let i = 0; i < 5; i++) {
+        expect((await reader.query(`SELECT count(*)::int AS n FROM queen.queues`)).rows[0].n).toBe(1);
+      }
+      await writer.query('COMMIT');
+      expect(await failed).toBeUndefined();
+      expect(await hasTenantColumn(reader)).toBe(true);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => undefined);
+      await Promise.all([writer.end(), reader.end()]);
+      await old.drop();
+    }
+  });
+
+  test('held by a transaction past the bound, the boot fails saying so, and nothing changed', async () => {
+    const old = await preTenancy();
+    const writer = new Client({ connectionString: old.url });
+    await writer.connect();
+    try {
+      await writer.query('BEGIN');
+      await writer.query('LOCK TABLE queen.queues IN ROW EXCLUSIVE MODE');
+      await expect(applySchema(old.url)).rejects.toThrow(/010_log.sql.*tenant_id once.*50 attempts/);
+      await writer.query('COMMIT');
+      expect(await hasTenantColumn(writer)).toBe(false);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => undefined);
+      await writer.end();
+      await old.drop();
+    }
+  });
+});

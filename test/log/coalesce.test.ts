@@ -8,6 +8,9 @@ import { createTestDatabase } from '../support/database';
 import { startTestApi, TestApi } from '../support/api';
 import { push } from './helpers';
 
+/** The tenant of a cell with tenancy off (shared/config.ts). */
+const TENANT = '00000000-0000-0000-0000-000000000001';
+
 let db: { url: string; drop(): Promise<void> };
 let pool: Pool;
 let coalescer: PushCoalescer;
@@ -26,7 +29,7 @@ const body = (queue: string, extra: Record<string, unknown> = {}, partition?: st
   return [JSON.stringify(b), b] as const;
 };
 const pushAll = (bodies: (readonly [string, Record<string, unknown>])[]) =>
-  bodies.map(([text, b]) => coalescer.push(text, b).then((r) => JSON.parse(r)[0], (err) => ({ err: err.code ?? String(err) })));
+  bodies.map(([text, b]) => coalescer.push(TENANT, text, b).then((r) => JSON.parse(r)[0], (err) => ({ err: err.code ?? String(err) })));
 
 async function rows(queue: string, on: Pool = pool): Promise<{ seq: number; tx: string; xmin: string; payload: any }[]> {
   const { rows } = await on.query(
@@ -61,7 +64,7 @@ test('pushes to other partitions and multi-item pushes are not held back by a pa
   const multi = { items: [{ queue: 'apart', payload: 1 }, { queue: 'apart', payload: 2 }] };
   const answers = await Promise.all([
     ...pushAll([body('apart'), body('apart', {}, 'p2'), body('apart')]),
-    coalescer.push(JSON.stringify(multi), multi).then((r) => JSON.parse(r)),
+    coalescer.push(TENANT, JSON.stringify(multi), multi).then((r) => JSON.parse(r)),
   ]);
   expect(answers.slice(0, 3).map((a) => [a.partition, a.status])).toEqual([['Default', 'queued'], ['p2', 'queued'], ['Default', 'queued']]);
   expect(answers[3].map((a: any) => a.status)).toEqual(['queued', 'queued']);
@@ -79,9 +82,9 @@ test('a body PostgreSQL refuses as data fails alone; the others of its gathering
   const answers = await Promise.all([
     ...pushAll([body('poison', { transactionId: 'before' })]),
     // The gathering's statement fails on the first of them in text order (here the 54: a program limit).
-    coalescer.push(deep, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
-    coalescer.push(nul, JSON.parse(nul)).catch((err) => ({ err: err.code })),
-    coalescer.push(huge, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
+    coalescer.push(TENANT, deep, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
+    coalescer.push(TENANT, nul, JSON.parse(nul)).catch((err) => ({ err: err.code })),
+    coalescer.push(TENANT, huge, { items: [{ queue: 'poison', payload: 0 }] }).catch((err) => ({ err: err.code })),
     ...pushAll([body('poison', { transactionId: 'after' })]),
   ]);
   expect(answers.map((a: any) => a.err ?? a.status)).toEqual(['queued', '54001', '22P05', '22003', 'queued']);
@@ -114,7 +117,7 @@ test('in a gathering, a body the fast path declines is answered alone by the gen
 test('log_push_coalesced_v1 takes only the first body\'s partition: a body for another answers NULL and stores nothing', async () => {
   await Promise.all(pushAll([body('mixed'), body('mixed', {}, 'other')]));
   const bodies = [body('mixed', { transactionId: 'a' }), body('mixed', { transactionId: 'b' }, 'other'), body('mixed', { transactionId: 'c' })];
-  const { rows: answers } = await pool.query('SELECT queen.log_push_coalesced_v1($1::jsonb) AS r', [`[${bodies.map(([t]) => t).join(',')}]`]);
+  const { rows: answers } = await pool.query('SELECT queen.log_push_coalesced_v1($1::uuid, $2::jsonb) AS r', [TENANT, `[${bodies.map(([t]) => t).join(',')}]`]);
   expect(answers.map((a) => a.r && JSON.parse(a.r)[0].transactionId)).toEqual(['a', null, 'c']);
   expect((await rows('mixed')).map((r) => r.tx).filter((tx) => tx.length === 1)).toEqual(['a', 'c']);
 });

@@ -16,6 +16,8 @@ let db: { url: string; drop(): Promise<void> };
 let client: Client;
 
 const long = (n: number, c = 'q') => c.repeat(n);
+/** The tenant of a cell with tenancy off (shared/config.ts). */
+const TENANT = '00000000-0000-0000-0000-000000000001';
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -29,7 +31,7 @@ beforeAll(async () => {
     { queue: long(128), payload: 1 },
     { queue: 'a_b.c:d-e', partition: long(128, 'p'), payload: 2 },
   ];
-  await client.query(`SELECT queen.log_push_items_v1($1::jsonb)`, [JSON.stringify(fixtures)]);
+  await client.query(`SELECT queen.log_push_items_v1($1::uuid, $2::jsonb)`, [TENANT, JSON.stringify(fixtures)]);
 });
 
 afterAll(async () => {
@@ -62,7 +64,7 @@ async function run(body: string, fast: boolean): Promise<Outcome> {
     const generalCalls = `SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_push_items_v1'::regproc), 0)::int AS items,
                                  coalesce(pg_stat_get_xact_function_calls('queen.log_push_v1'::regproc), 0)::int AS one`;
     const callsBefore = (await client.query(generalCalls)).rows[0];
-    const { rows } = await client.query({ text: LOG_PUSH.text, values: [body] });
+    const { rows } = await client.query({ text: LOG_PUSH.text, values: [TENANT, body] });
     const answer = rows[0].results as string;
     const callsAfter = (await client.query(generalCalls)).rows[0];
     const generated = new Set<string>();
@@ -99,6 +101,8 @@ const cases: Array<[string, string, Path | 'refused']> = [
   ['a transactionId of 257 bytes', item({ queue: 'orders', payload: 1, transactionId: 'x' + 'é'.repeat(128) }), 'refused'],
   ['an empty transactionId', item({ queue: 'orders', payload: 1, transactionId: '' }), 'refused'],
   ['a numeric transactionId', item({ queue: 'orders', payload: 1, transactionId: 5 }), 'refused'],
+  ['a transactionId with the sweeper\'s prefix timer:', item({ queue: 'orders', payload: 1, transactionId: 'timer:6f1c2a3b-0000-4000-8000-000000000001' }), 'refused'],
+  ['a transactionId with timer: inside, not as a prefix', item({ queue: 'orders', payload: 1, transactionId: 'my-timer:1' }), 'fast'],
   ['a transactionId that looks generated', item({ queue: 'orders', payload: 1, transactionId: '6f1c2a3b-0000-4000-8000-000000000001' }), 'fast'],
   ['no payload', item({ queue: 'orders' }), 'fast'],
   ['a null payload', item({ queue: 'orders', payload: null }), 'fast'],
@@ -160,7 +164,7 @@ describe('the push fast path, committed', () => {
     client.on('notification', onNotification);
     await client.query('LISTEN queen_log');
     try {
-      const push = async (fields: Record<string, unknown>) => JSON.parse((await client.query({ ...LOG_PUSH, values: [item(fields)] })).rows[0].results);
+      const push = async (fields: Record<string, unknown>) => JSON.parse((await client.query({ ...LOG_PUSH, values: [TENANT, item(fields)] })).rows[0].results);
       const before = Number((await client.query(`SELECT p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'orders' AND p.name = 'Default'`)).rows[0].last_seq);
       const first = await push({ queue: 'orders', payload: 'a', transactionId: 'committed-1' });
       const second = await push({ queue: 'orders', payload: 'b' });
@@ -180,8 +184,8 @@ describe('the push fast path, committed', () => {
       // Notifications are delivered at commit; a round trip after the pushes has them all in hand.
       await client.query('SELECT 1');
       expect(notified.map((n) => [n.channel, n.payload])).toEqual([
-        ['queen_log', 'orders'],
-        ['queen_log', 'orders'],
+        ['queen_log', `${TENANT}/orders`],
+        ['queen_log', `${TENANT}/orders`],
       ]);
     } finally {
       await client.query('UNLISTEN queen_log');

@@ -1,5 +1,5 @@
 // QUEEN_ADMIN_TOKEN: the operator's surface (/api/v1/system/*) answers only the bearer of the token,
-// and a cell that takes its tenant from a header says at boot when that surface is open.
+// and a cell that takes its tenant from a header does not boot without one.
 import { call, startTestApi, TestApi } from '../support/api';
 import { createTestDatabase } from '../support/database';
 import { jsonLines, spawnApi, untilHealthy } from './spawn';
@@ -47,17 +47,19 @@ describe('with QUEEN_ADMIN_TOKEN set', () => {
   });
 });
 
-test('without it, a cell that takes its tenant from a header warns at boot that the system routes are open (and never logs a token)', async () => {
+test('a cell that takes its tenant from a header refuses to boot without it, naming it; with it, it boots and never logs the token', async () => {
   const db = await createTestDatabase();
   const tenancy = { DATABASE_URL: db.url, QUEEN_WORKERS: '1', QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', DB_POOL_SIZE: '10' };
-  const warning = (output: string) => jsonLines(output).find((l) => /QUEEN_ADMIN_TOKEN/.test(l.msg ?? ''));
-  const [openPort, closedPort] = [await freePort(), await freePort()];
-  const open = spawnApi({ ...tenancy, PORT: String(openPort) });
+  const closedPort = await freePort();
+  const open = spawnApi({ ...tenancy, PORT: String(await freePort()) });
   const closed = spawnApi({ ...tenancy, PORT: String(closedPort), QUEEN_ADMIN_TOKEN: 'never-logged-9d1' });
   try {
-    await Promise.all([untilHealthy(open, openPort), untilHealthy(closed, closedPort)]);
-    expect(warning(open.output())).toMatchObject({ level: 40, msg: expect.stringMatching(/\/api\/v1\/system/) });
-    expect(warning(closed.output())).toBeUndefined();
+    expect((await open.exited).code).toBe(1);
+    const refusal = jsonLines(open.output()).find((l) => l.variable === 'QUEEN_ADMIN_TOKEN');
+    expect(refusal).toMatchObject({ level: 60, msg: expect.stringMatching(/QUEEN_ADMIN_TOKEN.*\/api\/v1\/system/) });
+    // Refused at the configuration: nothing was served, not even the schema applied.
+    expect(open.output()).not.toMatch(/schema applied|API worker listening/);
+    await untilHealthy(closed, closedPort);
     expect(closed.output()).not.toContain('never-logged-9d1');
   } finally {
     await Promise.all([open.stop(), closed.stop()]);

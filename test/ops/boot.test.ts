@@ -24,6 +24,7 @@ test('with the trusted-proxy affirmation the same configuration is accepted (it 
   const api = spawnApi({
     QUEEN_TENANCY_HEADER: '1',
     QUEEN_KV_TRUSTED_PROXY: '1',
+    QUEEN_ADMIN_TOKEN: 'boot-test-token',
     DATABASE_URL: db.url,
     QUEEN_WORKERS: '1',
     DB_POOL_SIZE: '5000',

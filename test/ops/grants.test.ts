@@ -6,7 +6,7 @@ import { grant, metric, sql } from './helpers';
 
 let api: TestApi;
 beforeAll(async () => {
-  api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1' });
+  api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'grants-test-token' });
 });
 afterAll(() => api.close());
 

@@ -1,5 +1,4 @@
 // Rung 4: the token buckets, and the order of the whole ladder: a refused call gets the outermost reason.
-import { DEFAULT_TENANT } from '../../shared/config';
 import { call, kv, startTestApi, TestApi } from '../support/api';
 import { grant, metric, put } from './helpers';
 
@@ -60,7 +59,7 @@ describe('a batch above the burst', () => {
 describe('the cell ceiling', () => {
   let api: TestApi;
   beforeAll(async () => {
-    api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
+    api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'rate-test-token', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
   });
   afterAll(() => api.close());
 
@@ -85,6 +84,7 @@ describe('the outermost reason wins', () => {
     api = await startTestApi({
       QUEEN_TENANCY_HEADER: '1',
       QUEEN_KV_TRUSTED_PROXY: '1',
+      QUEEN_ADMIN_TOKEN: 'rate-test-token',
       QUEEN_KV_WRITES_PER_SEC: '1',
       QUEEN_KV_WRITES_BURST: '3',
     });
@@ -95,11 +95,11 @@ describe('the outermost reason wins', () => {
     const write = () => kv(api.url, [put('o1'), put('o2'), put('o3'), put('o4')], as);
 
     // Everything applies at once: not granted, and the switch is off.
-    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: false });
+    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: false }, { authorization: 'Bearer rate-test-token' });
     let res = await write();
     expect([res.status, res.body.error]).toEqual([503, 'kv_disabled']);
     expect(res.headers.get('retry-after')).toBe('30');
-    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: true });
+    await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: true }, { authorization: 'Bearer rate-test-token' });
 
     // Not granted, and the batch (4 writes) is over the burst of 3 and the bucket has been used: grant wins.
     res = await write();
@@ -121,8 +121,8 @@ describe('the outermost reason wins', () => {
     res = await kv(api.url, [put('p4')], as);
     expect([res.status, res.body.error]).toEqual([429, 'rate_limited']);
     expect(res.headers.get('retry-after')).toBe('1');
-    // And the default tenant, never granted, is still told it is gated, not limited.
-    res = await kv(api.url, [put('p4')], { 'x-queen-tenant': DEFAULT_TENANT });
+    // And another tenant, never granted, is still told it is gated, not limited.
+    res = await kv(api.url, [put('p4')], { 'x-queen-tenant': '44444444-4444-4444-8444-444444444444' });
     expect([res.status, res.body.error]).toEqual([403, 'feature_gated']);
   });
 });

@@ -9,7 +9,7 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
-import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
 
@@ -69,11 +69,13 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   const signal = new PushSignal(config.databaseUrl, log);
 
   router.post('/api/v1/configure', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [objectBody(req).text] });
+    const tenant = tenantOf(config, req);
+    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text] });
     sendJsonText(res, 200, rows[0].body);
   });
 
   const pop = async (req: Request, res: Response) => {
+    const tenant = tenantOf(config, req);
     const params = req.params as Record<string, string>;
     const batch = wholeNumber(queryString(req, 'batch'), POP_DEFAULTS.batch, 1, POP_DEFAULTS.maxBatch, 'log_invalid_batch', 'batch');
     const waitText = queryString(req, 'wait');
@@ -88,7 +90,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
-    const values = [params.queue, params.partition ?? null, group, batch];
+    const values = [tenant, params.queue, params.partition ?? null, group, batch];
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
@@ -96,7 +98,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
-          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], size] });
+          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size] });
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
@@ -114,7 +116,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       // as a failed delivery. Without this, the push that woke the wait was leased to the gone request.
       if (gone) return void res.end();
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
-      const armed = wait ? await signal.arm(params.queue) : undefined;
+      const armed = wait ? await signal.arm(tenant, params.queue) : undefined;
       try {
         const { rows } = await popOnce();
         const messages: string = rows[0].messages;
@@ -138,17 +140,20 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
   router.post('/api/v1/ack', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [objectBody(req).text] });
+    const tenant = tenantOf(config, req);
+    const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [tenant, objectBody(req).text] });
     sendJsonText(res, 200, rows[0].body);
   });
 
   router.post('/api/v1/ack/batch', body, async (req, res) => {
-    const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [objectBody(req).text] });
+    const tenant = tenantOf(config, req);
+    const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [tenant, objectBody(req).text] });
     // ok is true only when every ack applied; each element says how its own ack went.
     sendJsonText(res, 200, `{"ok":${rows[0].ok === true},"results":${rows[0].results}}`);
   });
 
   router.post('/api/v1/lease/:leaseId/extend', body, async (req, res) => {
+    const tenant = tenantOf(config, req);
     const text = bodyText(req);
     let seconds: number | null = null;
     if (text.trim() !== '') {
@@ -163,7 +168,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     }
     const leaseId = (req.params as Record<string, string>).leaseId;
     refuseNul(leaseId, 'log_invalid_lease_id', 'The lease id is the UUID the pop answered.');
-    const { rows } = await messagePool.query({ ...LOG_EXTEND_LEASE, values: [leaseId, seconds] });
+    const { rows } = await messagePool.query({ ...LOG_EXTEND_LEASE, values: [tenant, leaseId, seconds] });
     sendJsonText(res, 200, rows[0].body);
   });
 
@@ -185,8 +190,9 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
   const withBody = answerWithBody(config, log);
   const coalescer = new PushCoalescer(messagePool, (pushes) => metrics.logPushGathering.observe(pushes));
   const push = async (req: IncomingMessage, res: ServerResponse) => {
+    const tenant = tenantOf(config, req);
     const { text, body } = objectBody(req);
-    sendJsonText(res, 200, `{"ok":true,"results":${await coalescer.push(text, body)}}`);
+    sendJsonText(res, 200, `{"ok":true,"results":${await coalescer.push(tenant, text, body)}}`);
   };
   return (req, res) => {
     const url = req.url ?? '';
