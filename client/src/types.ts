@@ -257,7 +257,19 @@ export type TransactionResultEntry =
   | ({ type: 'ack'; index: number } & Omit<AckResult, 'success'> & { success: true })
   | { type: 'push'; index: number; items: PushResult[] }
   | KvResult
-  | ({ index: number; op: 'schedule' | 'cancel' | 'reschedule'; timerId: string } & Record<string, unknown>);
+  | TimerOpResult;
+
+/** A timer operation's answer inside a bundle: a schedule's `created`, a cancel's `cancelled`, a reschedule's `rescheduled`. */
+export interface TimerOpResult {
+  index: number;
+  op: 'schedule' | 'cancel' | 'reschedule';
+  timerId: string;
+  created?: boolean;
+  cancelled?: boolean;
+  rescheduled?: boolean;
+  deliverAt?: string;
+  reason?: 'absent';
+}
 
 export interface AckFailedVerdict {
   success: false;
