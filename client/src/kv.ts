@@ -68,6 +68,15 @@ function withFields(op: KvOp, opts: object, fields: string[]): KvOp {
 
 const EXPIRY = ['ttlSeconds', 'forever'];
 
+/**
+ * An operation as the caller wrote it (batch, a bundle's kv): copied, with an `expect` written but
+ * undefined sent as null, which the cell refuses. JSON would drop it, turning a fenced write into an
+ * unconditional one without a word.
+ */
+export function guardedOp(op: KvOp): KvOp {
+  return 'expect' in op && op.expect === undefined ? { ...op, expect: null } : { ...op };
+}
+
 /** The operations as the cell spells them. */
 export const kvOp = {
   get: (ns: string, key: string): KvOp => ({ op: 'get', ns, key }),
@@ -121,7 +130,7 @@ export class Kv {
 
   /** The whole surface: the answers in order, or the verdict of a lost `required` (nothing applied). */
   batch(ops: KvOp[]): Promise<KvBatchAnswer> {
-    return this.apply(ops);
+    return this.apply(ops.map(guardedOp));
   }
 
   /** `{found, key, value?, version?, expiresAt?, updatedAt?}`: `found` and `value: null` are two facts. */

@@ -21,7 +21,7 @@
 // bundle again, with the same ids.
 
 import { stringifyJson } from './json';
-import { kvOp, onceResult, type KvOp, type OnceOptions } from './kv';
+import { guardedOp, kvOp, onceResult, type KvOp, type OnceOptions } from './kv';
 import type { QueenCore } from './queue';
 import { timerOp } from './timers';
 import type { AckContext, AckStatus, Expiry, KvWriteResult, Message, PushItem, TimerOp, TransactionResult } from './types';
@@ -87,7 +87,7 @@ export class TransactionBuilder {
 
   /** Any KV operation (`{op, ns, ...}`, as POST /api/v1/kv takes it; getPrefix is refused in a bundle). */
   kv(op: KvOp): this {
-    this.kvOps.push({ ...op });
+    this.kvOps.push(guardedOp(op));
     return this.changed();
   }
 

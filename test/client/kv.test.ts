@@ -48,6 +48,11 @@ test('writes answer applied, reason, and the current value and version, applied 
   // `expect` written but undefined is never a silent upsert: the cell refuses it.
   const undef = await queen.kv.put('w', 'k', 'x', { ttlSeconds: 60, expect: undefined }).catch((e: unknown) => e);
   expect(undef).toMatchObject({ status: 400, code: 'kv_expect_invalid' });
+  const raw = await queen.kv.batch([{ op: 'delete', ns: 'w', key: 'k', expect: undefined }]).catch((e: unknown) => e);
+  expect(raw).toMatchObject({ status: 400, code: 'kv_expect_invalid', index: 0 });
+  const inBundle = await queen.transaction().kv({ op: 'delete', ns: 'w', key: 'k', expect: undefined }).commit().catch((e: unknown) => e);
+  expect(inBundle).toMatchObject({ status: 400, code: 'kv_expect_invalid', index: 0 });
+  expect(await queen.kv.get('w', 'k')).toMatchObject({ found: true, value: 'next' });
 });
 
 test('incr past 2^53 comes back as an exact bigint, and a bigint writes back exact', async () => {
