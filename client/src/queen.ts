@@ -57,7 +57,7 @@ export class Queen implements QueenCore {
       return wire.ackAnswer((await this.http.call('POST', wire.ACK_PATH, { body })).body);
     }
     if (target.length === 0) return { success: true, results: [] };
-    const body = stringifyJson(wire.ackBatchBody(target.map((m) => wire.ackOne(m, s, group)), group));
+    const body = stringifyJson(wire.ackBatchBody(target.map((m) => wire.ackOne(m, s, group))));
     const results = wire.ackBatchAnswer((await this.http.call('POST', wire.ACK_BATCH_PATH, { body })).body);
     return { success: results.every((r) => r.success), results };
   }

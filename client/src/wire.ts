@@ -145,9 +145,11 @@ export function ackOne(m: AckTarget, status: 'completed' | 'failed', group: stri
   return out;
 }
 
-export function ackBatchBody(acks: Obj[], group: string | undefined): unknown {
-  // Each element names its group (the cell today); the body-level one is Queen's batch spelling.
-  return group === undefined ? { acknowledgments: acks } : { acknowledgments: acks, consumerGroup: group };
+export function ackBatchBody(acks: Obj[]): unknown {
+  // Each element names its group (the cell today); Queen's batch ack takes one group for the whole
+  // body, so it is also sent there when the elements agree.
+  const groups = new Set(acks.map((a) => a.consumerGroup));
+  return groups.size === 1 ? { acknowledgments: acks, consumerGroup: [...groups][0] } : { acknowledgments: acks };
 }
 
 function ackResult(r: unknown): AckResult {
