@@ -89,7 +89,7 @@ export const kvOp = {
   delete: (ns: string, key: string, opts: PutOptions = {}): KvOp => withFields(withExpect({ op: 'delete', ns, key }, opts), opts, ['required']),
   incr: (ns: string, key: string, delta: number | bigint, opts: Expiry & IncrOptions): KvOp =>
     withFields({ op: 'incr', ns, key, delta }, opts, ['min', 'max', ...EXPIRY, 'required']),
-  /** The seeds' `once`: putIfAbsent under the name of the question it answers, required by default. */
+  /** `once`: putIfAbsent under the name of the question it answers (is this done?), required by default. */
   once: (ns: string, key: string, opts: Expiry & OnceOptions): KvOp =>
     withFields({ op: 'putIfAbsent', ns, key, value: opts.value === undefined ? true : opts.value, required: opts.required !== false }, opts, EXPIRY),
 };

@@ -1,4 +1,5 @@
-// The once-marker bundle through the client: the seeds' example as written, a redelivery of work
+// The once-marker bundle through the client: Queen MQ's KV documentation example as written
+// (queenmq.com/use/kv, "The one thing a store on the side cannot do"), a redelivery of work
 // already done (the second commit is kv_precondition with the winner's value, nothing in it
 // commits, then a plain ack takes the message off), the zombie whose lease lapsed, and the typed
 // refusals of a bundle the cell will not run.
@@ -11,7 +12,7 @@ beforeAll(async () => {
 });
 afterAll(() => cell.api.close());
 
-test("the seeds' once example runs as written: the marker and the ack commit together", async () => {
+test("the documented once example runs as written: the marker and the ack commit together", async () => {
   const { queen } = cell;
   const order = { id: 'ord_8812' };
   await queen.queue('orders').push([{ data: order }]);
@@ -20,7 +21,7 @@ test("the seeds' once example runs as written: the marker and the ack commit tog
   let charges = 0;
   const chargeCard = async (_o: typeof order) => void charges++;
 
-  // As the seeds write it, with `queen` the client.
+  // As Queen MQ's KV documentation writes it, with `queen` the client.
   const tx = queen.transaction()
     .once('charges', `charge:${order.id}`, { ttlSeconds: 86400, required: true })
     .ack(message);
