@@ -118,3 +118,25 @@ test('a refusal is a QueenError carrying the code, the message and the index', a
   expect((err as QueenError).message).toMatch(/namespace/i);
   expect(await queen.kv.getPrefix('ok', '').next().catch((e: unknown) => e)).toMatchObject({ code: 'kv_prefix_required' });
 });
+
+test('the tenant option sends x-queen-tenant: two tenants with one namespace and key never meet', async () => {
+  const tenancy = await startCell({
+    QUEEN_TENANCY_HEADER: '1',
+    QUEEN_KV_TRUSTED_PROXY: '1',
+    QUEEN_KV_REQUIRE_GRANT: '0',
+    QUEEN_ADMIN_TOKEN: 'client-suite-token',
+  });
+  try {
+    const { Queen } = await import('@queen-kv/client');
+    const a = new Queen({ url: tenancy.api.url, tenant: '6a0b2c9e-1d3f-4e5a-8b7c-9d0e1f2a3b4c' });
+    const b = new Queen({ url: tenancy.api.url, tenant: '7b1c3d0f-2e4a-4f6b-9c8d-0e1f2a3b4c5d' });
+    await a.kv.put('shared', 'k', 'a', { ttlSeconds: 60 });
+    expect(await b.kv.get('shared', 'k')).toMatchObject({ found: false });
+    expect(await b.kv.putIfAbsent('shared', 'k', 'b', { ttlSeconds: 60 })).toMatchObject({ applied: true, value: 'b' });
+    expect(await a.kv.get('shared', 'k')).toMatchObject({ found: true, value: 'a' });
+    const anonymous = new Queen({ url: tenancy.api.url });
+    expect(await anonymous.kv.get('shared', 'k').catch((e: unknown) => e)).toMatchObject({ status: 400, code: 'tenant_required' });
+  } finally {
+    await tenancy.api.close();
+  }
+});

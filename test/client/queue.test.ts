@@ -129,3 +129,20 @@ test('consume rejects on a refusal retrying cannot fix', async () => {
   const err = await queen.queue('.bad').consume(async () => undefined).catch((e: unknown) => e);
   expect(err).toMatchObject({ name: 'QueenError', status: 400, code: 'log_invalid_queue' });
 });
+
+test('consume renews the lease while a slow handler runs: its ack lands, nothing comes back', async () => {
+  const { queen } = cell;
+  await queen.queue('q-slow').config({ leaseTime: 2 }).create();
+  await queen.queue('q-slow').push([{ data: 'slow' }]);
+  const summary = await queen
+    .queue('q-slow')
+    .group('r')
+    .renewLease(true, 200)
+    .limit(1)
+    .consume(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 3000)); // longer than the lease
+    });
+  expect(summary).toEqual({ processed: 1 });
+  // Acked under a live lease: the group is past it (a lapsed lease would have redelivered it).
+  expect(await queen.queue('q-slow').group('r').pop()).toEqual([]);
+});
