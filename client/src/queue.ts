@@ -33,7 +33,10 @@ const NETWORK_PAUSE_MS = 1_000;
 export interface ConsumeOptions {
   /** Stops the consumer: no new pop; the messages in hand are finished and acked; then it resolves. */
   signal?: AbortSignal;
-  /** Called after a handler threw and its message(s) were acked `failed` (default: nothing). */
+  /**
+   * Called after a handler threw (its message(s) then acked `failed`), and when an ack did not apply
+   * (a QueenError with code `ack_failed`: the lease lapsed, say; the message comes back). Default: nothing.
+   */
   onError?: (error: unknown, messages: Message | Message[]) => void;
 }
 
@@ -190,7 +193,16 @@ export class QueueBuilder {
 
     const settle = async (messages: Message[], status: AckStatus) => {
       try {
-        await this.queen.ack(messages.length === 1 ? messages[0] : messages, status, this.groupName === undefined ? {} : { group: this.groupName });
+        const answer = await this.queen.ack(messages.length === 1 ? messages[0] : messages, status, this.groupName === undefined ? {} : { group: this.groupName });
+        const refused = ('results' in answer ? answer.results : [answer]).filter((r) => !r.success);
+        if (refused.length > 0) {
+          // Not a fault of the loop (the message comes back to whoever holds the lease), but worth knowing.
+          const reasons = [...new Set(refused.map((r) => r.ackReason))].join(', ');
+          options.onError?.(
+            new QueenError({ status: 200, code: 'ack_failed', message: `${refused.length} ack(s) did not apply: ${reasons}.`, body: refused }),
+            messages.length === 1 ? messages[0] : messages,
+          );
+        }
       } catch (err) {
         // A network failure leaves the messages to their lease (they come back); anything else is a fault.
         if (!isNetwork(err)) fail(err);

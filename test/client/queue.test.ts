@@ -134,6 +134,7 @@ test('consume renews the lease while a slow handler runs: its ack lands, nothing
   const { queen } = cell;
   await queen.queue('q-slow').config({ leaseTime: 2 }).create();
   await queen.queue('q-slow').push([{ data: 'slow' }]);
+  const errors: unknown[] = [];
   const summary = await queen
     .queue('q-slow')
     .group('r')
@@ -141,8 +142,25 @@ test('consume renews the lease while a slow handler runs: its ack lands, nothing
     .limit(1)
     .consume(async () => {
       await new Promise((resolve) => setTimeout(resolve, 3000)); // longer than the lease
-    });
+    }, { onError: (e) => void errors.push(e) });
   expect(summary).toEqual({ processed: 1 });
+  expect(errors).toEqual([]);
   // Acked under a live lease: the group is past it (a lapsed lease would have redelivered it).
   expect(await queen.queue('q-slow').group('r').pop()).toEqual([]);
+});
+
+test('consume tells onError when an ack did not apply (a lapsed lease): the message comes back', async () => {
+  const { queen } = cell;
+  await queen.queue('q-lapse').config({ leaseTime: 1 }).create();
+  await queen.queue('q-lapse').push([{ data: 'late' }]);
+  const errors: unknown[] = [];
+  await queen
+    .queue('q-lapse')
+    .group('r')
+    .limit(1)
+    .consume(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 1500)); // past the lease, not renewed
+    }, { onError: (e) => void errors.push(e) });
+  expect(errors).toEqual([expect.objectContaining({ name: 'QueenError', code: 'ack_failed', message: expect.stringMatching(/lease_expired/) })]);
+  expect((await queen.queue('q-lapse').group('r').pop()).map((m) => [m.data, m.retryCount])).toEqual([['late', 1]]);
 });
