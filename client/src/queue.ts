@@ -191,6 +191,15 @@ export class QueueBuilder {
       stop.abort();
     };
 
+    /** onError is the caller's code: if it throws, the consumer stops and rejects with that. */
+    const report = (error: unknown, given: Message | Message[]) => {
+      try {
+        options.onError?.(error, given);
+      } catch (err) {
+        fail(err);
+      }
+    };
+
     const settle = async (messages: Message[], status: AckStatus) => {
       try {
         const answer = await this.queen.ack(messages.length === 1 ? messages[0] : messages, status, this.groupName === undefined ? {} : { group: this.groupName });
@@ -198,7 +207,7 @@ export class QueueBuilder {
         if (refused.length > 0) {
           // Not a fault of the loop (the message comes back to whoever holds the lease), but worth knowing.
           const reasons = [...new Set(refused.map((r) => r.ackReason))].join(', ');
-          options.onError?.(
+          report(
             new QueenError({ status: 200, code: 'ack_failed', message: `${refused.length} ack(s) did not apply: ${reasons}.`, body: refused }),
             messages.length === 1 ? messages[0] : messages,
           );
@@ -217,7 +226,7 @@ export class QueueBuilder {
           await handler(given);
         } catch (err) {
           await settle(messages, false);
-          options.onError?.(err, given);
+          report(err, given);
           return;
         }
         if (this.acking) await settle(messages, true);
