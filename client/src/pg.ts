@@ -89,6 +89,11 @@ export interface PgKv extends Kv {
 }
 
 export function kvOn(client: PgQueryable, options: KvOnOptions = {}): PgKv {
+  // A pg Pool has query() too, but each call may take another connection: never your transaction.
+  const c = client as unknown as { totalCount?: unknown; release?: unknown };
+  if (typeof c.totalCount === 'number' && typeof c.release !== 'function') {
+    throw new TypeError('kvOn needs the client your transaction runs on (await pool.connect(), then BEGIN), not the pool: each pool.query may take another connection.');
+  }
   const tenant = options.tenant ?? DEFAULT_TENANT;
   const apply = async (ops: KvOp[]): Promise<KvBatchAnswer> => {
     try {

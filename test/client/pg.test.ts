@@ -1,7 +1,7 @@
 // kvOn(pgClient): the KV and the ack on the caller's own PostgreSQL transaction. The caller's rows,
 // the marker and the ack commit together, or roll back together; the answers are the HTTP
 // surface's, because the SQL is the same.
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
 import { QueenError, type Message } from '@queen-kv/client';
 import { kvOn } from '@queen-kv/client/pg';
 import { startCell, type Cell } from './helpers';
@@ -120,4 +120,19 @@ test('the same rules and answers as the HTTP surface: numbers, refusals, reads',
     await walk(cell.queen.kv.getPrefix('pgread', '', { limit: 1 })).catch((e: unknown) => e),
   );
   expect(await walk(kv.getPrefix('pgread', 'a', { limit: 1 }))).toEqual(await walk(cell.queen.kv.getPrefix('pgread', 'a', { limit: 1 })));
+});
+
+test('a pool is refused: each of its queries may take another connection, never the transaction', async () => {
+  const pool = new Pool({ connectionString: cell.api.databaseUrl, max: 1 });
+  try {
+    expect(() => kvOn(pool)).toThrow(/not the pool/);
+    const held = await pool.connect();
+    try {
+      expect(await kvOn(held).get('pgread', 'a')).toMatchObject({ found: true });
+    } finally {
+      held.release();
+    }
+  } finally {
+    await pool.end();
+  }
 });
