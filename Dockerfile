@@ -9,10 +9,13 @@
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The client is an npm workspace: npm ci needs its package.json, and the build compiles it first.
+COPY client/package.json ./client/
 # No install scripts: the build needs only tsc (the one allowed script restores the embedded
 # PostgreSQL's library links, for tests, which do not run here).
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
+COPY client ./client
 COPY shared ./shared
 COPY services ./services
 # The processes only: tsconfig's test/ and bench/ globs match nothing here, so they are not compiled.
@@ -23,6 +26,8 @@ FROM node:20-bookworm-slim AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The workspace's manifest only, so that npm ci resolves it; the processes never load the client.
+COPY client/package.json ./client/
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist/shared ./dist/shared
 COPY --from=build /app/dist/services ./dist/services

@@ -76,7 +76,7 @@ describe('the Dockerfile', () => {
 
   test('.dockerignore keeps installed, built and local files out of the build context', () => {
     const ignored = fs.readFileSync(path.join(REPO, '.dockerignore'), 'utf8').split('\n').map((l) => l.trim());
-    for (const entry of ['node_modules', 'dist', '.git', '.queen', '.env']) expect(ignored).toContain(entry);
+    for (const entry of ['**/node_modules', '**/dist', '.git', '.queen', '.env']) expect(ignored).toContain(entry);
     // Nothing a COPY from the context needs is left out of it.
     const fromContext = dockerfile
       .flatMap((st) => st.instructions)

@@ -1,0 +1,81 @@
+// `new Queen({ url })`: the entry point, named and shaped as Queen MQ's JavaScript client is, plus
+// what that client lacks (the KV, timers, the once-marker in the same commit as the ack).
+
+import { randomUUID } from 'node:crypto';
+import { HttpClient, type HttpOptions } from './http';
+import { stringifyJson } from './json';
+import { Kv, kvAnswer } from './kv';
+import { QueueBuilder, type QueenCore } from './queue';
+import { Timers } from './timers';
+import { TransactionBuilder } from './transaction';
+import type { AckBatchResult, AckContext, AckResult, AckStatus, Message, RenewResult } from './types';
+import * as wire from './wire';
+
+export type QueenOptions = HttpOptions;
+
+export class Queen implements QueenCore {
+  /** @internal */
+  readonly http: HttpClient;
+  /** The KV: get, getMany, getPrefix, put, putIfAbsent, delete, incr, once, batch. */
+  readonly kv: Kv;
+  /** Timers: schedule, peek, list, cancel, reschedule. */
+  readonly timers: Timers;
+
+  constructor(options: QueenOptions | string) {
+    this.http = new HttpClient(typeof options === 'string' ? { url: options } : options);
+    this.kv = new Kv(async (ops) => kvAnswer((await this.http.call('POST', '/api/v1/kv', { body: stringifyJson({ operations: ops }) })).body));
+    this.timers = new Timers(this.http);
+  }
+
+  /** @internal A fresh transactionId for a push item that has none. */
+  mintId(): string {
+    return randomUUID();
+  }
+
+  queue(name: string): QueueBuilder {
+    return new QueueBuilder(this, name);
+  }
+
+  transaction(): TransactionBuilder {
+    return new TransactionBuilder(this);
+  }
+
+  /**
+   * Acks one message (`AckResult`) or several in one call (`AckBatchResult`, each applied or not on
+   * its own). `true` / `'completed'` moves the group's cursor past it; `false` / `'failed'` asks for
+   * a redelivery until the queue's retryLimit. The group: `context.group`, else the one the message
+   * was popped for. An ack that does not apply is a value (`success: false`, `ackReason`), not a throw.
+   */
+  ack(message: Message, status?: AckStatus, context?: AckContext): Promise<AckResult>;
+  ack(messages: Message[], status?: AckStatus, context?: AckContext): Promise<AckBatchResult>;
+  ack(message: Message | Message[], status?: AckStatus, context?: AckContext): Promise<AckResult | AckBatchResult>;
+  async ack(target: Message | Message[], status: AckStatus = true, context: AckContext = {}): Promise<AckResult | AckBatchResult> {
+    const group = context.group ?? context.consumerGroup;
+    const s = wire.ackStatus(status);
+    if (!Array.isArray(target)) {
+      const body = stringifyJson(wire.ackOne(target, s, group));
+      return wire.ackAnswer((await this.http.call('POST', wire.ACK_PATH, { body })).body);
+    }
+    if (target.length === 0) return { success: true, results: [] };
+    const body = stringifyJson(wire.ackBatchBody(target.map((m) => wire.ackOne(m, s, group))));
+    const results = wire.ackBatchAnswer((await this.http.call('POST', wire.ACK_BATCH_PATH, { body })).body);
+    return { success: results.every((r) => r.success), results };
+  }
+
+  /**
+   * Extends a live lease (by a leaseId, or the lease of the message(s) given): to `seconds` from
+   * now, else the queue's lease time. A lease that lapsed is never revived (`success: false`).
+   */
+  renew(target: string | Message, options?: { seconds?: number }): Promise<RenewResult>;
+  renew(target: Message[], options?: { seconds?: number }): Promise<RenewResult[]>;
+  renew(target: string | Message | Message[], options?: { seconds?: number }): Promise<RenewResult | RenewResult[]>;
+  async renew(target: string | Message | Message[], options: { seconds?: number } = {}): Promise<RenewResult | RenewResult[]> {
+    const one = async (leaseId: string) => {
+      const body = stringifyJson(wire.renewBody(options.seconds));
+      return wire.renewAnswer(leaseId, (await this.http.call('POST', wire.renewPath(leaseId), { body })).body);
+    };
+    if (typeof target === 'string') return one(target);
+    if (!Array.isArray(target)) return one(target.leaseId);
+    return Promise.all([...new Set(target.map((m) => m.leaseId))].map(one));
+  }
+}

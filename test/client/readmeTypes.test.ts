@@ -1,0 +1,47 @@
+// The examples of client/README.md type-check, strict, against the package's published types (the
+// .d.ts files in client/dist, reached through the package's exports as a user's code reaches them).
+import fs from 'node:fs';
+import path from 'node:path';
+import ts from 'typescript';
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+
+test('the README examples compile under strict TypeScript against @queen-kv/client', () => {
+  const text = fs.readFileSync(path.join(ROOT, 'client', 'README.md'), 'utf8');
+  const blocks = [...text.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]);
+  const lines = blocks.map((b) => b.split('\n'));
+  const imports = [...new Set(lines.flatMap((l) => l.filter((x) => x.startsWith('import '))))];
+  const body = lines.map((l, i) => {
+    const code = l.filter((x) => !x.startsWith('import ')).join('\n');
+    return i === 0 ? code : `{\n${code}\n}`;
+  });
+  const source = [
+    ...imports,
+    'declare function sendEmail(data: unknown): Promise<void>',
+    'declare function chargeCard(order: unknown): Promise<void>',
+    'declare function log(...args: unknown[]): void',
+    'export async function examples(): Promise<void> {',
+    ...body,
+    '}',
+  ].join('\n');
+  // Inside the repository (so node_modules resolves the package), in the build output (ignored by git).
+  const dir = path.join(ROOT, 'dist', 'readme-check');
+  fs.mkdirSync(dir, { recursive: true });
+  const file = path.join(dir, 'examples.ts');
+  fs.writeFileSync(file, source);
+  const program = ts.createProgram([file], {
+    strict: true,
+    noEmit: true,
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.CommonJS,
+    moduleResolution: ts.ModuleResolutionKind.Node10,
+    lib: ['lib.es2022.d.ts'],
+    types: ['node'],
+    esModuleInterop: true,
+    skipLibCheck: true,
+  });
+  const problems = ts
+    .getPreEmitDiagnostics(program)
+    .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n') + (d.file && d.start !== undefined ? ` (line ${d.file.getLineAndCharacterOfPosition(d.start).line + 1})` : ''));
+  expect(problems).toEqual([]);
+});
