@@ -3,7 +3,7 @@ import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import express from 'express';
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ApiError, coerceError, PreconditionFailed } from '../../shared/errors';
+import { ApiError, coerceError } from '../../shared/errors';
 import { DEFAULT_TENANT, Config } from '../../shared/config';
 import type { Logger } from '../../shared/log';
 
@@ -134,7 +134,6 @@ export function errorHandler(log: Logger) {
       return sendError(res, new ApiError('bad_request', e.message ?? 'Bad request.', { status: expressStatus === 404 ? 400 : expressStatus }));
     }
     const coerced = coerceError(err);
-    if (coerced instanceof PreconditionFailed) return sendJsonText(res, 200, coerced.bodyText());
     if (coerced instanceof ApiError) return sendError(res, coerced);
     // Only the error's identity: a pg error's DETAIL and HINT can carry stored values, which never
     // belong in a log line.

@@ -8,15 +8,15 @@
 //
 // Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
 //  - everything applied: {"ok": true, "results": [...]};
-//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of SPEC section 3
-//    with the winner's value and version;
+//  - a `required` KV precondition lost: nothing commits, the kv_precondition verdict with the
+//    winner's value and version, built by kv_apply_v1 (the steps after it never run);
 //  - an ack that cannot apply (lease expired or taken over, unknown message, already acked, not
 //    leased): nothing commits, not even an unconditional KV write beside it:
 //    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
 import type { Pool } from 'pg';
-import { AckFailed, ApiError, answerTooLarge, coerceError, PreconditionFailed } from '../../../shared/errors';
+import { AckFailed, ApiError, answerTooLarge, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
@@ -116,6 +116,12 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
           values: [tenant, text, operations.length, operations.length + kv.length],
         });
         const done = rows[0] as Partial<Record<LockSpace, string>>;
+        // An object where the kv answers' array would be: a lost `required`, its failedIndex already
+        // counted in the flat array; nothing of the bundle was written.
+        if (done.kv?.startsWith('{')) {
+          countKv(metrics, kv, 'precondition');
+          return sendJsonText(res, 200, done.kv);
+        }
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
         sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
@@ -123,11 +129,6 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
         const err = kv.length > 0 ? answerTooLarge(caught) : caught;
         const verdict = coerceError(err);
-        // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
-        if (verdict instanceof PreconditionFailed) {
-          countKv(metrics, kv, 'precondition');
-          return sendJsonText(res, 200, verdict.bodyText(operations.length));
-        }
         // Rolled back by the ack beside them: the KV operations did not happen.
         if (verdict instanceof AckFailed) {
           countKv(metrics, kv, 'rolled_back');
