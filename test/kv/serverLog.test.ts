@@ -153,3 +153,23 @@ test.each([
   expectNoMarker('answer', res.text);
   await logs.clean();
 });
+
+// JavaScript parses an escaped U+0000 and a lone surrogate; PostgreSQL's jsonb refuses them and
+// logs the refusal with a CONTEXT line quoting the body up to the escape. Refused before SQL.
+const NUL = `"${MARKER}\\u0000"`;
+const LONE = `"${MARKER}\\ud800"`;
+test.each([
+  ['POST /api/v1/kv, U+0000 in a value', 'POST', '/api/v1/kv', `{"operations":[{"op":"put","ns":"hyg","key":"nul","value":${NUL},"forever":true}]}`],
+  ['POST /api/v1/kv, a lone surrogate in a value', 'POST', '/api/v1/kv', `{"operations":[{"op":"put","ns":"hyg","key":"sur","value":${LONE},"forever":true}]}`],
+  ['PUT /api/v1/kv/:ns/:key, U+0000 in the value', 'PUT', '/api/v1/kv/hyg/nul', `{"value":${NUL},"forever":true}`],
+  ['POST /api/v1/push, a lone surrogate in a payload', 'POST', '/api/v1/push', `{"items":[{"queue":"hyg-q","payload":${LONE}}]}`],
+  ['POST /api/v1/push, U+0000 in a payload', 'POST', '/api/v1/push', `{"items":[{"queue":"hyg-q","payload":${NUL}}]}`],
+  ['POST /api/v1/transaction, U+0000 in a kv value', 'POST', '/api/v1/transaction', `{"kv":[{"op":"put","ns":"hyg","key":"nul","value":${NUL},"forever":true}]}`],
+  ['POST /api/v1/timers, a lone surrogate in a payload', 'POST', '/api/v1/timers', `{"queue":"hyg-q","payload":${LONE},"delaySeconds":60}`],
+])('%s: 400 invalid_json, and no log quotes the body', async (_name, method, route, body) => {
+  const logs = await watchLogs();
+  const res = await call(server.url, method, route, body);
+  expect([res.status, res.body?.error]).toEqual([400, 'invalid_json']);
+  expectNoMarker('answer', res.text);
+  await logs.clean();
+});

@@ -16,7 +16,7 @@ import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../guards';
-import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, refuseUnstorable, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
@@ -125,9 +125,10 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     try {
       const text = bodyText(req);
       const admitted = () => {
-        const parsed = parseJson(text);
+        const parsed = parseJson(text, false);
         ops = isPlainObject(parsed) ? parsed.operations : undefined;
         refuseNulKeys(text, ops);
+        refuseUnstorable(text);
         return ops;
       };
       await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {

@@ -24,7 +24,7 @@ import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
 import { refuseNulKeys } from './kv';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
   config: Config;
@@ -89,7 +89,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
   router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
-    const body = parseJson(text);
+    const body = parseJson(text, false);
     if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
@@ -109,6 +109,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
       // not the invalid_json the jsonb cast would give; after the guards, so a paused KV still
       // answers its 403 first (the outermost reason), as it did.
       refuseNulKeys(text, kv);
+      refuseUnstorable(text);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
         const { rows } = await messagePool.query({
