@@ -173,3 +173,16 @@ test.each([
   expectNoMarker('answer', res.text);
   await logs.clean();
 });
+
+test('a lost required still counts as outcome="precondition" on each route (it is no longer an error to count from)', async () => {
+  const count = async (op: string) => {
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    return Number(text.match(new RegExp(`^queen_kv_ops_total\\{[^}]*op="${op}"[^}]*outcome="precondition"[^}]*\\} (\\S+)$`, 'm'))?.[1] ?? 0);
+  };
+  await kv(server.url, [{ op: 'put', ns: 'hyg', key: 'metric', value: 1, forever: true }]);
+  const before = { putIfAbsent: await count('putIfAbsent'), put: await count('put') };
+  await kv(server.url, [{ op: 'putIfAbsent', ns: 'hyg', key: 'metric', value: 2, forever: true, required: true }]);
+  await call(server.url, 'PUT', '/api/v1/kv/hyg/metric', { value: 2, forever: true, expect: 1, required: true });
+  await call(server.url, 'POST', '/api/v1/transaction', { kv: [{ op: 'putIfAbsent', ns: 'hyg', key: 'metric', value: 2, forever: true, required: true }] });
+  expect({ putIfAbsent: await count('putIfAbsent'), put: await count('put') }).toEqual({ putIfAbsent: before.putIfAbsent + 2, put: before.put + 1 });
+});
