@@ -76,7 +76,8 @@ export class ServerOutput {
   push(chunk: string): string {
     const lines = (this.partial + chunk).split('\n');
     this.partial = lines.pop() ?? '';
-    if (this.partial.length > 64 * 1024) this.partial = this.partial.slice(-64 * 1024);
+    // A line longer than this keeps its head: the prefix there is what decides whether it is relayed.
+    if (this.partial.length > 64 * 1024) this.partial = this.partial.slice(0, 64 * 1024);
     const out: string[] = [];
     for (const line of lines) {
       const entry = ServerOutput.ENTRY.exec(line);
