@@ -52,6 +52,51 @@ const DEFAULT_SETTINGS: Record<string, string> = {
   log_checkpoints: 'off',
 };
 
+/**
+ * What of the server's output the cell copies into its own log (the debug relay, the last output
+ * logged when the server dies or fails to start): the lines about the server, never a statement's.
+ * A statement's ERROR can quote its input (invalid input syntax for type integer: "..."), and its
+ * DETAIL, HINT, CONTEXT, QUERY and STATEMENT lines can carry stored values (a HINT used to carry
+ * the winner of a lost KV precondition; "Failing row contains (...)"; "JSON data, line 1: ..."), so
+ * those entries and their continuation lines are withheld and only counted. Kept: LOG, WARNING,
+ * FATAL and PANIC entries (start, stop, crash, recovery), except LOG lines that echo a statement
+ * (log_statement, log_min_duration_statement), and whatever is printed before the first entry.
+ */
+export class ServerOutput {
+  /** `%m [%p] `, PostgreSQL's default log_line_prefix, then the severity. */
+  private static readonly ENTRY = /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] ([A-Z0-9]+):  (.*)$/;
+  private static readonly KEPT = new Set(['LOG', 'WARNING', 'FATAL', 'PANIC']);
+  private static readonly ECHOES_STATEMENT = /^(?:statement|execute|duration|parameters|bind|parse)\b/;
+  private partial = '';
+  private keeping = true;
+  private withheld = 0;
+  private kept = '';
+
+  /** Takes a chunk of output; answers the complete lines it may relay (none: ''). */
+  push(chunk: string): string {
+    const lines = (this.partial + chunk).split('\n');
+    this.partial = lines.pop() ?? '';
+    // A line longer than this keeps its head: the prefix there is what decides whether it is relayed.
+    if (this.partial.length > 64 * 1024) this.partial = this.partial.slice(0, 64 * 1024);
+    const out: string[] = [];
+    for (const line of lines) {
+      const entry = ServerOutput.ENTRY.exec(line);
+      if (entry) this.keeping = ServerOutput.KEPT.has(entry[1]) && !ServerOutput.ECHOES_STATEMENT.test(entry[2]);
+      if (this.keeping) out.push(line);
+      else this.withheld++;
+    }
+    const text = out.join('\n');
+    if (text) this.kept = (this.kept + text + '\n').slice(-4000);
+    return text;
+  }
+
+  /** The last kept lines, and how many were withheld. */
+  recent(): string {
+    const note = this.withheld > 0 ? `\n(${this.withheld} lines of statement errors and their detail withheld: they can quote stored values)` : '';
+    return (this.kept.trim() + note).trim();
+  }
+}
+
 export class EmbeddedPostgresError extends Error {
   override name = 'EmbeddedPostgresError';
 }
@@ -319,10 +364,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     env: { ...process.env, LC_ALL: 'C' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let recent = '';
+  const output = new ServerOutput();
   const remember = (chunk: Buffer) => {
-    recent = (recent + chunk.toString()).slice(-4000);
-    log?.debug({ postgres: chunk.toString().trim() }, 'embedded postgres output');
+    const relayed = output.push(chunk.toString());
+    if (relayed) log?.debug({ postgres: relayed }, 'embedded postgres output');
   };
   child.stdout?.on('data', remember);
   child.stderr?.on('data', remember);
@@ -332,7 +377,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     const onExit = (code: number | null) => {
       if (settled) return;
       settled = true;
-      reject(new EmbeddedPostgresError(`The embedded PostgreSQL exited during start (exit ${code}): ${recent.trim()}`));
+      reject(new EmbeddedPostgresError(`The embedded PostgreSQL exited during start (exit ${code}): ${output.recent()}`));
     };
     child.once('exit', onExit);
     const started = Date.now();
@@ -350,7 +395,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
       } catch {
         if (Date.now() - started > 60_000) {
           settled = true;
-          reject(new EmbeddedPostgresError(`The embedded PostgreSQL did not accept connections within 60 s: ${recent.trim()}`));
+          reject(new EmbeddedPostgresError(`The embedded PostgreSQL did not accept connections within 60 s: ${output.recent()}`));
         } else setTimeout(poll, 50);
       } finally {
         await client.end().catch(() => undefined);
@@ -361,7 +406,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
 
   let stopped: Promise<void> | undefined;
   child.once('exit', (code, signal) => {
-    if (!stopped) options.onUnexpectedExit?.({ code, signal, output: recent.trim() });
+    if (!stopped) options.onUnexpectedExit?.({ code, signal, output: output.recent() });
   });
   return {
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,

@@ -4,7 +4,6 @@
 
 export const SQLSTATE = {
   QUEEN_BAD_REQUEST: 'QK400',
-  QUEEN_PRECONDITION: 'QK409',
   QUEEN_ACK_FAILED: 'QK412',
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
@@ -138,31 +137,6 @@ export class ApiError extends Error {
 }
 
 /**
- * A lost `required` precondition: a 200 with ok:false, never an error status. The winner's value
- * travels as PostgreSQL's jsonb text and is written out as is, so its numbers are never narrowed.
- */
-export class PreconditionFailed extends Error {
-  constructor(
-    readonly failedIndex: number,
-    readonly kvReason: string,
-    /** A bigint token: kept as its decimal text when it comes from SQL, so it is never narrowed. */
-    readonly version: number | string,
-    readonly valueText: string,
-  ) {
-    super('kv_precondition');
-    this.name = 'PreconditionFailed';
-  }
-
-  /** `offset` places the index in the transaction wire's flat result array. */
-  bodyText(offset = 0): string {
-    return (
-      `{"ok":false,"success":false,"reason":"kv_precondition","failedIndex":${this.failedIndex + offset},` +
-      `"kvReason":${JSON.stringify(this.kvReason)},"version":${this.version},"value":${this.valueText}}`
-    );
-  }
-}
-
-/**
  * An ack inside the transaction wire that could not be applied (expired lease, unknown message...):
  * the whole bundle rolled back. A 200 with ok:false, like a lost precondition: it is a verdict on
  * the work, not a fault of the call.
@@ -200,10 +174,10 @@ function isPgError(err: unknown): err is PgError {
 
 /**
  * Turns whatever a database call threw into the product's answer: an ApiError with a code from the
- * table above, a PreconditionFailed, or the original error (a bug, answered as 500 and logged).
+ * table above, an AckFailed, or the original error (a bug, answered as 500 and logged).
  */
 export function coerceError(err: unknown): unknown {
-  if (err instanceof ApiError || err instanceof PreconditionFailed || err instanceof AckFailed) return err;
+  if (err instanceof ApiError || err instanceof AckFailed) return err;
   if (isConnectionFailure(err)) {
     // The database is down, restarting or unreachable: the cell, not the call. Every route answered
     // these as 500 internal ("connect ECONNREFUSED", "Connection terminated unexpectedly") for the
@@ -230,16 +204,6 @@ export function coerceError(err: unknown): unknown {
       const code = typeof detail.code === 'string' ? detail.code : 'bad_request';
       const index = typeof detail.index === 'number' ? detail.index : undefined;
       return new ApiError(code, err.message ?? code, { index });
-    }
-    case SQLSTATE.QUEEN_PRECONDITION: {
-      // DETAIL carries the verdict, HINT the current value's jsonb text (see kv_apply_v1).
-      const detail = parseDetail(err.detail);
-      return new PreconditionFailed(
-        Number(detail.failedIndex),
-        String(detail.kvReason),
-        versionText(err.detail) ?? Number(detail.version ?? 0),
-        err.hint && err.hint.length > 0 ? err.hint : 'null',
-      );
     }
     case SQLSTATE.QUEEN_ACK_FAILED: {
       // DETAIL carries the failing operation's index and the reason (see queen.log_ack_one_v1).
@@ -302,10 +266,6 @@ export function isConnectionFailure(err: unknown): boolean {
  * The version straight from DETAIL's text: JSON.parse would narrow a bigint above 2^53 to a
  * double, and the loser must be handed the same token the winner was.
  */
-function versionText(detail: string | undefined): string | undefined {
-  return detail ? /"version"\s*:\s*(\d+)\s*[,}]/.exec(detail)?.[1] : undefined;
-}
-
 function parseDetail(detail: string | undefined): Record<string, unknown> {
   if (!detail) return {};
   try {

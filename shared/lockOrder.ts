@@ -28,8 +28,11 @@ export interface NamedStatement {
  * The same order as ONE statement (one round trip, one implicit transaction): each present space's
  * jsonb expression, in LOCK_SPACES order, as a chain of MATERIALIZED CTEs in which every step reads
  * the previous step's result. That data dependency, not a hope about evaluation order, is what makes
- * PostgreSQL run them in order. `args` is a select list naming the statement's parameters once
- * (`$1::uuid AS tenant, ...`); the expressions read them as `a.<name>`. Columns come back as text,
+ * PostgreSQL run them in order. A step answers an array; a JSON object is a verdict that ends the
+ * transaction's work (a lost `required`, whose own writes are already undone): the steps after it
+ * do not run, so nothing is written, and the object comes back in its space's column. `args` is a
+ * select list naming the statement's parameters once (`$1::uuid AS tenant, ...`); the expressions
+ * read them as `a.<name>`. Columns come back as text,
  * named after their space. Built once per combination of spaces (callers cache it by name).
  */
 export function lockOrderedStatement(prefix: string, args: string, exprs: Partial<Record<LockSpace, string>>): NamedStatement {
@@ -38,7 +41,7 @@ export function lockOrderedStatement(prefix: string, args: string, exprs: Partia
   const ctes = present.map((space, i) =>
     i === 0
       ? `s_${space} AS MATERIALIZED (SELECT (${exprs[space]}) AS r FROM a)`
-      : `s_${space} AS MATERIALIZED (SELECT CASE WHEN p.r IS NULL THEN NULL ELSE (${exprs[space]}) END AS r FROM a, s_${present[i - 1]} p)`,
+      : `s_${space} AS MATERIALIZED (SELECT CASE WHEN p.r IS NULL OR jsonb_typeof(p.r) = 'object' THEN NULL ELSE (${exprs[space]}) END AS r FROM a, s_${present[i - 1]} p)`,
   );
   return {
     name: `${prefix}_${present.join('_')}`,

@@ -6,10 +6,19 @@
 -- operations in ascending (namespace, key) COLLATE "C" order (the lock order), then the multi-key
 -- reads, and answer in request order. One instant (p_now) decides every expiry in the batch.
 --
--- Errors are raised with SQLSTATE QK400 and DETAIL {"code", "index"}; a lost `required`
--- precondition with QK409, DETAIL {"failedIndex", "kvReason", "version"} and HINT = the current
--- value's jsonb text. Raising aborts the transaction, which is the point: everything in the call,
--- and in a transaction-wire bundle everything beside it, rolls back.
+-- Errors are raised with SQLSTATE QK400 and DETAIL {"code", "index"}. Raising aborts the
+-- transaction: everything in the call, and in a transaction-wire bundle everything beside it, rolls
+-- back. A refusal's message names the field and the kind of JSON it got, never what the client sent
+-- in it: PostgreSQL logs every raised error with its DETAIL, HINT and statement (log_min_messages
+-- defaults to WARNING, log_min_error_statement to ERROR), and a field filled by mistake may hold a value.
+--
+-- A lost `required` precondition is not an error: it is the verdict {"ok": false, "success": false,
+-- "reason": "kv_precondition", "failedIndex", "kvReason", "version", "value"} returned in place of
+-- the answers array, with every write of the call undone (kv_apply_at_v1 runs the writes in a
+-- sub-block whose handler rolls them back). It used to be raised with the winner's value in its
+-- HINT, and PostgreSQL logged that line, value included, on every lost race (2026-12-01). A caller
+-- that does more in the same transaction must stop there: the transaction wire runs nothing after
+-- a verdict (shared/lockOrder.ts).
 
 -- The only definition of existence. Pure, not STRICT (a NULL expiry means forever and must answer
 -- true), `now` a parameter so one call uses one instant.
@@ -73,6 +82,14 @@ CREATE OR REPLACE FUNCTION queen.kv_write_answer_v1(
          || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
 $$;
 
+-- What kind of JSON a field holds, for a refusal's sentence: a refusal says this, never the JSON
+-- itself (see the header: PostgreSQL logs every refusal's message).
+CREATE OR REPLACE FUNCTION queen.json_kind_v1(p JSONB) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE jsonb_typeof(p) WHEN 'object' THEN 'an object' WHEN 'array' THEN 'an array' WHEN 'string' THEN 'a string'
+           WHEN 'number' THEN 'a number' WHEN 'boolean' THEN 'a boolean' WHEN 'null' THEN 'null' ELSE 'nothing' END
+$$;
+
 -- Validates one operation and returns it normalised: {i, op, kind, ns, key | keys | prefix, ...}.
 -- `putIfAbsent` desugars here to kind put with expect 0: one path, one taxonomy.
 CREATE OR REPLACE FUNCTION queen.kv_check_op_v1(
@@ -107,8 +124,8 @@ BEGIN
     WHEN 'put' THEN 'put' WHEN 'putIfAbsent' THEN 'put' WHEN 'delete' THEN 'delete' WHEN 'incr' THEN 'incr' END;
   IF v_kind IS NULL THEN
     PERFORM queen.fail_v1('kv_unknown_op', format(
-      'Operation %s has op %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
-      p_index, coalesce((p_op->'op')::text, 'missing')), p_index);
+      'Operation %s has %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
+      p_index, CASE WHEN p_op ? 'op' THEN 'an op that is none of these' ELSE 'no op' END), p_index);
   END IF;
 
   v_ns := p_op->'ns';
@@ -117,8 +134,8 @@ BEGIN
   END IF;
   IF jsonb_typeof(v_ns) <> 'string' OR NOT queen.name_ok_v1(v_ns #>> '{}') THEN
     PERFORM queen.fail_v1('kv_invalid_namespace', format(
-      'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
-      p_index, left(v_ns::text, 140)), p_index);
+      'Operation %s: ns is %s that is not a namespace; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
+      p_index, queen.json_kind_v1(v_ns)), p_index);
   END IF;
   v_out := jsonb_build_object('i', p_index, 'op', v_name, 'kind', v_kind, 'ns', v_ns);
 
@@ -225,7 +242,7 @@ BEGIN
          OR v_ttl::numeric <= 0 OR v_ttl::numeric > 3155760000 THEN
         PERFORM queen.fail_v1('kv_invalid_ttl', format(
           'Operation %s: ttlSeconds must be a whole number of seconds from 1 to 3155760000 (100 years), got %s.',
-          p_index, left(v_ttl::text, 40)), p_index);
+          p_index, queen.json_kind_v1(v_ttl)), p_index);
       END IF;
       v_out := v_out || jsonb_build_object('expiresAt', p_now + make_interval(secs => v_ttl::numeric::double precision));
     ELSE
@@ -247,7 +264,7 @@ BEGIN
        OR v_expect::numeric < 0 OR v_expect::numeric > 9223372036854775807 THEN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: expect must be 0 (must not exist) or a version; got %s. To write unconditionally, leave expect out.',
-        p_index, left(v_expect::text, 40)), p_index);
+        p_index, queen.json_kind_v1(v_expect)), p_index);
     ELSIF v_kind = 'delete' AND v_expect::numeric = 0 THEN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
@@ -278,7 +295,7 @@ BEGIN
         'Operation %s: incr takes delta, not value; a missing or expired counter starts from 0.', p_index), p_index);
     END IF;
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
-      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
+      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, queen.json_kind_v1(p_op->'delta')), p_index);
     END IF;
     -- A delta wider than a value may be (9e131071 is 131,072 digits stored) would store an
     -- over-limit counter, or overflow numeric when added (22003, answered as invalid_json). With
@@ -294,7 +311,7 @@ BEGIN
       PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
     END IF;
     IF v_min IS NOT NULL AND v_max IS NOT NULL AND v_min::numeric > v_max::numeric THEN
-      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min is above max.', p_index), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('delta', coalesce(p_op->'delta', '1'::jsonb), 'min', v_min, 'max', v_max);
   END IF;
@@ -309,7 +326,7 @@ BEGIN
     PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
   END IF;
   IF jsonb_typeof(p_key) <> 'string' THEN
-    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
+    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, queen.json_kind_v1(p_key)), p_index);
   END IF;
   IF octet_length(p_key #>> '{}') > 512 THEN
     PERFORM queen.fail_v1('kv_key_too_long', format(
@@ -720,90 +737,20 @@ BEGIN
   RETURN NULL;
 END $$;
 
--- The procedure behind every route, at a chosen instant (tests pick `p_now` to test expiry
--- without sleeping; kv_apply_v1 below passes the clock).
-CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(
-  p_tenant UUID, p_ops JSONB, p_in_transaction BOOLEAN, p_now TIMESTAMPTZ
-) RETURNS JSONB LANGUAGE plpgsql AS $$
+-- Runs a validated, normalised batch (kv_check_op_v1's output) and answers in request order. A
+-- lost `required` raises QK409 with the verdict as its DETAIL, for kv_apply_at_v1 to catch: call
+-- it from there only, or the verdict, value included, is an error the server logs.
+CREATE OR REPLACE FUNCTION queen.kv_run_v1(p_tenant UUID, p_norm JSONB[], p_now TIMESTAMPTZ) RETURNS JSONB
+LANGUAGE plpgsql AS $$
 DECLARE
-  v_max_batch INT;
-  v_n INT;
-  v_norm JSONB[] := '{}';
+  v_n INT := cardinality(p_norm);
+  v_norm JSONB[] := p_norm;
   v_results JSONB[];
   v_op JSONB;
   v_answer JSONB;
-  v_dup INT;
-  v_prefix_dup INT;
-  v_has_prefix BOOLEAN := false;
   v_fail JSONB;
   v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
-  i INT;
 BEGIN
-  -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
-  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 AND jsonb_typeof(p_ops->0) = 'object' THEN
-    v_op := p_ops->0;
-    v_answer := queen.kv_apply_fast_v1(p_tenant,
-      CASE WHEN jsonb_typeof(v_op->'op') = 'string' THEN v_op->>'op' END,
-      CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
-      -- '' for a key that is there but not a string: no fast path takes it.
-      CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
-      v_op, p_now, true);
-    IF v_answer IS NOT NULL THEN
-      RETURN jsonb_build_array(v_answer);
-    END IF;
-  END IF;
-  v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
-  IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_ops);
-  IF v_n > v_max_batch THEN
-    PERFORM queen.fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
-  END IF;
-
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_op := p_ops->i;
-    v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
-    v_has_prefix := v_has_prefix OR v_norm[i + 1]->>'kind' = 'getPrefix';
-  END LOOP;
-
-  -- A batch touches a key at most once, so there is no intra-batch order to reason about.
-  IF v_n > 1 OR v_norm[1] ? 'keys' THEN
-    SELECT t.idx INTO v_dup FROM (
-      SELECT idx, row_number() OVER (PARTITION BY ns, key ORDER BY idx) AS nth FROM (
-        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o WHERE o ? 'key'
-        UNION ALL
-        SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
-      ) touched
-    ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
-    -- A getPrefix touches every key of its range too. The reads of a prefix run after the batch's
-    -- single-key operations (the lock order), so a getPrefix at index 0 answered with what a put at
-    -- index 1 wrote: an intra-batch order after all. A write in the range [prefix, ...) past
-    -- `after` is refused; reads beside it (a get or getMany of a key in the range) have no order
-    -- between them and stay allowed.
-    IF v_has_prefix THEN
-      SELECT greatest(p.idx, t.idx) INTO v_prefix_dup FROM (
-        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'prefix' AS prefix, o->>'after' AS after
-          FROM unnest(v_norm) o WHERE o->>'kind' = 'getPrefix'
-      ) p JOIN (
-        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o
-         WHERE o->>'kind' IN ('put', 'delete', 'incr')
-      ) t ON t.ns = p.ns AND starts_with(t.key, p.prefix) AND (p.after IS NULL OR t.key COLLATE "C" > p.after COLLATE "C")
-      ORDER BY 1 LIMIT 1;
-      v_dup := least(v_dup, v_prefix_dup);
-    END IF;
-    IF v_dup IS NOT NULL THEN
-      PERFORM queen.fail_v1('kv_duplicate_key', format(
-        'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
-    END IF;
-  END IF;
-
-  -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
-  IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-     AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect' OR (o->>'required')::boolean) THEN
-    RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
-  END IF;
-
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
   -- Single-key operations in ascending (namespace, key) byte order: the lock order. Then the
   -- multi-key reads, which lock nothing.
@@ -844,14 +791,114 @@ BEGIN
   END LOOP;
 
   IF v_fail IS NOT NULL THEN
+    -- Caught by kv_apply_at_v1, the only caller, which rolls the writes back and answers this.
     RAISE EXCEPTION USING ERRCODE = 'QK409', MESSAGE = 'kv_precondition',
-      DETAIL = jsonb_build_object('failedIndex', v_fail->'index', 'kvReason', v_fail->'reason', 'version', v_fail->'version')::text,
-      HINT = (v_fail->'value')::text;
+      DETAIL = jsonb_build_object('ok', false, 'success', false, 'reason', 'kv_precondition',
+                                  'failedIndex', v_fail->'index', 'kvReason', v_fail->'reason',
+                                  'version', v_fail->'version', 'value', v_fail->'value')::text;
   END IF;
   IF array_position(v_results, NULL) IS NOT NULL OR cardinality(v_results) <> v_n THEN
     RAISE EXCEPTION 'kv_apply_v1 produced % answers for % operations', cardinality(v_results) - coalesce(array_position(v_results, NULL), 0), v_n;
   END IF;
   RETURN to_jsonb(v_results);
+END $$;
+
+-- The procedure behind every route, at a chosen instant (tests pick `p_now` to test expiry
+-- without sleeping; kv_apply_v1 below passes the clock).
+CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(
+  p_tenant UUID, p_ops JSONB, p_in_transaction BOOLEAN, p_now TIMESTAMPTZ
+) RETURNS JSONB LANGUAGE plpgsql AS $$
+DECLARE
+  v_max_batch INT;
+  v_n INT;
+  v_norm JSONB[] := '{}';
+  v_op JSONB;
+  v_answer JSONB;
+  v_dup INT;
+  v_prefix_dup INT;
+  v_has_prefix BOOLEAN := false;
+  v_required BOOLEAN := false;
+  v_verdict TEXT;
+  i INT;
+BEGIN
+  -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 AND jsonb_typeof(p_ops->0) = 'object' THEN
+    v_op := p_ops->0;
+    v_answer := queen.kv_apply_fast_v1(p_tenant,
+      CASE WHEN jsonb_typeof(v_op->'op') = 'string' THEN v_op->>'op' END,
+      CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
+      -- '' for a key that is there but not a string: no fast path takes it.
+      CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
+      v_op, p_now, true);
+    IF v_answer IS NOT NULL THEN
+      RETURN jsonb_build_array(v_answer);
+    END IF;
+  END IF;
+  v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
+  IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
+    PERFORM queen.fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > v_max_batch THEN
+    PERFORM queen.fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
+  END IF;
+
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
+    v_has_prefix := v_has_prefix OR v_norm[i + 1]->>'kind' = 'getPrefix';
+    v_required := v_required OR coalesce((v_norm[i + 1]->>'required')::boolean, false);
+  END LOOP;
+
+  -- A batch touches a key at most once, so there is no intra-batch order to reason about.
+  IF v_n > 1 OR v_norm[1] ? 'keys' THEN
+    SELECT t.idx INTO v_dup FROM (
+      SELECT idx, row_number() OVER (PARTITION BY ns, key ORDER BY idx) AS nth FROM (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o WHERE o ? 'key'
+        UNION ALL
+        SELECT (o->>'i')::int, o->>'ns', k FROM unnest(v_norm) o, jsonb_array_elements_text(o->'keys') k WHERE o ? 'keys'
+      ) touched
+    ) t WHERE t.nth > 1 ORDER BY t.idx LIMIT 1;
+    -- A getPrefix touches every key of its range too. The reads of a prefix run after the batch's
+    -- single-key operations (the lock order), so a getPrefix at index 0 answered with what a put at
+    -- index 1 wrote: an intra-batch order after all. A write in the range [prefix, ...) past
+    -- `after` is refused; reads beside it (a get or getMany of a key in the range) have no order
+    -- between them and stay allowed.
+    IF v_has_prefix THEN
+      SELECT greatest(p.idx, t.idx) INTO v_prefix_dup FROM (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'prefix' AS prefix, o->>'after' AS after
+          FROM unnest(v_norm) o WHERE o->>'kind' = 'getPrefix'
+      ) p JOIN (
+        SELECT (o->>'i')::int AS idx, o->>'ns' AS ns, o->>'key' AS key FROM unnest(v_norm) o
+         WHERE o->>'kind' IN ('put', 'delete', 'incr')
+      ) t ON t.ns = p.ns AND starts_with(t.key, p.prefix) AND (p.after IS NULL OR t.key COLLATE "C" > p.after COLLATE "C")
+      ORDER BY 1 LIMIT 1;
+      v_dup := least(v_dup, v_prefix_dup);
+    END IF;
+    IF v_dup IS NOT NULL THEN
+      PERFORM queen.fail_v1('kv_duplicate_key', format(
+        'Operation %s touches a key that an earlier operation of this batch already touches; a batch touches a key at most once.', v_dup), v_dup);
+    END IF;
+  END IF;
+
+  -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
+  IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+     AND NOT v_required AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect') THEN
+    RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
+  END IF;
+
+  IF NOT v_required THEN
+    RETURN queen.kv_run_v1(p_tenant, v_norm, p_now);
+  END IF;
+  -- A sub-block with a handler is a subtransaction: a lost `required` raises inside it
+  -- (kv_run_v1), the handler undoes every write the call made and answers the verdict. An error
+  -- caught here is never reported to the server's log. Only batches with a `required` pay for it.
+  BEGIN
+    RETURN queen.kv_run_v1(p_tenant, v_norm, p_now);
+  EXCEPTION WHEN SQLSTATE 'QK409' THEN
+    GET STACKED DIAGNOSTICS v_verdict = PG_EXCEPTION_DETAIL;
+    RETURN v_verdict::jsonb;
+  END;
 END $$;
 
 -- The entry point. A batch of one operation tries the fast path here, in SQL the planner inlines
@@ -860,6 +907,7 @@ END $$;
 -- Only functions that cannot fail on any jsonb may appear in the arguments: with the statement's
 -- parameters as constants, the planner evaluates them while planning, CASE or not. A declined fast
 -- path has done nothing, so the general path's own clock reading is its one instant.
+-- Answers the array of answers, or the verdict object of a lost `required` (see the header).
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant UUID, p_ops JSONB, p_in_transaction BOOLEAN DEFAULT false)
 RETURNS JSONB LANGUAGE sql AS $$
   SELECT coalesce(
@@ -877,10 +925,12 @@ $$;
 -- kv_apply_v1 always ran for these routes. A declined fast path has done nothing, so the second
 -- clock reading the general path takes is its one instant. kv_apply_at_v1 rather than kv_apply_v1:
 -- this body is inlined into the route's statement, and every expression in it, taken or not, is
--- set up on every execution.
+-- set up on every execution. The general path answers an array of one answer, or the verdict
+-- object of a lost `required`: '[]' || x is x for the array and [x] for the object, so `-> 0` is
+-- the one answer either way, with kv_apply_at_v1 named once.
 CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_body JSONB)
 RETURNS JSONB LANGUAGE sql AS $$
   SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
-                  queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
-                                       false, clock_timestamp()) -> 0)
+                  ('[]'::jsonb || queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
+                                                       false, clock_timestamp())) -> 0)
 $$;

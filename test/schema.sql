@@ -145,6 +145,14 @@ BEGIN
   RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = p_message,
     DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $function$
+CREATE OR REPLACE FUNCTION queen.json_kind_v1(p jsonb)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE jsonb_typeof(p) WHEN 'object' THEN 'an object' WHEN 'array' THEN 'an array' WHEN 'string' THEN 'a string'
+           WHEN 'number' THEN 'a number' WHEN 'boolean' THEN 'a boolean' WHEN 'null' THEN 'null' ELSE 'nothing' END
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(p_tenant uuid, p_ops jsonb, p_in_transaction boolean, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -153,14 +161,13 @@ DECLARE
   v_max_batch INT;
   v_n INT;
   v_norm JSONB[] := '{}';
-  v_results JSONB[];
   v_op JSONB;
   v_answer JSONB;
   v_dup INT;
   v_prefix_dup INT;
   v_has_prefix BOOLEAN := false;
-  v_fail JSONB;
-  v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+  v_required BOOLEAN := false;
+  v_verdict TEXT;
   i INT;
 BEGIN
   -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
@@ -189,6 +196,7 @@ BEGIN
     v_op := p_ops->i;
     v_norm := v_norm || coalesce(queen.kv_fast_check_op_v1(v_op, i, p_now), queen.kv_check_op_v1(v_op, i, p_in_transaction, p_now));
     v_has_prefix := v_has_prefix OR v_norm[i + 1]->>'kind' = 'getPrefix';
+    v_required := v_required OR coalesce((v_norm[i + 1]->>'required')::boolean, false);
   END LOOP;
 
   -- A batch touches a key at most once, so there is no intra-batch order to reason about.
@@ -224,58 +232,22 @@ BEGIN
 
   -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
   IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
-     AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect' OR (o->>'required')::boolean) THEN
+     AND NOT v_required AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect') THEN
     RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
   END IF;
 
-  v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
-  -- Single-key operations in ascending (namespace, key) byte order: the lock order. Then the
-  -- multi-key reads, which lock nothing.
-  -- A single operation has no order to sort: skipping the query saves a statement per call.
-  IF v_n > 1 THEN
-    SELECT array_agg(o ORDER BY (o ? 'key') DESC, (o->>'ns') COLLATE "C", (o->>'key') COLLATE "C", (o->>'i')::int)
-      INTO v_norm FROM unnest(v_norm) o;
+  IF NOT v_required THEN
+    RETURN queen.kv_run_v1(p_tenant, v_norm, p_now);
   END IF;
-  FOREACH v_op IN ARRAY v_norm
-  LOOP
-    CASE v_op->>'kind'
-      WHEN 'get' THEN
-        SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->>'key', p_now) a;
-      WHEN 'getMany' THEN
-        SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->'keys', p_now) a;
-      WHEN 'getPrefix' THEN
-        v_answer := queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now);
-      WHEN 'put' THEN
-        v_answer := queen.kv_put_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key', v_op->'value',
-                                        (v_op->>'expiresAt')::timestamptz, (v_op->>'expect')::bigint, p_now);
-      WHEN 'delete' THEN
-        v_answer := queen.kv_delete_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
-                                           (v_op->>'expect')::bigint, p_now);
-      WHEN 'incr' THEN
-        v_answer := queen.kv_incr_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
-                                         (v_op->>'delta')::numeric, (v_op->>'min')::numeric, (v_op->>'max')::numeric,
-                                         (v_op->>'expiresAt')::timestamptz, p_now);
-    END CASE;
-    IF v_op->>'kind' = 'getPrefix' THEN
-      v_read_budget := v_read_budget - (v_answer->>'_bytes')::bigint;
-      v_answer := v_answer - '_bytes';
-    END IF;
-    v_results[(v_op->>'i')::int + 1] := v_answer;
-    IF (v_op->>'required')::boolean AND NOT (v_answer->>'applied')::boolean
-       AND (v_fail IS NULL OR (v_answer->>'index')::int < (v_fail->>'index')::int) THEN
-      v_fail := v_answer;
-    END IF;
-  END LOOP;
-
-  IF v_fail IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'QK409', MESSAGE = 'kv_precondition',
-      DETAIL = jsonb_build_object('failedIndex', v_fail->'index', 'kvReason', v_fail->'reason', 'version', v_fail->'version')::text,
-      HINT = (v_fail->'value')::text;
-  END IF;
-  IF array_position(v_results, NULL) IS NOT NULL OR cardinality(v_results) <> v_n THEN
-    RAISE EXCEPTION 'kv_apply_v1 produced % answers for % operations', cardinality(v_results) - coalesce(array_position(v_results, NULL), 0), v_n;
-  END IF;
-  RETURN to_jsonb(v_results);
+  -- A sub-block with a handler is a subtransaction: a lost `required` raises inside it
+  -- (kv_run_v1), the handler undoes every write the call made and answers the verdict. An error
+  -- caught here is never reported to the server's log. Only batches with a `required` pay for it.
+  BEGIN
+    RETURN queen.kv_run_v1(p_tenant, v_norm, p_now);
+  EXCEPTION WHEN SQLSTATE 'QK409' THEN
+    GET STACKED DIAGNOSTICS v_verdict = PG_EXCEPTION_DETAIL;
+    RETURN v_verdict::jsonb;
+  END;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns text, p_key text, p_rest jsonb, p_now timestamp with time zone, p_whole boolean)
  RETURNS jsonb
@@ -344,8 +316,8 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant uuid, p_op text, p_ns 
  LANGUAGE sql
 AS $function$
   SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
-                  queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
-                                       false, clock_timestamp()) -> 0)
+                  ('[]'::jsonb || queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
+                                                       false, clock_timestamp())) -> 0)
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_transaction boolean DEFAULT false)
  RETURNS jsonb
@@ -370,7 +342,7 @@ BEGIN
     PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
   END IF;
   IF jsonb_typeof(p_key) <> 'string' THEN
-    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, left(p_key::text, 40)), p_index);
+    PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, queen.json_kind_v1(p_key)), p_index);
   END IF;
   IF octet_length(p_key #>> '{}') > 512 THEN
     PERFORM queen.fail_v1('kv_key_too_long', format(
@@ -411,8 +383,8 @@ BEGIN
     WHEN 'put' THEN 'put' WHEN 'putIfAbsent' THEN 'put' WHEN 'delete' THEN 'delete' WHEN 'incr' THEN 'incr' END;
   IF v_kind IS NULL THEN
     PERFORM queen.fail_v1('kv_unknown_op', format(
-      'Operation %s has op %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
-      p_index, coalesce((p_op->'op')::text, 'missing')), p_index);
+      'Operation %s has %s; it must be one of get, getMany, getPrefix, put, putIfAbsent, delete, incr.',
+      p_index, CASE WHEN p_op ? 'op' THEN 'an op that is none of these' ELSE 'no op' END), p_index);
   END IF;
 
   v_ns := p_op->'ns';
@@ -421,8 +393,8 @@ BEGIN
   END IF;
   IF jsonb_typeof(v_ns) <> 'string' OR NOT queen.name_ok_v1(v_ns #>> '{}') THEN
     PERFORM queen.fail_v1('kv_invalid_namespace', format(
-      'Operation %s has namespace %s; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
-      p_index, left(v_ns::text, 140)), p_index);
+      'Operation %s: ns is %s that is not a namespace; a namespace is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.',
+      p_index, queen.json_kind_v1(v_ns)), p_index);
   END IF;
   v_out := jsonb_build_object('i', p_index, 'op', v_name, 'kind', v_kind, 'ns', v_ns);
 
@@ -529,7 +501,7 @@ BEGIN
          OR v_ttl::numeric <= 0 OR v_ttl::numeric > 3155760000 THEN
         PERFORM queen.fail_v1('kv_invalid_ttl', format(
           'Operation %s: ttlSeconds must be a whole number of seconds from 1 to 3155760000 (100 years), got %s.',
-          p_index, left(v_ttl::text, 40)), p_index);
+          p_index, queen.json_kind_v1(v_ttl)), p_index);
       END IF;
       v_out := v_out || jsonb_build_object('expiresAt', p_now + make_interval(secs => v_ttl::numeric::double precision));
     ELSE
@@ -551,7 +523,7 @@ BEGIN
        OR v_expect::numeric < 0 OR v_expect::numeric > 9223372036854775807 THEN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: expect must be 0 (must not exist) or a version; got %s. To write unconditionally, leave expect out.',
-        p_index, left(v_expect::text, 40)), p_index);
+        p_index, queen.json_kind_v1(v_expect)), p_index);
     ELSIF v_kind = 'delete' AND v_expect::numeric = 0 THEN
       PERFORM queen.fail_v1('kv_expect_invalid', format(
         'Operation %s: a delete with expect: 0 could only delete nothing; give the version to fence on.', p_index), p_index);
@@ -582,7 +554,7 @@ BEGIN
         'Operation %s: incr takes delta, not value; a missing or expired counter starts from 0.', p_index), p_index);
     END IF;
     IF p_op ? 'delta' AND jsonb_typeof(p_op->'delta') IS DISTINCT FROM 'number' THEN
-      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, left((p_op->'delta')::text, 40)), p_index);
+      PERFORM queen.fail_v1('kv_invalid_delta', format('Operation %s: delta must be a number, got %s.', p_index, queen.json_kind_v1(p_op->'delta')), p_index);
     END IF;
     -- A delta wider than a value may be (9e131071 is 131,072 digits stored) would store an
     -- over-limit counter, or overflow numeric when added (22003, answered as invalid_json). With
@@ -598,7 +570,7 @@ BEGIN
       PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min and max must be numbers when given.', p_index), p_index);
     END IF;
     IF v_min IS NOT NULL AND v_max IS NOT NULL AND v_min::numeric > v_max::numeric THEN
-      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min (%s) is above max (%s).', p_index, v_min, v_max), p_index);
+      PERFORM queen.fail_v1('kv_invalid_limit_bounds', format('Operation %s: min is above max.', p_index), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('delta', coalesce(p_op->'delta', '1'::jsonb), 'min', v_min, 'max', v_max);
   END IF;
@@ -927,6 +899,70 @@ AS $function$
   SELECT jsonb_build_object('key', r.key, 'value', r.value, 'version', r.version,
                             'expiresAt', queen.kv_ts_v1(r.expires_at), 'updatedAt', queen.kv_ts_v1(r.updated_at))
 $function$
+CREATE OR REPLACE FUNCTION queen.kv_run_v1(p_tenant uuid, p_norm jsonb[], p_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT := cardinality(p_norm);
+  v_norm JSONB[] := p_norm;
+  v_results JSONB[];
+  v_op JSONB;
+  v_answer JSONB;
+  v_fail JSONB;
+  v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+BEGIN
+  v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
+  -- Single-key operations in ascending (namespace, key) byte order: the lock order. Then the
+  -- multi-key reads, which lock nothing.
+  -- A single operation has no order to sort: skipping the query saves a statement per call.
+  IF v_n > 1 THEN
+    SELECT array_agg(o ORDER BY (o ? 'key') DESC, (o->>'ns') COLLATE "C", (o->>'key') COLLATE "C", (o->>'i')::int)
+      INTO v_norm FROM unnest(v_norm) o;
+  END IF;
+  FOREACH v_op IN ARRAY v_norm
+  LOOP
+    CASE v_op->>'kind'
+      WHEN 'get' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->>'key', p_now) a;
+      WHEN 'getMany' THEN
+        SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, (v_op->>'i')::int, v_op->>'ns', v_op->'keys', p_now) a;
+      WHEN 'getPrefix' THEN
+        v_answer := queen.kv_get_prefix_v1(p_tenant, v_op || jsonb_build_object('budget', v_read_budget), p_now);
+      WHEN 'put' THEN
+        v_answer := queen.kv_put_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key', v_op->'value',
+                                        (v_op->>'expiresAt')::timestamptz, (v_op->>'expect')::bigint, p_now);
+      WHEN 'delete' THEN
+        v_answer := queen.kv_delete_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                           (v_op->>'expect')::bigint, p_now);
+      WHEN 'incr' THEN
+        v_answer := queen.kv_incr_key_v1(p_tenant, (v_op->>'i')::int, v_op->>'op', v_op->>'ns', v_op->>'key',
+                                         (v_op->>'delta')::numeric, (v_op->>'min')::numeric, (v_op->>'max')::numeric,
+                                         (v_op->>'expiresAt')::timestamptz, p_now);
+    END CASE;
+    IF v_op->>'kind' = 'getPrefix' THEN
+      v_read_budget := v_read_budget - (v_answer->>'_bytes')::bigint;
+      v_answer := v_answer - '_bytes';
+    END IF;
+    v_results[(v_op->>'i')::int + 1] := v_answer;
+    IF (v_op->>'required')::boolean AND NOT (v_answer->>'applied')::boolean
+       AND (v_fail IS NULL OR (v_answer->>'index')::int < (v_fail->>'index')::int) THEN
+      v_fail := v_answer;
+    END IF;
+  END LOOP;
+
+  IF v_fail IS NOT NULL THEN
+    -- Caught by kv_apply_at_v1, the only caller, which rolls the writes back and answers this.
+    RAISE EXCEPTION USING ERRCODE = 'QK409', MESSAGE = 'kv_precondition',
+      DETAIL = jsonb_build_object('ok', false, 'success', false, 'reason', 'kv_precondition',
+                                  'failedIndex', v_fail->'index', 'kvReason', v_fail->'reason',
+                                  'version', v_fail->'version', 'value', v_fail->'value')::text;
+  END IF;
+  IF array_position(v_results, NULL) IS NOT NULL OR cardinality(v_results) <> v_n THEN
+    RAISE EXCEPTION 'kv_apply_v1 produced % answers for % operations', cardinality(v_results) - coalesce(array_position(v_results, NULL), 0), v_n;
+  END IF;
+  RETURN to_jsonb(v_results);
+END $function$
 CREATE OR REPLACE FUNCTION queen.kv_ts_v1(timestamp with time zone)
  RETURNS text
  LANGUAGE sql

@@ -50,9 +50,16 @@ const KV_APPLY = {
 };
 
 const ACK = {
-  name: 'queen_client_ack_v1',
-  text: 'SELECT (queen.log_ack_batch_v1(jsonb_build_array($1::jsonb), true) -> 0)::text AS result',
+  name: 'queen_client_ack_v2',
+  text: 'SELECT (queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), true) -> 0)::text AS result',
 };
+
+/**
+ * A lost `required` comes back from the procedure as a verdict, not an error (so PostgreSQL never
+ * logs the winner's value). The cell's bundle then runs nothing after it; on your transaction this
+ * statement does the same, by aborting it: nothing beside the marker can commit. It carries no value.
+ */
+const ABORT_ON_PRECONDITION = `DO $$ BEGIN RAISE EXCEPTION 'kv_precondition: a required KV precondition was lost; the transaction is rolled back' USING ERRCODE = 'QK409'; END $$`;
 
 interface PgError {
   code?: string;
@@ -70,7 +77,7 @@ function detailOf(err: PgError): Record<string, unknown> {
   }
 }
 
-/** The cell's SQLSTATEs: QK400 a refusal (the HTTP surface's 400), QK409 a lost precondition, QK412 a failed ack. */
+/** The cell's SQLSTATEs: QK400 a refusal (the HTTP surface's 400), QK412 a failed ack. */
 function refusal(err: PgError): QueenError {
   const d = detailOf(err);
   return new QueenError(
@@ -98,22 +105,13 @@ export function kvOn(client: PgQueryable, options: KvOnOptions = {}): PgKv {
   const apply = async (ops: KvOp[]): Promise<KvBatchAnswer> => {
     try {
       const { rows } = await client.query({ ...KV_APPLY, values: [tenant, stringifyJson(ops)] });
-      return kvAnswer({ ok: true, results: parseJson(rows[0].results as string) });
+      const answer = parseJson(rows[0].results as string);
+      if (Array.isArray(answer)) return kvAnswer({ ok: true, results: answer });
+      await client.query({ text: ABORT_ON_PRECONDITION }).catch(() => undefined);
+      return kvAnswer(answer);
     } catch (caught) {
       const err = caught as PgError;
       if (err.code === 'QK400') throw refusal(err);
-      if (err.code === 'QK409') {
-        // DETAIL carries the verdict, HINT the current value's jsonb text (the cell reads them the same way).
-        const d = detailOf(err);
-        return kvAnswer({
-          ok: false,
-          reason: 'kv_precondition',
-          failedIndex: d.failedIndex,
-          kvReason: d.kvReason,
-          version: d.version ?? 0,
-          value: err.hint ? parseJson(err.hint) : null,
-        });
-      }
       throw caught;
     }
   };
@@ -121,7 +119,7 @@ export function kvOn(client: PgQueryable, options: KvOnOptions = {}): PgKv {
   kv.ack = async (message, status = 'completed', context = {}) => {
     const ack = wire.ackOne(message, wire.ackStatus(status), context.group ?? context.consumerGroup);
     try {
-      const { rows } = await client.query({ ...ACK, values: [stringifyJson(ack)] });
+      const { rows } = await client.query({ ...ACK, values: [tenant, stringifyJson(ack)] });
       return wire.ackAnswer(parseJson(rows[0].result as string));
     } catch (caught) {
       const err = caught as PgError;

@@ -3,7 +3,7 @@ import type { Request, Response, NextFunction, RequestHandler } from 'express';
 import express from 'express';
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ApiError, coerceError, PreconditionFailed } from '../../shared/errors';
+import { ApiError, coerceError } from '../../shared/errors';
 import { DEFAULT_TENANT, Config } from '../../shared/config';
 import type { Logger } from '../../shared/log';
 
@@ -48,13 +48,43 @@ export function bodyText(req: IncomingMessage & { body?: unknown }): string {
   return typeof req.body === 'string' ? req.body : '';
 }
 
-/** JSON.parse for validation and routing only; the text itself is what travels on. */
-export function parseJson(text: string): unknown {
+/**
+ * JSON.parse for validation and routing only; the text itself is what travels on.
+ * `storable: false` leaves refuseUnstorable to a caller that first gives a U+0000 in a key or
+ * namespace its field's code (refuseNulKeys), and calls it after.
+ */
+export function parseJson(text: string, storable = true): unknown {
+  let parsed: unknown;
   try {
-    return JSON.parse(text);
+    parsed = JSON.parse(text);
   } catch {
     throw new ApiError('invalid_json', 'The request body is not valid JSON.');
   }
+  if (storable) refuseUnstorable(text);
+  return parsed;
+}
+
+/**
+ * JSON that JavaScript parses and PostgreSQL's jsonb refuses: an escaped U+0000 (text cannot hold
+ * it) or a lone surrogate escape (\uD800-\uDFFF without its pair). Refused here, before SQL:
+ * PostgreSQL logs its refusal with a CONTEXT line quoting the body up to the escape ("JSON data,
+ * line 1: ...\"value\":\"..."), a stored value or a payload in the server's log (2026-12-01). Only
+ * a body holding `\u` is scanned; each match is one escape, so `\\u0000` (a backslash, then the
+ * text u0000) is not one.
+ */
+export function refuseUnstorable(text: string): void {
+  if (!text.includes('\\u')) return;
+  const escape = /\\(?:u([0-9a-fA-F]{4})|[^u])/g;
+  const lone = () => new ApiError('invalid_json', 'The request body holds a lone surrogate escape (\\uD800 to \\uDFFF without its pair), which PostgreSQL cannot store.');
+  let highEnd = -1; // where a high surrogate escape ended, waiting for its low half right there
+  for (let m = escape.exec(text); m; m = escape.exec(text)) {
+    const code = m[1] === undefined ? -1 : parseInt(m[1], 16);
+    const low = code >= 0xdc00 && code <= 0xdfff;
+    if (highEnd >= 0 ? !(low && m.index === highEnd) : low) throw lone();
+    if (code === 0) throw new ApiError('invalid_json', 'The request body holds U+0000 (\\u0000) in a string, which PostgreSQL text cannot store.');
+    highEnd = code >= 0xd800 && code <= 0xdbff ? escape.lastIndex : -1;
+  }
+  if (highEnd >= 0) throw lone();
 }
 
 /**
@@ -149,7 +179,6 @@ export function errorHandler(log: Logger) {
       return sendError(res, new ApiError('bad_request', e.message ?? 'Bad request.', { status: expressStatus === 404 ? 400 : expressStatus }));
     }
     const coerced = coerceError(err);
-    if (coerced instanceof PreconditionFailed) return sendJsonText(res, 200, coerced.bodyText());
     if (coerced instanceof ApiError) return sendError(res, coerced);
     // Only the error's identity: a pg error's DETAIL and HINT can carry stored values, which never
     // belong in a log line.

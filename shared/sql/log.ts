@@ -63,10 +63,13 @@ export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_off
 export const TX_EXPR = {
   /**
    * The `kv` array, inside the bundle (in_transaction = true: getPrefix refused). Each answer's
-   * `index` is rewritten to its place in the flat results array, the same count failedIndex uses.
+   * `index` is rewritten to its place in the flat results array, and so is a lost `required`'s
+   * `failedIndex`: that verdict is an object, not an array, and ends the bundle (lockOrder.ts).
    */
-  kv: `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.kv_offset)) ORDER BY k), '[]'::jsonb)
-         FROM jsonb_array_elements(queen.kv_apply_v1(a.tenant, a.body -> 'kv', true)) WITH ORDINALITY AS t(e, k)`,
+  kv: `SELECT CASE WHEN jsonb_typeof(v) = 'object' THEN jsonb_set(v, '{failedIndex}', to_jsonb((v ->> 'failedIndex')::int + a.kv_offset))
+              ELSE (SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.kv_offset)) ORDER BY k), '[]'::jsonb)
+                      FROM jsonb_array_elements(v) WITH ORDINALITY AS t(e, k)) END
+         FROM (SELECT queen.kv_apply_v1(a.tenant, a.body -> 'kv', true) AS v OFFSET 0) called`,
   /** The `operations` (push, ack): the partitions/messages space. */
   partitions: `queen.log_apply_v1(a.tenant, a.body -> 'operations')`,
 } as const;

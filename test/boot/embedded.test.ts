@@ -85,3 +85,45 @@ test('a port already in use is refused with a sentence that names it', async () 
     blocker.close();
   }
 });
+
+test('the server output the starter relays (debug lines, the last output when it dies) carries no statement error, DETAIL, HINT or statement', async () => {
+  const marker = 'relay-value-marker-93c2';
+  const relayed: string[] = [];
+  const log = { warn: () => undefined, info: () => undefined, debug: (o: { postgres?: string }) => relayed.push(String(o.postgres)) } as any;
+  let died: { output: string } | undefined;
+  const pg = await startEmbeddedPostgres({
+    dataDir: path.join(dir, 'relay'),
+    port: await freePort(),
+    log,
+    throwaway: true,
+    onUnexpectedExit: (exit) => (died = exit),
+  });
+  try {
+    const c = new Client({ connectionString: pg.url });
+    c.on('error', () => undefined);
+    await c.connect();
+    // What PostgreSQL logs at its defaults: an error quoting its input, and a raised error whose
+    // DETAIL and HINT carry a value (as a lost KV precondition's HINT did), each with its statement.
+    await c.query(`SELECT '${marker}'::int`).catch(() => undefined);
+    await c.query(`DO $$ BEGIN RAISE EXCEPTION 'lost' USING DETAIL = '${marker}', HINT = '${marker}'; END $$`).catch(() => undefined);
+    await c.query(`DO $$ BEGIN RAISE WARNING 'relay-sentinel'; END $$`);
+    for (let i = 0; !relayed.join('\n').includes('relay-sentinel'); i++) {
+      if (i > 400) throw new Error('the WARNING line was never relayed');
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    const postmaster = Number(fs.readFileSync(path.join(pg.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    process.kill(postmaster, 'SIGKILL');
+    for (let i = 0; !died; i++) {
+      if (i > 400) throw new Error('onUnexpectedExit was never called');
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    await c.end().catch(() => undefined);
+    expect(relayed.join('\n')).not.toContain(marker);
+    expect(died!.output).not.toContain(marker);
+    // The server's own lines still come through, and what was withheld is counted.
+    expect(died!.output).toContain('relay-sentinel');
+    expect(died!.output).toMatch(/\d+ lines of statement errors and their detail withheld/);
+  } finally {
+    await pg.stop();
+  }
+});

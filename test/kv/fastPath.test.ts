@@ -278,7 +278,8 @@ describe('the path routes\' entry answers as the one-operation batch', () => {
         viaEntry
           ? client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', values)
           : client.query(
-              `SELECT queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false) -> 0 AS r`,
+              // The one answer, or the verdict of a lost `required` (an object where the array would be).
+              `SELECT ('[]'::jsonb || queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false)) -> 0 AS r`,
               values,
             ),
       settle,

@@ -16,7 +16,7 @@ import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../guards';
-import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, sendJsonText } from '../http';
+import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, refuseUnstorable, sendJsonText } from '../http';
 
 export interface KvRouteDeps {
   config: Config;
@@ -121,23 +121,27 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
   async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
     let ops: unknown;
+    let lost = false;
     try {
       const text = bodyText(req);
       const admitted = () => {
-        const parsed = parseJson(text);
+        const parsed = parseJson(text, false);
         ops = isPlainObject(parsed) ? parsed.operations : undefined;
         refuseNulKeys(text, ops);
+        refuseUnstorable(text);
         return ops;
       };
       await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
         const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch((err: unknown) => {
           throw answerTooLarge(err);
         });
-        sendJsonText(res, 200, `{"ok":true,"results":${rows[0].results}}`);
+        // An object in place of the answers: the verdict of a lost `required`, written out as is.
+        lost = rows[0].results.startsWith('{');
+        sendJsonText(res, 200, lost ? rows[0].results : `{"ok":true,"results":${rows[0].results}}`);
       });
-      countOps(metrics, ops, 'ok');
+      countOps(metrics, ops, lost ? 'precondition' : 'ok');
     } catch (err) {
-      countOps(metrics, ops, outcomeOf(err));
+      countOps(metrics, ops, 'refused');
       throw err;
     } finally {
       stop();
@@ -146,6 +150,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
 
   async function one(req: IncomingMessage, res: ServerResponse, op: 'get' | 'put' | 'delete', rawNs: string, rawKey: string): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: op });
+    let lost = false;
     try {
       const ns = decodePath(rawNs, 'namespace');
       const key = decodePath(rawKey, 'key');
@@ -158,7 +163,8 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       };
       await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
         const { rows } = await kvPool.query({ ...KV_APPLY_ONE, values: [tenant, op, ns, key, op === 'get' ? '{}' : text] });
-        const { body: answer, version } = rows[0];
+        const { body: answer, version, ok } = rows[0];
+        lost = ok === false;
         if (op === 'get' && version !== null && version !== '0') {
           const etag = `"${version}"`;
           res.setHeader('ETag', etag);
@@ -166,9 +172,9 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
         }
         sendJsonText(res, 200, answer);
       });
-      metrics.kvOps.inc({ op, outcome: 'ok' });
+      metrics.kvOps.inc({ op, outcome: lost ? 'precondition' : 'ok' });
     } catch (err) {
-      metrics.kvOps.inc({ op, outcome: outcomeOf(err) });
+      metrics.kvOps.inc({ op, outcome: 'refused' });
       throw err;
     } finally {
       stop();
@@ -196,10 +202,6 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     withBody(req, res, answer);
     return true;
   };
-}
-
-function outcomeOf(err: unknown): string {
-  return (err as { code?: string }).code === 'QK409' ? 'precondition' : 'refused';
 }
 
 const KNOWN_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);

@@ -8,15 +8,15 @@
 //
 // Outcomes (all but the 400s are 200: a verdict on the work, not a fault of the call):
 //  - everything applied: {"ok": true, "results": [...]};
-//  - a `required` KV precondition lost: nothing commits, the kv_precondition shape of docs/kv.md
-//    with the winner's value and version;
+//  - a `required` KV precondition lost: nothing commits, the kv_precondition verdict of docs/kv.md with the
+//    winner's value and version, built by kv_apply_v1 (the steps after it never run);
 //  - an ack that cannot apply (lease expired or taken over, unknown message, already acked, not
 //    leased): nothing commits, not even an unconditional KV write beside it:
 //    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
 import { Router } from 'express';
 import type { Pool } from 'pg';
-import { AckFailed, ApiError, answerTooLarge, coerceError, PreconditionFailed } from '../../../shared/errors';
+import { AckFailed, ApiError, answerTooLarge, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
@@ -24,7 +24,7 @@ import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
 import { refuseNulKeys } from './kv';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText, tenantOf } from '../http';
+import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
   config: Config;
@@ -89,7 +89,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
   router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
-    const body = parseJson(text);
+    const body = parseJson(text, false);
     if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
@@ -109,6 +109,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
       // not the invalid_json the jsonb cast would give; after the guards, so a paused KV still
       // answers its 403 first (the outermost reason), as it did.
       refuseNulKeys(text, kv);
+      refuseUnstorable(text);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
         const { rows } = await messagePool.query({
@@ -116,6 +117,12 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
           values: [tenant, text, operations.length, operations.length + kv.length],
         });
         const done = rows[0] as Partial<Record<LockSpace, string>>;
+        // An object where the kv answers' array would be: a lost `required`, its failedIndex already
+        // counted in the flat array; nothing of the bundle was written.
+        if (done.kv?.startsWith('{')) {
+          countKv(metrics, kv, 'precondition');
+          return sendJsonText(res, 200, done.kv);
+        }
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
         sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
@@ -123,11 +130,6 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
         const err = kv.length > 0 ? answerTooLarge(caught) : caught;
         const verdict = coerceError(err);
-        // kv_apply_v1 counts failedIndex within the kv array; the wire counts it in the flat array.
-        if (verdict instanceof PreconditionFailed) {
-          countKv(metrics, kv, 'precondition');
-          return sendJsonText(res, 200, verdict.bodyText(operations.length));
-        }
         // Rolled back by the ack beside them: the KV operations did not happen.
         if (verdict instanceof AckFailed) {
           countKv(metrics, kv, 'rolled_back');
