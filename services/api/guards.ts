@@ -29,7 +29,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../shared/config';
-import { ApiError, coerceError } from '../../shared/errors';
+import { AckFailed, ApiError, coerceError, isConnectionFailure, PreconditionFailed } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
 import { isPlainObject, tenantOf } from './http';
@@ -115,6 +115,20 @@ export function timerCounts(ops: unknown): { schedules: number; reschedules: num
     else if (name === 'reschedule') counts.reschedules++;
   }
   return counts;
+}
+
+/**
+ * Whether a call that threw may still have written: a lost connection (the commit may have
+ * happened and its acknowledgement been lost), a database that went away, or an error we cannot
+ * read. A refusal or an error PostgreSQL reported for the statement means it rolled back. The
+ * quota counts the maybes (conservative: until the next measurement), never the refusals.
+ */
+export function mayHaveCommitted(err: unknown): boolean {
+  if (isConnectionFailure(err)) return true;
+  const verdict = coerceError(err);
+  if (verdict instanceof ApiError) return verdict.code === 'db_unavailable';
+  if (verdict instanceof PreconditionFailed || verdict instanceof AckFailed) return false;
+  return typeof (err as { code?: unknown } | null)?.code !== 'string';
 }
 
 export interface GuardDeps {
@@ -206,7 +220,7 @@ export class Guards {
         ),
       );
     }
-    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, cost.delta));
+    return this.execute(run, tenant, opts.where === 'route', cost.delta);
   }
 
   /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
@@ -226,7 +240,7 @@ export class Guards {
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
     this.checkRate(tenant, 0, schedules + reschedules);
     // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
-    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, { rows: 0, bytes: 0, timers: schedules }));
+    return this.execute(run, tenant, opts.where === 'route', { rows: 0, bytes: 0, timers: schedules });
   }
 
   /**
@@ -251,15 +265,22 @@ export class Guards {
     this.checkKvQuota(tenant, cost);
     this.checkTimersQuota(tenant, schedules);
     this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
-    return this.execute(run, tenant, false, () => book.record(tenant, { ...cost.delta, timers: schedules }));
+    return this.execute(run, tenant, false, { ...cost.delta, timers: schedules });
   }
 
-  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, committed: () => void): Promise<T> {
+  /**
+   * Runs an admitted call. Its occupancy delta is held (counted by the quota) from here, before the
+   * first await, so concurrent calls of this worker see each other; once the call returns it is
+   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed.
+   */
+  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, delta: Delta): Promise<T> {
+    const held = this.deps.book.hold(tenant, delta);
     try {
       const result = await run(tenant);
-      committed();
+      held.settle(true);
       return result;
     } catch (err) {
+      held.settle(mayHaveCommitted(err));
       const coerced = coerceError(err);
       if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
         this.deps.metrics.kvRefusals.inc({ code: coerced.code });
