@@ -6,7 +6,9 @@
 //   2. the tenant's grant             403 feature_gated (no row under grant mode, or granted=false),
 //                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
 //   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
-//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling)
+//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling):
+//                                     the wait until this call's tokens are all there; a call needing
+//                                     more than a burst holds is 400 rate_limit_exceeds_burst instead
 //   5. the dedicated pool             503 kv_unavailable + Retry-After: an acquire that waits past
 //                                     QUEEN_KV_ACQUIRE_TIMEOUT_MS; and, once the pool is saturated
 //                                     (it has timed someone out lately and its queue is as deep as
@@ -14,7 +16,8 @@
 //                                     wire's KV writes (on the message pool) carry on.
 //
 // Before all of it, preflight() answers from the raw request the calls a switch or a bucket
-// certainly refuses, so a flood costs the HTTP parse and little else.
+// certainly refuses, so a flood costs the HTTP parse and little else (a batch, whose cost is in
+// its body, only when a switch refuses it).
 //
 // Nothing here runs a statement: the switches are an in-process object, grants and usage come from
 // TenantBook's background copy, the buckets are arithmetic.
@@ -49,6 +52,11 @@ export const PAUSED_RETRY_AFTER_SECONDS = 30;
  */
 export const SHED_WAITING_PER_CONNECTION = 1;
 
+/** A share of a burst can be fractional (10 across 4 workers is 2.5): said as it is, without float noise. */
+function formatTokens(n: number): string {
+  return Number.isInteger(n) ? String(n) : n.toFixed(2).replace(/0+$/, '');
+}
+
 export const REFUSAL_CODES = [
   'kv_disabled',
   'timers_schedule_disabled',
@@ -58,6 +66,7 @@ export const REFUSAL_CODES = [
   'kv_quota_exceeded',
   'timers_quota_exceeded',
   'rate_limited',
+  'rate_limit_exceeds_burst',
   'kv_unavailable',
 ] as const;
 
@@ -181,7 +190,10 @@ export class Guards {
       return false;
     }
     if (book.grant(tenant) !== 'ok' || (kind !== 'read' && book.hasKvLimits(tenant))) return false;
-    // The cheapest call of this kind: one read, one write, or (a batch) one operation of either.
+    // A batch's cost is in its body: only the full path, having counted its operations, can say how
+    // long until all of them pass (answering the wait for one token sent a batch of 32 back too soon).
+    if (kind === 'batch') return false;
+    // A path route is one operation: one token, so this wait is the call's own.
     const decision = this.limiter.minimumWait(tenant, kind);
     if (decision.retryAfterSeconds === 0) return false;
     metrics.kvOps.inc({ op: call === 'batch' ? 'unknown' : call, outcome: 'refused' });
@@ -352,6 +364,24 @@ export class Guards {
 
   private checkRate(tenant: string, reads: number, writes: number): void {
     const decision = this.limiter.admit(tenant, reads, writes);
+    if (decision.exceedsBurst) {
+      const { tokens, burst } = decision.exceedsBurst;
+      const [unit, bucket, variable] =
+        decision.scope === 'tenant_reads'
+          ? ['read', `tenant ${tenant}'s read bucket`, 'QUEEN_KV_READS_BURST']
+          : decision.scope === 'tenant_writes'
+            ? ['write', `tenant ${tenant}'s write bucket`, 'QUEEN_KV_WRITES_BURST']
+            : ['KV', "this cell's KV ceiling", 'QUEEN_KV_CELL_OPS_PER_SEC'];
+      const workers = this.deps.config.workers;
+      const share = workers > 1 ? `, this worker's share of ${variable} across ${workers} workers` : ` (${variable})`;
+      this.refuse(
+        new ApiError(
+          'rate_limit_exceeds_burst',
+          `This call needs ${tokens} ${unit} tokens at once (one per operation) and ${bucket} never holds more than ${formatTokens(burst)}${share}. ` +
+            `No wait admits it: split it into calls of at most ${Math.floor(burst)} ${unit} operations.`,
+        ),
+      );
+    }
     if (decision.retryAfterSeconds > 0) {
       this.refuse(new ApiError('rate_limited', this.rateMessage(tenant, decision), { retryAfterSeconds: decision.retryAfterSeconds }));
     }
