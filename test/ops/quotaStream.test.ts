@@ -44,14 +44,21 @@ function measuring(rollupEveryMs: number, refreshEveryMs: number): () => Promise
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 const putRow = (tenant: string, key: string) => call(api.url, 'PUT', `/api/v1/kv/stream/${key}`, { value: 1, forever: true }, as(tenant));
 
-/** `writers` loops putting new keys, `gapMs` apart, each until its first refusal. */
-async function streamUntilRefused(tenant: string, writers: number, gapMs: number) {
+const scheduleTimer = (tenant: string, i: number) =>
+  call(api.url, 'POST', '/api/v1/timers', { queue: 'stream', payload: { i }, delaySeconds: 3600 }, as(tenant));
+
+/**
+ * `writers` loops adding one row each call (or, with `timers`, scheduling one timer), `gapMs`
+ * apart, each until its first refusal; then what is really there.
+ */
+async function streamUntilRefused(tenant: string, writers: number, gapMs: number, timers = false) {
   let admitted = 0;
   let next = 0;
   const refusals: { status: number; error: string }[] = [];
   const writer = async () => {
     while (next < 3 * LIMIT) {
-      const res = await putRow(tenant, `k${next++}`);
+      const i = next++;
+      const res = timers ? await scheduleTimer(tenant, i) : await putRow(tenant, `k${i}`);
       if (res.status !== 200) {
         refusals.push({ status: res.status, error: res.body?.error });
         return;
@@ -61,7 +68,7 @@ async function streamUntilRefused(tenant: string, writers: number, gapMs: number
     }
   };
   await Promise.all(Array.from({ length: writers }, writer));
-  const [{ n }] = await sql(api.databaseUrl, 'SELECT count(*)::int AS n FROM queen.kv WHERE tenant_id = $1', [tenant]);
+  const [{ n }] = await sql(api.databaseUrl, `SELECT count(*)::int AS n FROM ${timers ? 'queen.log_timers' : 'queen.kv'} WHERE tenant_id = $1`, [tenant]);
   return { admitted, refusals, rows: n as number };
 }
 
@@ -124,4 +131,16 @@ test('four concurrent writers while the sweeper measures: never past 60, and ear
   expect(run.rows).toBe(run.admitted);
   expect(run.admitted).toBeLessThanOrEqual(LIMIT);
   expect(run.admitted).toBeGreaterThanOrEqual(LIMIT - writers);
+});
+
+test('timers scheduled back to back against max_timers 60: the same accounting, the block lands within one of 60', async () => {
+  const tenant = '54545454-5454-4454-8454-545454545454';
+  await grant(api, tenant, { maxTimers: LIMIT });
+  const stop = measuring(20, 30);
+  const run = await streamUntilRefused(tenant, 1, 0, true);
+  await stop();
+  expect(run.refusals).toEqual([{ status: 403, error: 'timers_quota_exceeded' }]);
+  expect(run.rows).toBe(run.admitted);
+  expect(run.admitted).toBeGreaterThanOrEqual(LIMIT - 1);
+  expect(run.admitted).toBeLessThanOrEqual(LIMIT);
 });
