@@ -170,8 +170,8 @@ export class Guards {
   }
 
   /**
-   * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or rung 4 is
-   * answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
+   * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or (a path route,
+   * one token) rung 4 is answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
    * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
    * does not spend is the message path's. It only ever answers what guards.kv() would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
@@ -196,7 +196,7 @@ export class Guards {
     // A path route is one operation: one token, so this wait is the call's own.
     const decision = this.limiter.minimumWait(tenant, kind);
     if (decision.retryAfterSeconds === 0) return false;
-    metrics.kvOps.inc({ op: call === 'batch' ? 'unknown' : call, outcome: 'refused' });
+    metrics.kvOps.inc({ op: call, outcome: 'refused' });
     return this.answerEarly(res, 429, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
   }
 
@@ -283,7 +283,9 @@ export class Guards {
   /**
    * Runs an admitted call. Its occupancy delta is held (counted by the quota) from here, before the
    * first await, so concurrent calls of this worker see each other; once the call returns it is
-   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed.
+   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
+   * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns here
+   * as done: it is counted until the next measurement, which can only block early, never late.
    */
   private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, delta: Delta): Promise<T> {
     const held = this.deps.book.hold(tenant, delta);
