@@ -108,6 +108,8 @@ const STATUS: Record<string, number> = {
   not_found: 404,
   payload_too_large: 413,
   rate_limited: 429,
+  // A call needing more tokens than a bucket ever holds: no Retry-After would be true (rateLimit.ts).
+  rate_limit_exceeds_burst: 400,
   internal: 500,
   kv_unavailable: 503,
   db_unavailable: 503,

@@ -573,6 +573,10 @@ $$;
 -- tenant's live keys (an expired row is invisible to it and is the cell's to prune), bytes being
 -- key, namespace and stored value sizes; timers/timer_bytes its pending timers and their payloads.
 -- Last writer wins on computed_at; a tenant with nothing left is written as zeros, not left stale.
+-- computed_at is now(), the start of this transaction, which is never later than the snapshot the
+-- counts are read from: an API worker retires a write of its own from its local delta once the
+-- write's commit was acknowledged before computed_at, and such a write is certainly counted here.
+-- Not clock_timestamp(): read after the snapshot, it would retire writes these counts never saw.
 CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v1() RETURNS INT
 LANGUAGE plpgsql AS $$
 DECLARE

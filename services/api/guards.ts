@@ -6,7 +6,9 @@
 //   2. the tenant's grant             403 feature_gated (no row under grant mode, or granted=false),
 //                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
 //   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
-//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling)
+//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling):
+//                                     the wait until this call's tokens are all there; a call needing
+//                                     more than a burst holds is 400 rate_limit_exceeds_burst instead
 //   5. the dedicated pool             503 kv_unavailable + Retry-After: an acquire that waits past
 //                                     QUEEN_KV_ACQUIRE_TIMEOUT_MS; and, once the pool is saturated
 //                                     (it has timed someone out lately and its queue is as deep as
@@ -14,7 +16,8 @@
 //                                     wire's KV writes (on the message pool) carry on.
 //
 // Before all of it, preflight() answers from the raw request the calls a switch or a bucket
-// certainly refuses, so a flood costs the HTTP parse and little else.
+// certainly refuses, so a flood costs the HTTP parse and little else (a batch, whose cost is in
+// its body, only when a switch refuses it).
 //
 // Nothing here runs a statement: the switches are an in-process object, grants and usage come from
 // TenantBook's background copy, the buckets are arithmetic.
@@ -29,7 +32,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../shared/config';
-import { ApiError, coerceError } from '../../shared/errors';
+import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
 import { isPlainObject, tenantOf } from './http';
@@ -49,6 +52,11 @@ export const PAUSED_RETRY_AFTER_SECONDS = 30;
  */
 export const SHED_WAITING_PER_CONNECTION = 1;
 
+/** A share of a burst can be fractional (10 across 4 workers is 2.5): said as it is, without float noise. */
+function formatTokens(n: number): string {
+  return Number.isInteger(n) ? String(n) : n.toFixed(2).replace(/0+$/, '');
+}
+
 export const REFUSAL_CODES = [
   'kv_disabled',
   'timers_schedule_disabled',
@@ -58,6 +66,7 @@ export const REFUSAL_CODES = [
   'kv_quota_exceeded',
   'timers_quota_exceeded',
   'rate_limited',
+  'rate_limit_exceeds_burst',
   'kv_unavailable',
 ] as const;
 
@@ -117,6 +126,20 @@ export function timerCounts(ops: unknown): { schedules: number; reschedules: num
   return counts;
 }
 
+/**
+ * Whether a call that threw may still have written: a lost connection (the commit may have
+ * happened and its acknowledgement been lost), a database that went away, or an error we cannot
+ * read. A refusal or an error PostgreSQL reported for the statement means it rolled back. The
+ * quota counts the maybes (conservative: until the next measurement), never the refusals.
+ */
+export function mayHaveCommitted(err: unknown): boolean {
+  if (isConnectionFailure(err)) return true;
+  const verdict = coerceError(err);
+  if (verdict instanceof ApiError) return verdict.code === 'db_unavailable';
+  if (verdict instanceof AckFailed) return false;
+  return typeof (err as { code?: unknown } | null)?.code !== 'string';
+}
+
 export interface GuardDeps {
   config: Config;
   kvPool: Pool;
@@ -147,8 +170,8 @@ export class Guards {
   }
 
   /**
-   * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or rung 4 is
-   * answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
+   * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or (a path route,
+   * one token) rung 4 is answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
    * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
    * does not spend is the message path's. It only ever answers what guards.kv() would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
@@ -167,10 +190,13 @@ export class Guards {
       return false;
     }
     if (book.grant(tenant) !== 'ok' || (kind !== 'read' && book.hasKvLimits(tenant))) return false;
-    // The cheapest call of this kind: one read, one write, or (a batch) one operation of either.
+    // A batch's cost is in its body: only the full path, having counted its operations, can say how
+    // long until all of them pass (answering the wait for one token sent a batch of 32 back too soon).
+    if (kind === 'batch') return false;
+    // A path route is one operation: one token, so this wait is the call's own.
     const decision = this.limiter.minimumWait(tenant, kind);
     if (decision.retryAfterSeconds === 0) return false;
-    metrics.kvOps.inc({ op: call === 'batch' ? 'unknown' : call, outcome: 'refused' });
+    metrics.kvOps.inc({ op: call, outcome: 'refused' });
     return this.answerEarly(res, 429, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
   }
 
@@ -206,7 +232,7 @@ export class Guards {
         ),
       );
     }
-    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, cost.delta));
+    return this.execute(run, tenant, opts.where === 'route', cost.delta);
   }
 
   /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
@@ -226,7 +252,7 @@ export class Guards {
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
     this.checkRate(tenant, 0, schedules + reschedules);
     // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
-    return this.execute(run, tenant, opts.where === 'route', () => book.record(tenant, { rows: 0, bytes: 0, timers: schedules }));
+    return this.execute(run, tenant, opts.where === 'route', { rows: 0, bytes: 0, timers: schedules });
   }
 
   /**
@@ -251,15 +277,24 @@ export class Guards {
     this.checkKvQuota(tenant, cost);
     this.checkTimersQuota(tenant, schedules);
     this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
-    return this.execute(run, tenant, false, () => book.record(tenant, { ...cost.delta, timers: schedules }));
+    return this.execute(run, tenant, false, { ...cost.delta, timers: schedules });
   }
 
-  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, committed: () => void): Promise<T> {
+  /**
+   * Runs an admitted call. Its occupancy delta is held (counted by the quota) from here, before the
+   * first await, so concurrent calls of this worker see each other; once the call returns it is
+   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
+   * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns here
+   * as done: it is counted until the next measurement, which can only block early, never late.
+   */
+  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, delta: Delta): Promise<T> {
+    const held = this.deps.book.hold(tenant, delta);
     try {
       const result = await run(tenant);
-      committed();
+      held.settle(true);
       return result;
     } catch (err) {
+      held.settle(mayHaveCommitted(err));
       const coerced = coerceError(err);
       if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
         this.deps.metrics.kvRefusals.inc({ code: coerced.code });
@@ -331,6 +366,24 @@ export class Guards {
 
   private checkRate(tenant: string, reads: number, writes: number): void {
     const decision = this.limiter.admit(tenant, reads, writes);
+    if (decision.exceedsBurst) {
+      const { tokens, burst } = decision.exceedsBurst;
+      const [unit, bucket, variable] =
+        decision.scope === 'tenant_reads'
+          ? ['read', `tenant ${tenant}'s read bucket`, 'QUEEN_KV_READS_BURST']
+          : decision.scope === 'tenant_writes'
+            ? ['write', `tenant ${tenant}'s write bucket`, 'QUEEN_KV_WRITES_BURST']
+            : ['KV', "this cell's KV ceiling", 'QUEEN_KV_CELL_OPS_PER_SEC'];
+      const workers = this.deps.config.workers;
+      const share = workers > 1 ? `, this worker's share of ${variable} across ${workers} workers` : ` (${variable})`;
+      this.refuse(
+        new ApiError(
+          'rate_limit_exceeds_burst',
+          `This call needs ${tokens} ${unit} tokens at once (one per operation) and ${bucket} never holds more than ${formatTokens(burst)}${share}. ` +
+            `No wait admits it: split it into calls of at most ${Math.floor(burst)} ${unit} operations.`,
+        ),
+      );
+    }
     if (decision.retryAfterSeconds > 0) {
       this.refuse(new ApiError('rate_limited', this.rateMessage(tenant, decision), { retryAfterSeconds: decision.retryAfterSeconds }));
     }

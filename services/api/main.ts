@@ -31,7 +31,7 @@ function logKvTimersConfig(config: Config, log: Logger): void {
         writesBurst: config.kvWritesBurst,
         cellOpsPerSec: config.kvCellOpsPerSec,
       },
-      rateLimitsShare: `each of ${config.workers} workers enforces 1/${config.workers} of the per-cell limits`,
+      rateLimitsShare: `each of ${config.workers} workers enforces 1/${config.workers} of the per-cell limits; a call needing more tokens than a worker's burst is 400 rate_limit_exceeds_burst`,
       rateLimitsPerWorker: {
         readsPerSec: workerShare(config.kvReadsPerSec, config.workers),
         readsBurst: workerShare(config.kvReadsBurst, config.workers),

@@ -1,7 +1,9 @@
 // Token buckets in the broker ("a defence that exists only in the proxy is not a defence of
 // the product"). Per tenant one bucket for reads and one for writes, plus one cell ceiling over all
 // KV operations, because N conforming tenants can add up to a non-conforming cell. One operation is
-// one token: a batch of n operations costs n.
+// one token: a batch of n operations costs n, all at once, so a call needing more than a bucket's
+// burst can never be admitted and is refused as such (400 rate_limit_exceeds_burst), never with a
+// 429 whose Retry-After no wait would honour.
 //
 // The limits are per cell. Each of the N cluster workers enforces 1/N of every rate and burst; the
 // kernel spreads connections evenly enough across workers that the cell total holds, and the boot
@@ -26,14 +28,13 @@ export class TokenBucket {
   }
 
   /**
-   * Seconds until `n` tokens could be taken; 0 means now. A cost above the burst could never be
-   * paid in one go, so it is admitted when the bucket is full and leaves the bucket in debt: the
-   * long-run rate holds, and a full batch of QUEEN_KV_MAX_BATCH is not refused forever.
+   * Seconds until `n` tokens are in the bucket, if nothing else takes any meanwhile; 0 means now.
+   * Only for n <= burst: a bucket never holds more than its burst, so a larger cost is never paid
+   * (RateLimiter.admit refuses it first, as its own error, rather than with a wait that never ends).
    */
   waitSeconds(n: number, now = performance.now()): number {
     this.refill(now);
-    const need = Math.min(n, this.burst);
-    return this.tokens >= need ? 0 : (need - this.tokens) / this.ratePerSec;
+    return this.tokens >= n ? 0 : (n - this.tokens) / this.ratePerSec;
   }
 
   take(n: number, now = performance.now()): void {
@@ -47,10 +48,20 @@ export class TokenBucket {
   }
 }
 
+export type RateScope = 'tenant_reads' | 'tenant_writes' | 'cell';
+
 export interface RateDecision {
-  /** 0 when admitted; otherwise the whole seconds to put in Retry-After (at least 1). */
+  /**
+   * 0 when admitted; otherwise the whole seconds to put in Retry-After (at least 1): the wait
+   * after which this same call is admitted, all of its tokens, if nothing else spends them first.
+   */
   retryAfterSeconds: number;
-  scope?: 'tenant_reads' | 'tenant_writes' | 'cell';
+  scope?: RateScope;
+  /**
+   * Set (with retryAfterSeconds 0) when the call needs more tokens than a bucket ever holds, so no
+   * wait admits it: `tokens` the call's, `burst` this worker's share of that bucket's burst.
+   */
+  exceedsBurst?: { tokens: number; burst: number };
 }
 
 interface TenantBuckets {
@@ -107,30 +118,45 @@ export class RateLimiter {
     for (const [tenant, b] of this.tenants) if (b.reads.isFull(now) && b.writes.isFull(now)) this.tenants.delete(tenant);
   }
 
+  /** This worker's share of each burst: the most tokens one call can ever be given. */
+  bursts(): Record<RateScope, number> {
+    return { tenant_reads: this.share.readsBurst, tenant_writes: this.share.writesBurst, cell: this.cell.burst };
+  }
+
   /**
-   * Whole seconds until the cheapest call of a kind could pass (0: it might pass now), without
-   * taking anything: a read needs one read token, a write one write token, a batch of unknown
-   * content one token of either kind; all of them one token of the cell.
+   * Whole seconds until a one-token call of a kind could pass (0: it might pass now), without
+   * taking anything: a read needs one read token, a write one write token, both one token of the
+   * cell. Only for calls whose cost is known to be one token (the path routes).
    */
-  minimumWait(tenant: string, kind: 'read' | 'write' | 'batch'): RateDecision {
+  minimumWait(tenant: string, kind: 'read' | 'write'): RateDecision {
     const now = performance.now();
     const b = this.tenants.get(tenant);
     const cell = this.cell.waitSeconds(1, now);
-    const reads = b ? b.reads.waitSeconds(1, now) : 0;
-    const writes = b ? b.writes.waitSeconds(1, now) : 0;
-    const tenantWait = kind === 'read' ? reads : kind === 'write' ? writes : Math.min(reads, writes);
+    const tenantWait = b ? (kind === 'read' ? b.reads : b.writes).waitSeconds(1, now) : 0;
     const wait = Math.max(cell, tenantWait);
     if (wait <= 0) return { retryAfterSeconds: 0 };
-    const scope = cell >= tenantWait ? 'cell' : kind === 'read' || (kind === 'batch' && reads <= writes) ? 'tenant_reads' : 'tenant_writes';
+    const scope = cell >= tenantWait ? 'cell' : kind === 'read' ? 'tenant_reads' : 'tenant_writes';
     return { retryAfterSeconds: Math.max(1, Math.ceil(wait)), scope };
   }
 
-  /** All-or-nothing: either every bucket involved pays, or none does and the caller is told how long to wait. */
+  /**
+   * All-or-nothing: either every bucket involved pays, or none does and the caller is told how long
+   * until all of them can (the longest of their waits, rounded up), or that none ever can.
+   */
   admit(tenant: string, reads: number, writes: number): RateDecision {
     if (reads + writes === 0) return { retryAfterSeconds: 0 };
+    const bursts = this.bursts();
+    const costs: [number, RateScope][] = [
+      [reads, 'tenant_reads'],
+      [writes, 'tenant_writes'],
+      [reads + writes, 'cell'],
+    ];
+    for (const [tokens, scope] of costs) {
+      if (tokens > bursts[scope]) return { retryAfterSeconds: 0, scope, exceedsBurst: { tokens, burst: bursts[scope] } };
+    }
     const now = performance.now();
     const b = this.bucketsOf(tenant);
-    const waits: [number, RateDecision['scope']][] = [
+    const waits: [number, RateScope][] = [
       [reads > 0 ? b.reads.waitSeconds(reads, now) : 0, 'tenant_reads'],
       [writes > 0 ? b.writes.waitSeconds(writes, now) : 0, 'tenant_writes'],
       [this.cell.waitSeconds(reads + writes, now), 'cell'],

@@ -8,9 +8,24 @@
 //
 // The occupancy quota is soft by construction (an exact counter would be a per-tenant row
 // every write locks, in the outermost lock space). Blocking is immediate and local: the last
-// measurement plus this worker's own writes since it was taken. Releasing is slow and shared: only
+// measurement plus this worker's own writes it has not seen. Releasing is slow and shared: only
 // a measurement taken after the block, below 90% of the limit, lifts it (hysteresis), so a tenant
 // at the edge does not flap. The overshoot is bounded by the fan-out across workers and cells.
+//
+// How the local delta and the measurement combine, so that no write is counted twice:
+// - A write is held (counted, unstamped) from its admission until its call returns; then, if it
+//   committed, it is stamped with this worker's clock *after* the commit was acknowledged.
+// - The rollup (queen.kv_usage_rollup_v1) stamps computed_at with now(), the start of its
+//   transaction, which is never later than the snapshot its counts come from. So a commit
+//   acknowledged before computed_at is in the counts.
+// - Each read of kv_usage also reads the database's clock, which places computed_at on this
+//   worker's clock from below (the read was sent before the database's clock was read): the
+//   measurement's `seenBefore`. A write stamped before it is in the measurement and is retired;
+//   a write stamped after it is kept, and retired by the first measurement that does see it.
+// The one write that can be counted twice is one whose commit and acknowledgement straddle the
+// measurement's instant (a clock cannot order those): at most the writes this worker had in
+// flight at that instant, and only until the next measurement. Nothing is ever retired early.
+import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Logger } from '../../shared/log';
 import { QUOTA_READ_ALL, USAGE_READ_ALL } from '../../shared/sql/system';
@@ -19,9 +34,11 @@ import { QUOTA_READ_ALL, USAGE_READ_ALL } from '../../shared/sql/system';
 export const QUOTA_REFRESH_MS = 1000;
 /** Release below this fraction of the limit, and only on a measurement newer than the block. */
 export const RELEASE_FRACTION = 0.9;
-/** Bounds the delta log of a tenant the sweeper never measures; older entries merge (counting stays conservative). */
-const MAX_DELTA_ENTRIES = 256;
-const DELTA_COALESCE_MS = 100;
+/**
+ * Bounds the stamped writes kept per tenant (a tenant the sweeper measures rarely, or a worker
+ * writing faster than this per measurement). Past it, two neighbours merge (see `stamp`).
+ */
+export const MAX_DELTA_ENTRIES = 256;
 
 export interface Quota {
   granted: boolean;
@@ -35,7 +52,13 @@ export interface Usage {
   rows: number;
   bytes: number;
   timers: number;
+  /** computed_at, on the database's clock (epoch ms). */
   computedMs: number;
+  /**
+   * This worker's clock (performance.now()) at or before computed_at: a commit acknowledged
+   * before it is in this measurement.
+   */
+  seenBefore: number;
 }
 
 export type Dimension = 'rows' | 'bytes' | 'timers';
@@ -48,16 +71,60 @@ export interface Delta {
 }
 
 interface DeltaEntry extends Delta {
+  /** performance.now() once the commit was acknowledged (for a merged entry, its latest write's). */
   at: number;
 }
 
 interface TenantState {
+  /** Committed writes no measurement has seen yet, oldest first. */
   entries: DeltaEntry[];
-  /** Dimension -> the wall-clock instant (ms) it was blocked. */
+  /** Admitted writes whose call has not returned: counted, never retired. */
+  held: Delta;
+  /** Dimension -> performance.now() when it was blocked. */
   blocked: Map<Dimension, number>;
 }
 
+/** An admitted write, counted from admission; settle() once its call has returned. */
+export interface Hold {
+  /** committed: stamp it now; not: forget it (the statement failed, nothing was written). */
+  settle(committed: boolean): void;
+}
+
+const NO_HOLD: Hold = { settle: () => undefined };
 const LIMIT_OF: Record<Dimension, keyof Quota> = { rows: 'maxRows', bytes: 'maxBytes', timers: 'maxTimers' };
+const DIMENSIONS: readonly Dimension[] = ['rows', 'bytes', 'timers'];
+
+/**
+ * How fast the database's clock and this worker's may drift apart, at most: 1 ms a second, twice
+ * the fastest slew NTP applies (500 ppm). Zero when both run on one host.
+ */
+export const CLOCK_DRIFT = 0.001;
+const CLOCK_SAMPLES = 16;
+
+/**
+ * Places an instant of the database's clock on this worker's (performance.now()), never later than
+ * it was. Each read of kv_usage is a sample: sent here at `sentAt`, it read the database's clock at
+ * `dbMs` no earlier, so (database - here) was at most dbMs - sentAt at that moment, and differs at
+ * another moment by at most CLOCK_DRIFT of the time between. The tightest bound among the recent
+ * samples wins: one read is often queued behind other work (measured here under a write stream:
+ * 0.2 to 22 ms between sending and the database's clock), the quickest of sixteen rarely is.
+ * Assumes the database's clock does not step (NTP slews it).
+ */
+class ClockBridge {
+  private readonly samples: { dbMs: number; offset: number }[] = [];
+
+  sample(sentAt: number, dbMs: number): void {
+    this.samples.push({ dbMs, offset: dbMs - sentAt });
+    if (this.samples.length > CLOCK_SAMPLES) this.samples.shift();
+  }
+
+  /** A moment on this worker's clock at or before the database's `dbMs`; -Infinity before any sample. */
+  before(dbMs: number): number {
+    let offset = Infinity;
+    for (const s of this.samples) offset = Math.min(offset, s.offset + CLOCK_DRIFT * Math.abs(s.dbMs - dbMs));
+    return dbMs - offset;
+  }
+}
 
 function num(text: string | null): number | null {
   return text === null ? null : Number(text);
@@ -67,6 +134,7 @@ export class TenantBook {
   private quotas = new Map<string, Quota>();
   private usage = new Map<string, Usage>();
   private readonly tenants = new Map<string, TenantState>();
+  private readonly clock = new ClockBridge();
   private loaded = false;
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<void> | undefined;
@@ -110,26 +178,42 @@ export class TenantBook {
   }
 
   private async load(): Promise<void> {
+    // Taken before the read is sent, so at or before the instant the database reads its clock (read_ms).
+    const sentAt = performance.now();
     const [q, u] = await Promise.all([
       this.pool.query<{ tenant: string; granted: boolean; enabled: boolean; max_rows: string | null; max_bytes: string | null; max_timers: string | null }>(QUOTA_READ_ALL),
-      this.pool.query<{ tenant: string; rows: string; bytes: string; timers: string; computed_ms: number }>(USAGE_READ_ALL),
+      this.pool.query<{ tenant: string; rows: string; bytes: string; timers: string; computed_ms: number; read_ms: number }>(USAGE_READ_ALL),
     ]);
     const quotas = new Map<string, Quota>();
     for (const r of q.rows) {
       quotas.set(r.tenant, { granted: r.granted, enabled: r.enabled, maxRows: num(r.max_rows), maxBytes: num(r.max_bytes), maxTimers: num(r.max_timers) });
     }
+    if (u.rows.length > 0) this.clock.sample(sentAt, u.rows[0].read_ms);
     const usage = new Map<string, Usage>();
-    for (const r of u.rows) usage.set(r.tenant, { rows: Number(r.rows), bytes: Number(r.bytes), timers: Number(r.timers), computedMs: r.computed_ms });
+    for (const r of u.rows) {
+      usage.set(r.tenant, {
+        rows: Number(r.rows),
+        bytes: Number(r.bytes),
+        timers: Number(r.timers),
+        computedMs: r.computed_ms,
+        seenBefore: this.clock.before(r.computed_ms),
+      });
+    }
     this.quotas = quotas;
     this.usage = usage;
     this.loaded = true;
     for (const [tenant, state] of this.tenants) this.settle(tenant, state);
   }
 
-  /** After a read: forget the delta the measurement already includes, and release what it allows. */
+  /** After a read: retire the writes the measurement includes, and release what it allows. */
   private settle(tenant: string, state: TenantState): void {
     const measured = this.usage.get(tenant);
-    if (measured) state.entries = state.entries.filter((e) => e.at > measured.computedMs);
+    if (measured) {
+      // Oldest first, so the retired writes are a prefix.
+      let seen = 0;
+      while (seen < state.entries.length && state.entries[seen].at < measured.seenBefore) seen++;
+      if (seen > 0) state.entries.splice(0, seen);
+    }
     const quota = this.quotas.get(tenant);
     for (const [dim, since] of state.blocked) {
       const limit = quota ? (quota[LIMIT_OF[dim]] as number | null) : null;
@@ -137,12 +221,12 @@ export class TenantBook {
         state.blocked.delete(dim);
         continue;
       }
-      if (measured && measured.computedMs > since && measured[dim] < RELEASE_FRACTION * limit) {
+      if (measured && measured.seenBefore > since && measured[dim] < RELEASE_FRACTION * limit) {
         state.blocked.delete(dim);
         this.log.info({ tenant, dimension: dim, measured: measured[dim], limit }, 'quota: block released by a fresh measurement');
       }
     }
-    if (state.entries.length === 0 && state.blocked.size === 0) this.tenants.delete(tenant);
+    this.forgetIfIdle(tenant, state);
   }
 
   grant(tenant: string): Grant {
@@ -169,6 +253,8 @@ export class TenantBook {
   /**
    * The first dimension this write would take over its limit (and which is now blocked), or null.
    * A blocked dimension stays blocked whatever the write; `dims` names those the surface answers for.
+   * The estimate: the last measurement, plus this worker's committed writes it has not seen, plus
+   * the writes admitted here and still running.
    */
   overQuota(tenant: string, add: Delta, dims: readonly Dimension[]): Dimension | null {
     const quota = this.quotas.get(tenant);
@@ -180,7 +266,7 @@ export class TenantBook {
       if (state?.blocked.has(dim)) return dim;
       const estimate = (this.usage.get(tenant)?.[dim] ?? 0) + this.pending(state, dim) + add[dim];
       if (estimate > limit) {
-        this.stateOf(tenant).blocked.set(dim, Date.now());
+        this.stateOf(tenant).blocked.set(dim, performance.now());
         this.log.warn({ tenant, dimension: dim, estimate, limit }, 'quota: tenant blocked (writes refused until a measurement below 90%)');
         return dim;
       }
@@ -188,41 +274,64 @@ export class TenantBook {
     return null;
   }
 
-  /** A committed write of this worker: counted until a measurement newer than it arrives. */
-  record(tenant: string, add: Delta): void {
-    if (add.rows === 0 && add.bytes === 0 && add.timers === 0) return;
+  /**
+   * Counts an admitted write from now, before it runs: concurrent calls of this worker then see
+   * each other, and a block lands on the write that would cross the limit rather than up to the
+   * number of calls in flight later. Call it right after overQuota, with no await in between.
+   */
+  hold(tenant: string, add: Delta): Hold {
+    if (add.rows === 0 && add.bytes === 0 && add.timers === 0) return NO_HOLD;
     // A tenant with no limits needs no bookkeeping.
     const quota = this.quotas.get(tenant);
-    if (!quota || (quota.maxRows === null && quota.maxBytes === null && quota.maxTimers === null)) return;
+    if (!quota || (quota.maxRows === null && quota.maxBytes === null && quota.maxTimers === null)) return NO_HOLD;
     const state = this.stateOf(tenant);
-    const now = Date.now();
-    const last = state.entries[state.entries.length - 1];
-    if (last && now - last.at < DELTA_COALESCE_MS) {
-      last.rows += add.rows;
-      last.bytes += add.bytes;
-      last.timers += add.timers;
-      // Stamped with the latest write, so a measurement only drops it once it saw all of it.
-      last.at = now;
-      return;
-    }
-    state.entries.push({ at: now, ...add });
-    if (state.entries.length > MAX_DELTA_ENTRIES) {
-      const [a, b] = state.entries.splice(0, 2);
-      state.entries.unshift({ at: b.at, rows: a.rows + b.rows, bytes: a.bytes + b.bytes, timers: a.timers + b.timers });
-    }
+    for (const dim of DIMENSIONS) state.held[dim] += add[dim];
+    let settled = false;
+    return {
+      settle: (committed: boolean) => {
+        if (settled) return;
+        settled = true;
+        for (const dim of DIMENSIONS) state.held[dim] -= add[dim];
+        if (committed) this.stamp(state, add);
+        // The state stays in the map while anything is held (forgetIfIdle), so it is still the tenant's.
+        this.forgetIfIdle(tenant, state);
+      },
+    };
+  }
+
+  /** A committed write, stamped after its acknowledgement: counted until a measurement that saw it. */
+  private stamp(state: TenantState, add: Delta): void {
+    state.entries.push({ at: performance.now(), ...add });
+    if (state.entries.length <= MAX_DELTA_ENTRIES) return;
+    // The bound forces a merge. Merge the two neighbours closest in time, under the later stamp:
+    // conservative (the pair is retired only by a measurement that saw both, so the earlier one may
+    // be counted twice until then, never dropped early), and the stamps stay spread evenly over the
+    // time since the last measurement, so at most about 1/MAX_DELTA_ENTRIES of that time's writes
+    // are counted twice, and only until the next measurement. Never a stamp that keeps moving: the
+    // merged stamp is one write's, and later writes never join it.
+    const e = state.entries;
+    let best = 0;
+    for (let i = 1; i < e.length - 1; i++) if (e[i + 1].at - e[i].at < e[best + 1].at - e[best].at) best = i;
+    const [a, b] = [e[best], e[best + 1]];
+    e.splice(best, 2, { at: b.at, rows: a.rows + b.rows, bytes: a.bytes + b.bytes, timers: a.timers + b.timers });
   }
 
   private pending(state: TenantState | undefined, dim: Dimension): number {
     if (!state) return 0;
-    let sum = 0;
+    let sum = state.held[dim];
     for (const e of state.entries) sum += e[dim];
     return sum;
+  }
+
+  private forgetIfIdle(tenant: string, state: TenantState): void {
+    const holding = state.held.rows !== 0 || state.held.bytes !== 0 || state.held.timers !== 0;
+    if (state.entries.length === 0 && state.blocked.size === 0 && !holding) this.tenants.delete(tenant);
   }
 
   private stateOf(tenant: string): TenantState {
     let s = this.tenants.get(tenant);
     if (!s) {
-      s = { entries: [], blocked: new Map() };
+      s = { entries: [], held: { rows: 0, bytes: 0, timers: 0 }, blocked: new Map() };
       this.tenants.set(tenant, s);
     }
     return s;

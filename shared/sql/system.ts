@@ -36,12 +36,17 @@ export const QUOTA_READ_ALL = {
            FROM queen.kv_quota`,
 };
 
-/** The sweeper's last measurement per tenant; computed_at in epoch milliseconds. */
+/**
+ * The sweeper's last measurement per tenant; computed_at in epoch milliseconds, and read_ms the
+ * database's clock at this read (now(): this statement's start, after the worker sent it), so
+ * the worker can place computed_at on its own clock from below (services/api/tenantBook.ts).
+ */
 export const USAGE_READ_ALL = {
-  name: 'system_usage_read_all_v1',
+  name: 'system_usage_read_all_v2',
   text: `SELECT tenant_id::text AS tenant, rows::text AS rows, bytes::text AS bytes, timers::text AS timers,
                 timer_bytes::text AS timer_bytes,
-                (extract(epoch FROM computed_at) * 1000)::float8 AS computed_ms
+                (extract(epoch FROM computed_at) * 1000)::float8 AS computed_ms,
+                (extract(epoch FROM now()) * 1000)::float8 AS read_ms
            FROM queen.kv_usage`,
 };
 
