@@ -9,12 +9,9 @@ import { createLogger } from '../shared/log';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit('migrate');
-  const log = createLogger('migrate', config.logLevel);
-  // The last line is the verdict a release log shows: written out before the exit, not lost with it.
-  const exit = (code: number) => {
-    setTimeout(() => process.exit(code), 2000);
-    log.flush(() => process.exit(code));
-  };
+  // The last line is the verdict a release log shows: written before the exit, in order.
+  const log = createLogger('migrate', config.logLevel, { sync: true });
+  const exit = (code: number) => process.exit(code);
   if (!config.databaseUrl) {
     log.fatal('DATABASE_URL is not set: the release command applies the schema to the cell\'s PostgreSQL, so it needs its URL');
     return exit(1);

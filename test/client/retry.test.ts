@@ -46,11 +46,11 @@ test('a 503 with Retry-After is retried and the incr applies once', async () => 
 });
 
 test('a 429 with Retry-After is retried, and applies', async () => {
-  // A write rate of one a second, burst 2: the third write waits for the bucket, as the cell says.
+  // A write rate of one a second, burst 2, three writes at once: one of them finds the bucket empty
+  // and waits, as the cell says (sent one after another, a slow machine refilled the bucket between them).
   const limited = await startCell({ QUEEN_KV_WRITES_PER_SEC: '1', QUEEN_KV_WRITES_BURST: '2' });
   try {
-    const answers = [];
-    for (const key of ['a', 'b', 'c']) answers.push(await limited.queen.kv.put('rate', key, key, { ttlSeconds: 60 }));
+    const answers = await Promise.all(['a', 'b', 'c'].map((key) => limited.queen.kv.put('rate', key, key, { ttlSeconds: 60 })));
     expect(answers.map((a) => a.applied)).toEqual([true, true, true]);
     expect(limited.retries.length).toBeGreaterThanOrEqual(1);
     expect(limited.retries[0]).toMatchObject({ attempt: 1, status: 429, code: 'rate_limited' });
