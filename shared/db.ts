@@ -4,8 +4,10 @@
 // connections from the message path.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Pool, PoolConfig } from 'pg';
-import { Config, kvSessionSettings } from './config';
+import { Pool, PoolClient, PoolConfig } from 'pg';
+import { Config, kvSessionSettings, queryTimeoutMs } from './config';
+import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
+import { beginWithLimits, COMMIT, ROLLBACK } from './sql/limits';
 
 export interface Pools {
   message: Pool;
@@ -30,12 +32,16 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
   const message = new Pool({
     ...base,
     max: sizes.message,
+    connectionTimeoutMillis: config.dbAcquireTimeoutMs,
+    query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs),
     options: startupOptions(kvSessionSettings(config)),
   });
+  limitEveryQuery(message, config);
   const kv = new Pool({
     ...base,
     max: sizes.kv,
     connectionTimeoutMillis: config.kvAcquireTimeoutMs,
+    query_timeout: queryTimeoutMs(config.kvStatementTimeoutMs),
     options: startupOptions({
       ...kvSessionSettings(config),
       statement_timeout: String(config.kvStatementTimeoutMs),
@@ -53,6 +59,62 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
       return ended;
     },
   };
+}
+
+/**
+ * Every `pool.query` on the message pool runs in its own transaction that begins with
+ * statement_timeout and lock_timeout (shared/sql/limits.ts) and commits, on a connection acquired
+ * within QUEEN_DB_ACQUIRE_TIMEOUT_MS; each statement also has the client-side query_timeout.
+ * Before (2026-12-01), with none of these: PostgreSQL frozen for 20 s hung pushes, the wire and
+ * /health for 20 s; a row lock held elsewhere kept /api/v1/transaction waiting 34 s, and 170 such
+ * calls took every connection, so an unrelated push waited 27 s.
+ *
+ * The price is two round trips per call (the BEGIN with its limits, the COMMIT), paid on a local
+ * socket. A timeout answers 503 with Retry-After and a code naming it (lock_timeout,
+ * statement_timeout, db_unavailable), after the transaction rolled back.
+ */
+function limitEveryQuery(pool: Pool, config: Config): void {
+  const begin = beginWithLimits({ statementTimeoutMs: config.dbStatementTimeoutMs, lockTimeoutMs: config.dbLockTimeoutMs });
+  const acquire = pool.connect.bind(pool) as () => Promise<PoolClient>;
+  const limited = async (...args: unknown[]) => {
+    let client: PoolClient;
+    try {
+      client = await acquire();
+    } catch (err) {
+      throw timeoutAnswer(err, config);
+    }
+    let broken: Error | undefined;
+    try {
+      await client.query(begin);
+      const result = await (client.query as (...a: unknown[]) => Promise<unknown>)(...args);
+      await client.query(COMMIT);
+      return result;
+    } catch (err) {
+      // A connection that failed or did not answer in time is dropped, never handed back: its
+      // backend rolls back when it notices. Otherwise the transaction is rolled back here.
+      if (isConnectionFailure(err)) broken = err as Error;
+      else await client.query(ROLLBACK).catch((e: Error) => (broken = e));
+      throw timeoutAnswer(err, config);
+    } finally {
+      client.release(broken);
+    }
+  };
+  (pool as unknown as { query: typeof limited }).query = limited;
+}
+
+/** A time limit that fired, as the answer that names it; anything else as it was. */
+function timeoutAnswer(err: unknown, config: Config): unknown {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === SQLSTATE.LOCK_NOT_AVAILABLE) {
+    return new ApiError('lock_timeout', `A row this call needs stayed locked by another transaction past ${config.dbLockTimeoutMs} ms (QUEEN_DB_LOCK_TIMEOUT_MS); nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  if (code === SQLSTATE.QUERY_CANCELED) {
+    return new ApiError('statement_timeout', `The statement ran past ${config.dbStatementTimeoutMs} ms (QUEEN_DB_STATEMENT_TIMEOUT_MS) and was rolled back; nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
+    return new ApiError('db_unavailable', `No database connection came free within ${config.dbAcquireTimeoutMs} ms (QUEEN_DB_ACQUIRE_TIMEOUT_MS); retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  return err;
 }
 
 export const SQL_DIR = path.resolve(__dirname, '..', '..', 'sql');
