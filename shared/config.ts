@@ -15,8 +15,12 @@ export const DEFAULTS = {
   // Memory and time bounds (README, "Security and limits"; the numbers behind them are there).
   // The body ceiling was 72 MiB (a full KV batch of 1000 values of 64 KiB): one such push took a
   // PostgreSQL backend to about 1.3 GB, and 16 of them at once a worker to 1.6 GB and the OOM killer.
-  maxBodyBytes: 8 * 1024 * 1024,
-  maxInflightBodyBytes: 32 * 1024 * 1024,
+  // 4 MiB: a push of that size took a PostgreSQL backend to about 95 MiB of private memory
+  // (test/limits/memory.test.ts, 2026-12-01: the backend's memory is about 24 times the body).
+  maxBodyBytes: 4 * 1024 * 1024,
+  // Four bodies of the largest size at once per worker; a body costs the worker about 3 times its
+  // size while it is parsed and sent on (the same test), so about 50 MiB above its baseline.
+  maxInflightBodyBytes: 16 * 1024 * 1024,
   dbStatementTimeoutMs: 10_000,
   dbLockTimeoutMs: 5000,
   dbAcquireTimeoutMs: 5000,

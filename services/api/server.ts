@@ -60,15 +60,23 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   // requireHostHeader off: node's own refusal of an HTTP/1.1 request without Host is a bare 400 with
   // no body; the request listener refuses it instead, in JSON.
   const options = { IncomingMessage: app.IncomingMessage, ServerResponse: app.ServerResponse, requireHostHeader: false };
-  const server = http.createServer(options, (req, res) => {
+  const server = http.createServer(options, (req, res) => handle(req, res, false));
+  /** `admitted`: the body budget already took it (an Expect: 100-continue, below). */
+  const handle = (req: http.IncomingMessage, res: http.ServerResponse, admitted: boolean) => {
     // A request that arrives during the drain is answered and its connection closed after it.
     if (draining) res.shouldKeepAlive = false;
     if (req.httpVersion === '1.1' && req.headers.host === undefined) {
       res.shouldKeepAlive = false;
       return sendError(res, new ApiError('bad_request', 'An HTTP/1.1 request carries a Host header (RFC 9112, section 3.2).'));
     }
-    if (budget.refuse(req, res)) return;
+    if (!admitted && budget.refuse(req, res)) return;
     app.handle(req, res);
+  };
+  // Expect: 100-continue: a body the budget refuses is refused before the client is told to send it.
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    if (budget.refuse(req, res)) return;
+    res.writeContinue();
+    handle(req, res, true);
   });
   server.keepAliveTimeout = 65_000;
   const drain = gracefulIdleClose(server);
