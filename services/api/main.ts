@@ -6,7 +6,7 @@ import cluster, { Worker } from 'node:cluster';
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
-import type { Config } from '../../shared/config';
+import { Config, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
@@ -44,6 +44,14 @@ function logKvTimersConfig(config: Config, log: Logger): void {
       kvMaxBatch: config.kvMaxBatch,
       kvPrefixLimit: config.kvPrefixLimit,
       kvMaxReadBytes: config.kvMaxReadBytes,
+      // Memory and time bounds (README, "Security and limits").
+      maxBodyBytes: config.maxBodyBytes,
+      maxInflightBodyBytesPerWorker: config.maxInflightBodyBytes,
+      dbStatementTimeoutMs: config.dbStatementTimeoutMs,
+      dbLockTimeoutMs: config.dbLockTimeoutMs,
+      dbAcquireTimeoutMs: config.dbAcquireTimeoutMs,
+      queryTimeoutMs: { message: queryTimeoutMs(config.dbStatementTimeoutMs), kv: queryTimeoutMs(config.kvStatementTimeoutMs) },
+      healthTimeoutMs: config.healthTimeoutMs,
     },
     'config: kv_timers',
   );
