@@ -31,6 +31,8 @@ export interface ApiServer {
   pools: Pools;
   metrics: Metrics;
   ops: OpsHandles;
+  /** Stops accepting connections (the first step of close(), which then skips its pause). */
+  stopListening(): void;
   close(): Promise<void>;
 }
 
@@ -97,35 +99,44 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   });
   const bound = (server.address() as AddressInfo).port;
   let closing: Promise<void> | undefined;
+  let listenerClosed: Promise<void> | undefined;
+  let listenerClosedEarly = false;
+  const stopListening = () => (listenerClosed ??= new Promise<void>((resolve) => server.close(() => resolve())));
   return {
     url: `http://127.0.0.1:${bound}`,
     port: bound,
     pools,
     metrics,
     ops,
+    stopListening() {
+      if (!listenerClosed) listenerClosedEarly = true;
+      void stopListening();
+    },
     close() {
       closing ??= (async () => {
         ready = false;
+        const started = Date.now();
+        // The listener stops first: a client told below to reconnect finds no listener (refused)
+        // rather than one that closes with its connection still queued (reset). Under node:cluster
+        // the port closes when the last worker leaves it: the primary has every worker stop
+        // listening before it signals any (main.ts); signalled otherwise (a process group's
+        // SIGTERM), the pause lets the siblings, signalled at the same moment, stop theirs.
+        const closed = stopListening();
+        if (!listenerClosedEarly) await new Promise((r) => setTimeout(r, LISTENER_GRACE_MS));
         draining = true;
         drain.start();
-        const started = Date.now();
         await app.close();
-        await new Promise<void>((resolve) => {
-          // Keep-alive connections whose in-flight request finishes after close() become idle
-          // later; the sweep every 100 ms closes those idle since the last one (gracefulIdleClose).
-          const sweepIdle = setInterval(() => server.closeIdleConnections(), 100);
-          // The worker's share of QUEEN_SHUTDOWN_TIMEOUT_MS; the primary SIGKILLs at the full timeout.
-          const deadline = setTimeout(() => {
-            log.warn({ afterMs: Date.now() - started }, 'drain deadline reached: closing the connections still open');
-            server.closeAllConnections();
-          }, Math.floor(config.shutdownTimeoutMs * 0.8));
-          server.close(() => {
-            clearInterval(sweepIdle);
-            clearTimeout(deadline);
-            resolve();
-          });
-          server.closeIdleConnections();
-        });
+        // Keep-alive connections whose in-flight request finishes later become idle later; the
+        // sweep closes those idle for a sweep interval (gracefulIdleClose).
+        const sweepIdle = setInterval(() => server.closeIdleConnections(), IDLE_SWEEP_MS);
+        // The worker's share of QUEEN_SHUTDOWN_TIMEOUT_MS; the primary SIGKILLs at the full timeout.
+        const deadline = setTimeout(() => {
+          log.warn({ afterMs: Date.now() - started }, 'drain deadline reached: closing the connections still open');
+          server.closeAllConnections();
+        }, Math.max(0, Math.floor(config.shutdownTimeoutMs * 0.8) - (Date.now() - started)));
+        await closed;
+        clearInterval(sweepIdle);
+        clearTimeout(deadline);
         book.stop();
         await switches.close();
         await pools.end();
@@ -135,19 +146,24 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   };
 }
 
+/** How long a draining worker waits, listener closed, before it asks clients to go (see close()). */
+const LISTENER_GRACE_MS = 100;
+/** An idle keep-alive connection is closed after about this long idle during the drain. */
+const IDLE_SWEEP_MS = 100;
+
 /**
  * A drain that resets no request. Before (2026-12-01), SIGTERM under keep-alive load reset 15 of
  * 23,409 requests (ECONNRESET, "socket hang up"): the requests in flight were answered keep-alive,
  * their clients sent the next request on the same socket, and node's server.close() (which destroys
  * every idle connection at once) and the 100 ms sweep closed that socket under it.
  *
- * Now, from the start of the drain: every answer not yet written carries `Connection: close` (those
- * in flight now and every later one), so a client stops reusing its socket the moment it reads it;
- * and an idle keep-alive socket is closed only once it has stayed idle (no request, no byte read)
- * from one sweep to the next, so a client already writing its next request is answered, with
- * `Connection: close`, rather than cut. What remains is HTTP/1.1's own race: a client that sends on
- * a socket idle for 100 ms or more at the instant it closes. Installed on the server's own
- * closeIdleConnections, which server.close() calls.
+ * Now (close() above): the listener stops first, so a client that reconnects is refused rather than
+ * queued on a port about to close; then every answer not yet written carries `Connection: close`
+ * (those in flight and every later one), so a client stops reusing its socket the moment it reads
+ * the answer; and an idle keep-alive socket is closed only once it has stayed idle (no request, no
+ * byte read) for a sweep interval, so a client already writing its next request on it is answered
+ * rather than cut. What remains is HTTP/1.1's own race: a client that sends on a socket idle for
+ * 100 ms or more at the instant it closes. Installed as the server's closeIdleConnections.
  */
 function gracefulIdleClose(server: http.Server): { start(): void } {
   type HttpSocket = Socket & { _httpMessage?: http.ServerResponse | null };
@@ -157,23 +173,28 @@ function gracefulIdleClose(server: http.Server): { start(): void } {
     socket.once('close', () => sockets.delete(socket));
   });
   let draining = false;
-  /** The bytes each idle socket had read when a sweep last saw it idle. */
-  const seenIdle = new WeakMap<HttpSocket, number>();
+  /** When a sweep first saw each socket idle, and the bytes it had read then. */
+  const seenIdle = new WeakMap<HttpSocket, { at: number; bytesRead: number }>();
   const closeIdle = () => {
+    const now = Date.now();
     for (const socket of sockets) {
       const answering = socket._httpMessage;
+      const seen = seenIdle.get(socket);
       if (answering) {
         if (!answering.headersSent) answering.shouldKeepAlive = false;
         seenIdle.delete(socket);
-      } else if (seenIdle.get(socket) === socket.bytesRead) {
-        socket.destroy();
+      } else if (seen && seen.bytesRead === socket.bytesRead) {
+        if (now - seen.at >= IDLE_SWEEP_MS) socket.destroy();
       } else {
-        seenIdle.set(socket, socket.bytesRead);
+        seenIdle.set(socket, { at: now, bytesRead: socket.bytesRead });
       }
     }
   };
-  const nodeCloseIdle = server.closeIdleConnections.bind(server);
-  server.closeIdleConnections = () => (draining ? closeIdle() : nodeCloseIdle());
+  // server.close() calls this at once, and node's own closes every idle socket there and then.
+  // Only the drain closes connections here, by its sweeps.
+  server.closeIdleConnections = () => {
+    if (draining) closeIdle();
+  };
   return {
     start() {
       draining = true;
