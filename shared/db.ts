@@ -7,7 +7,7 @@ import path from 'node:path';
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
-import { beginWithLimits, COMMIT, ROLLBACK } from './sql/limits';
+import { beginWithLimits, COMMIT } from './sql/limits';
 
 export interface Pools {
   message: Pool;
@@ -34,8 +34,10 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
     max: sizes.message,
     connectionTimeoutMillis: config.dbAcquireTimeoutMs,
     query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs),
+    // Queries queued on a client are written at once (limitEveryQuery below).
+    pipeline: true,
     options: startupOptions(kvSessionSettings(config)),
-  });
+  } as PoolConfig);
   limitEveryQuery(message, config);
   const kv = new Pool({
     ...base,
@@ -69,9 +71,11 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
  * /health for 20 s; a row lock held elsewhere kept /api/v1/transaction waiting 34 s, and 170 such
  * calls took every connection, so an unrelated push waited 27 s.
  *
- * The price is two round trips per call (the BEGIN with its limits, the COMMIT), paid on a local
- * socket. A timeout answers 503 with Retry-After and a code naming it (lock_timeout,
- * statement_timeout, db_unavailable), after the transaction rolled back.
+ * BEGIN, the statement and COMMIT are pipelined: one round trip, as the bare statement was (a
+ * first version that awaited each paid two more, and on a loaded machine each is a backend woken
+ * and scheduled again: bench:isolation's pushes/s fell by half). A timeout answers 503 with
+ * Retry-After and a code naming it (lock_timeout, statement_timeout, db_unavailable), after the
+ * transaction rolled back.
  */
 function limitEveryQuery(pool: Pool, config: Config): void {
   const begin = beginWithLimits({ statementTimeoutMs: config.dbStatementTimeoutMs, lockTimeoutMs: config.dbLockTimeoutMs });
@@ -83,21 +87,22 @@ function limitEveryQuery(pool: Pool, config: Config): void {
     } catch (err) {
       throw timeoutAnswer(err, config);
     }
-    let broken: Error | undefined;
-    try {
-      await client.query(begin);
-      const result = await (client.query as (...a: unknown[]) => Promise<unknown>)(...args);
-      await client.query(COMMIT);
-      return result;
-    } catch (err) {
-      // A connection that failed or did not answer in time is dropped, never handed back: its
-      // backend rolls back when it notices. Otherwise the transaction is rolled back here.
-      if (isConnectionFailure(err)) broken = err as Error;
-      else await client.query(ROLLBACK).catch((e: Error) => (broken = e));
-      throw timeoutAnswer(err, config);
-    } finally {
-      client.release(broken);
-    }
+    // Pipelined (the pool's `pipeline`): the three go out in one write and come back in one read,
+    // one round trip as before. A statement that fails aborts the transaction, and the COMMIT
+    // behind it then ends it as a rollback; nothing of it is written.
+    const settled = await Promise.allSettled([
+      client.query(begin),
+      (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+      client.query(COMMIT),
+    ]);
+    const [began, ran, committed] = settled;
+    const failure = [began, ran, committed].find((s): s is PromiseRejectedResult => s.status === 'rejected')?.reason;
+    // A connection that failed, did not answer in time, or whose BEGIN or COMMIT failed is dropped,
+    // never handed back: its backend rolls back when it notices.
+    const broken = failure !== undefined && (isConnectionFailure(failure) || began.status === 'rejected' || committed.status === 'rejected');
+    client.release(broken ? (failure as Error) : undefined);
+    if (failure !== undefined) throw timeoutAnswer(failure, config);
+    return (ran as PromiseFulfilledResult<unknown>).value;
   };
   (pool as unknown as { query: typeof limited }).query = limited;
 }

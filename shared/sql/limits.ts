@@ -13,4 +13,3 @@ export function beginWithLimits(limits: { statementTimeoutMs: number; lockTimeou
 }
 
 export const COMMIT = 'COMMIT';
-export const ROLLBACK = 'ROLLBACK';
