@@ -12,8 +12,19 @@ export const DEFAULTS = {
   kvPrefixLimit: 1000,
   kvMaxReadBytes: 4 * 1024 * 1024,
   kvMaxBatch: 1000,
-  // A full batch of 1000 values of 64 KiB is 64 MiB of JSON; the body ceiling sits above it.
-  maxBodyBytes: 72 * 1024 * 1024,
+  // Memory and time bounds (README, "Security and limits"; the numbers behind them are there).
+  // The body ceiling was 72 MiB (a full KV batch of 1000 values of 64 KiB): one such push took a
+  // PostgreSQL backend to about 1.3 GB, and 16 of them at once a worker to 1.6 GB and the OOM killer.
+  // 4 MiB: a push of that size took a PostgreSQL backend to about 95 MiB of private memory
+  // (test/limits/memory.test.ts, 2026-12-01: the backend's memory is about 24 times the body).
+  maxBodyBytes: 4 * 1024 * 1024,
+  // Four bodies of the largest size at once per worker; a body costs the worker about 3 times its
+  // size while it is parsed and sent on (the same test), so about 50 MiB above its baseline.
+  maxInflightBodyBytes: 16 * 1024 * 1024,
+  dbStatementTimeoutMs: 10_000,
+  dbLockTimeoutMs: 5000,
+  dbAcquireTimeoutMs: 5000,
+  healthTimeoutMs: 2000,
   kvReadsPerSec: 200,
   kvReadsBurst: 400,
   kvWritesPerSec: 100,
@@ -43,6 +54,13 @@ export interface Config {
   kvMaxReadBytes: number;
   kvMaxBatch: number;
   maxBodyBytes: number;
+  /** Per worker: the request bodies being read or held past this are refused 503 server_busy. */
+  maxInflightBodyBytes: number;
+  /** The message pool's limits: SET LOCAL per transaction, acquire wait, and the client-side backstop. */
+  dbStatementTimeoutMs: number;
+  dbLockTimeoutMs: number;
+  dbAcquireTimeoutMs: number;
+  healthTimeoutMs: number;
   kvReadsPerSec: number;
   kvReadsBurst: number;
   kvWritesPerSec: number;
@@ -149,6 +167,11 @@ export function loadConfig(env: Env = process.env): Config {
   const kvWritesPerSec = int(env, 'QUEEN_KV_WRITES_PER_SEC', DEFAULTS.kvWritesPerSec, 1);
   const kvReadsBurst = int(env, 'QUEEN_KV_READS_BURST', Math.max(DEFAULTS.kvReadsBurst, kvReadsPerSec * 2), 1);
   const kvWritesBurst = int(env, 'QUEEN_KV_WRITES_BURST', Math.max(DEFAULTS.kvWritesBurst, kvWritesPerSec * 2), 1);
+  const maxBodyBytes = int(env, 'QUEEN_MAX_BODY_BYTES', DEFAULTS.maxBodyBytes, 1024, 1 << 30);
+  const maxInflightBodyBytes = int(env, 'QUEEN_MAX_INFLIGHT_BODY_BYTES', Math.max(DEFAULTS.maxInflightBodyBytes, maxBodyBytes), 1024, 1 << 30);
+  if (maxInflightBodyBytes < maxBodyBytes) {
+    throw new ConfigError('QUEEN_MAX_INFLIGHT_BODY_BYTES', `cannot be less than QUEEN_MAX_BODY_BYTES (${maxBodyBytes}), got ${maxInflightBodyBytes}: no body could ever be admitted.`);
+  }
   const retired = ['QUEEN_KV_ENABLED', 'QUEEN_TIMERS_ENABLED'].filter((name) => env[name] !== undefined);
 
   return {
@@ -162,7 +185,12 @@ export function loadConfig(env: Env = process.env): Config {
     kvPrefixLimit: int(env, 'QUEEN_KV_PREFIX_LIMIT', DEFAULTS.kvPrefixLimit, 1, 100_000),
     kvMaxReadBytes: int(env, 'QUEEN_KV_MAX_READ_BYTES', DEFAULTS.kvMaxReadBytes, 65_536, 1 << 30),
     kvMaxBatch: int(env, 'QUEEN_KV_MAX_BATCH', DEFAULTS.kvMaxBatch, 1, 100_000),
-    maxBodyBytes: int(env, 'QUEEN_MAX_BODY_BYTES', DEFAULTS.maxBodyBytes, 1024, 1 << 30),
+    maxBodyBytes,
+    maxInflightBodyBytes,
+    dbStatementTimeoutMs: int(env, 'QUEEN_DB_STATEMENT_TIMEOUT_MS', DEFAULTS.dbStatementTimeoutMs, 1, 3_600_000),
+    dbLockTimeoutMs: int(env, 'QUEEN_DB_LOCK_TIMEOUT_MS', DEFAULTS.dbLockTimeoutMs, 1, 3_600_000),
+    dbAcquireTimeoutMs: int(env, 'QUEEN_DB_ACQUIRE_TIMEOUT_MS', DEFAULTS.dbAcquireTimeoutMs, 1, 600_000),
+    healthTimeoutMs: int(env, 'QUEEN_HEALTH_TIMEOUT_MS', DEFAULTS.healthTimeoutMs, 1, 600_000),
     kvReadsPerSec,
     kvReadsBurst,
     kvWritesPerSec,
@@ -186,6 +214,17 @@ export function loadConfig(env: Env = process.env): Config {
     adminToken,
     retiredVariablesSet: retired,
   };
+}
+
+/**
+ * The client-side backstop on every statement of both pools (pg's query_timeout): a server that
+ * is frozen (SIGSTOP, a stalled disk, a partition) cannot fire its own statement_timeout. Past it the
+ * connection is dropped, which ends the backend's transaction when it wakes.
+ */
+export function queryTimeoutMs(statementTimeoutMs: number): number {
+  // Half again plus a second: a loaded server can take seconds to cancel a large statement and say
+  // so (a 273 MB read under load); that is the server's own timeout, not a frozen server.
+  return Math.round(statementTimeoutMs * 1.5) + 1000;
 }
 
 /** The SQL procedure reads its limits from these settings, so the rules stay in SQL, once. */

@@ -4,8 +4,10 @@
 // connections from the message path.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Pool, PoolConfig } from 'pg';
-import { Config, kvSessionSettings } from './config';
+import { Pool, PoolClient, PoolConfig } from 'pg';
+import { Config, kvSessionSettings, queryTimeoutMs } from './config';
+import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
+import { beginWithLimits, COMMIT } from './sql/limits';
 
 export interface Pools {
   message: Pool;
@@ -30,12 +32,18 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
   const message = new Pool({
     ...base,
     max: sizes.message,
+    connectionTimeoutMillis: config.dbAcquireTimeoutMs,
+    query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs),
+    // Queries queued on a client are written at once (limitEveryQuery below).
+    pipeline: true,
     options: startupOptions(kvSessionSettings(config)),
-  });
+  } as PoolConfig);
+  limitEveryQuery(message, config);
   const kv = new Pool({
     ...base,
     max: sizes.kv,
     connectionTimeoutMillis: config.kvAcquireTimeoutMs,
+    query_timeout: queryTimeoutMs(config.kvStatementTimeoutMs),
     options: startupOptions({
       ...kvSessionSettings(config),
       statement_timeout: String(config.kvStatementTimeoutMs),
@@ -53,6 +61,65 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
       return ended;
     },
   };
+}
+
+/**
+ * Every `pool.query` on the message pool runs in its own transaction that begins with
+ * statement_timeout and lock_timeout (shared/sql/limits.ts) and commits, on a connection acquired
+ * within QUEEN_DB_ACQUIRE_TIMEOUT_MS; each statement also has the client-side query_timeout.
+ * Before (2026-12-01), with none of these: PostgreSQL frozen for 20 s hung pushes, the wire and
+ * /health for 20 s; a row lock held elsewhere kept /api/v1/transaction waiting 34 s, and 170 such
+ * calls took every connection, so an unrelated push waited 27 s.
+ *
+ * BEGIN, the statement and COMMIT are pipelined: one round trip, as the bare statement was (a
+ * first version that awaited each paid two more, and on a loaded machine each is a backend woken
+ * and scheduled again: bench:isolation's pushes/s fell by half). A timeout answers 503 with
+ * Retry-After and a code naming it (lock_timeout, statement_timeout, db_unavailable), after the
+ * transaction rolled back.
+ */
+function limitEveryQuery(pool: Pool, config: Config): void {
+  const begin = beginWithLimits({ statementTimeoutMs: config.dbStatementTimeoutMs, lockTimeoutMs: config.dbLockTimeoutMs });
+  const acquire = pool.connect.bind(pool) as () => Promise<PoolClient>;
+  const limited = async (...args: unknown[]) => {
+    let client: PoolClient;
+    try {
+      client = await acquire();
+    } catch (err) {
+      throw timeoutAnswer(err, config);
+    }
+    // Pipelined (the pool's `pipeline`): the three go out in one write and come back in one read,
+    // one round trip as before. A statement that fails aborts the transaction, and the COMMIT
+    // behind it then ends it as a rollback; nothing of it is written.
+    const settled = await Promise.allSettled([
+      client.query(begin),
+      (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+      client.query(COMMIT),
+    ]);
+    const [began, ran, committed] = settled;
+    const failure = [began, ran, committed].find((s): s is PromiseRejectedResult => s.status === 'rejected')?.reason;
+    // A connection that failed, did not answer in time, or whose BEGIN or COMMIT failed is dropped,
+    // never handed back: its backend rolls back when it notices.
+    const broken = failure !== undefined && (isConnectionFailure(failure) || began.status === 'rejected' || committed.status === 'rejected');
+    client.release(broken ? (failure as Error) : undefined);
+    if (failure !== undefined) throw timeoutAnswer(failure, config);
+    return (ran as PromiseFulfilledResult<unknown>).value;
+  };
+  (pool as unknown as { query: typeof limited }).query = limited;
+}
+
+/** A time limit that fired, as the answer that names it; anything else as it was. */
+function timeoutAnswer(err: unknown, config: Config): unknown {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === SQLSTATE.LOCK_NOT_AVAILABLE) {
+    return new ApiError('lock_timeout', `A row this call needs stayed locked by another transaction past ${config.dbLockTimeoutMs} ms (QUEEN_DB_LOCK_TIMEOUT_MS); nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  if (code === SQLSTATE.QUERY_CANCELED) {
+    return new ApiError('statement_timeout', `The statement ran past ${config.dbStatementTimeoutMs} ms (QUEEN_DB_STATEMENT_TIMEOUT_MS) and was rolled back; nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
+    return new ApiError('db_unavailable', `No database connection came free within ${config.dbAcquireTimeoutMs} ms (QUEEN_DB_ACQUIRE_TIMEOUT_MS); retry shortly.`, { retryAfterSeconds: 1 });
+  }
+  return err;
 }
 
 export const SQL_DIR = path.resolve(__dirname, '..', '..', 'sql');

@@ -114,6 +114,10 @@ const STATUS: Record<string, number> = {
   kv_unavailable: 503,
   db_unavailable: 503,
   shutting_down: 503,
+  // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/bodyBudget.ts).
+  lock_timeout: 503,
+  statement_timeout: 503,
+  server_busy: 503,
   metrics_unavailable: 503,
 };
 
@@ -261,7 +265,8 @@ export function isConnectionFailure(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
   const { code, message } = err as { code?: unknown; message?: unknown };
   if (typeof code === 'string' && (SOCKET_ERRNOS.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
-  return typeof message === 'string' && /^Connection terminated( unexpectedly)?$|is not queryable$/.test(message);
+  // "Query read timeout": pg's client-side query_timeout, the database did not answer at all (frozen).
+  return typeof message === 'string' && /^Connection terminated( unexpectedly)?$|is not queryable$|^Query read timeout$/.test(message);
 }
 
 /**

@@ -27,6 +27,8 @@ export interface AppDeps {
   ops: OpsHandles;
   /** The text /metrics serves: the cluster's under node:cluster, this registry's otherwise. */
   metricsText?: () => Promise<string>;
+  /** Hears each piece of every request body as it arrives (null: its end); false drops it (bodyBudget.ts). */
+  bodyChunk?: (req: IncomingMessage, chunk: Buffer | null) => boolean;
 }
 
 export interface App {
@@ -47,7 +49,7 @@ export function createApp(deps: AppDeps): App {
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
-  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true)));
+  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), config.healthTimeoutMs));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log });
@@ -74,7 +76,7 @@ export function createApp(deps: AppDeps): App {
       app(req, res);
     },
     close: () => logSurface.close(),
-    ...expressShaped(app),
+    ...expressShaped(app, deps.bodyChunk),
   };
 }
 
@@ -86,8 +88,18 @@ export function createApp(deps: AppDeps): App {
  * under push load was LookupIterator, LoadIC misses, MigrateToMap and TurboFan recompiling. When the
  * object already has that prototype, Express's set changes nothing.
  */
-function expressShaped(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
-  class Request extends http.IncomingMessage {}
+function expressShaped(
+  app: Express,
+  bodyChunk?: (req: IncomingMessage, chunk: Buffer | null) => boolean,
+): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
+  class Request extends http.IncomingMessage {
+    // Node's HTTP parser hands every piece of a body to push(), whoever reads it and however
+    // (body-parser, a route that ignores it, node's own discard): the one place to count it.
+    override push(chunk: Buffer | null, encoding?: BufferEncoding): boolean {
+      if (bodyChunk !== undefined && !bodyChunk(this, chunk)) return false;
+      return super.push(chunk, encoding);
+    }
+  }
   class Response extends http.ServerResponse {}
   // Express's per-app request and response objects become these classes' prototypes: the same
   // chain and the same own properties (`app`), set once at boot; Express then sets the prototype

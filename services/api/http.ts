@@ -158,6 +158,8 @@ export function answeredCode(res: ServerResponse): string {
 }
 
 export function sendError(res: ServerResponse, err: ApiError): void {
+  // Already answered (a body refused while it arrived, bodyBudget.ts): the first answer stands.
+  if (res.headersSent) return;
   (res as Coded)[ANSWERED_CODE] = err.code;
   if (err.extra.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(err.extra.retryAfterSeconds));
   sendJsonText(res, err.status, JSON.stringify(err.body()));

@@ -6,7 +6,7 @@ import cluster, { Worker } from 'node:cluster';
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
-import type { Config } from '../../shared/config';
+import { Config, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
@@ -44,6 +44,14 @@ function logKvTimersConfig(config: Config, log: Logger): void {
       kvMaxBatch: config.kvMaxBatch,
       kvPrefixLimit: config.kvPrefixLimit,
       kvMaxReadBytes: config.kvMaxReadBytes,
+      // Memory and time bounds (README, "Security and limits").
+      maxBodyBytes: config.maxBodyBytes,
+      maxInflightBodyBytesPerWorker: config.maxInflightBodyBytes,
+      dbStatementTimeoutMs: config.dbStatementTimeoutMs,
+      dbLockTimeoutMs: config.dbLockTimeoutMs,
+      dbAcquireTimeoutMs: config.dbAcquireTimeoutMs,
+      queryTimeoutMs: { message: queryTimeoutMs(config.dbStatementTimeoutMs), kv: queryTimeoutMs(config.kvStatementTimeoutMs) },
+      healthTimeoutMs: config.healthTimeoutMs,
     },
     'config: kv_timers',
   );
@@ -126,6 +134,9 @@ async function primary(): Promise<void> {
     }, config.shutdownTimeoutMs);
     const exited = (child: { once(event: 'exit', fn: (code: number | null, signal: string | null) => void): unknown }) =>
       new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    // Every worker stops listening before any drains: the port is closed before a drain tells a
+    // client to reconnect, so the client is refused, never queued on a closing port and reset.
+    await Promise.all(workers.map((w) => (w.isDead() ? undefined : stopListening(w))));
     await Promise.all([
       ...workers.map((w) => {
         if (w.isDead()) return Promise.resolve();
@@ -153,6 +164,30 @@ async function primary(): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 }
 
+const STOP_LISTENING = 'queen:stop-listening';
+const LISTENER_CLOSED = 'queen:listener-closed';
+
+/** Asks a worker to stop accepting connections; resolves when it has (or after a second, or when it dies). */
+function stopListening(w: Worker): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      w.off('message', onMessage);
+      w.off('exit', done);
+      resolve();
+    };
+    const onMessage = (m: unknown) => (m === LISTENER_CLOSED ? done() : undefined);
+    const timer = setTimeout(done, 1000);
+    w.on('message', onMessage);
+    w.once('exit', done);
+    try {
+      w.send(STOP_LISTENING);
+    } catch {
+      done();
+    }
+  });
+}
+
 async function worker(): Promise<void> {
   const config = loadConfigOrExit('api');
   const log = createLogger('api', config.logLevel);
@@ -175,6 +210,12 @@ async function worker(): Promise<void> {
   };
   process.on('SIGTERM', () => void stop());
   process.on('SIGINT', () => undefined); // the primary decides; a terminal's ^C reaches every process
+  process.on('message', (m: unknown) => {
+    if (m !== STOP_LISTENING) return;
+    server.stopListening();
+    // After the cluster's own close message on the same channel: the primary has taken this worker off the port.
+    process.send?.(LISTENER_CLOSED);
+  });
 }
 
 const run = cluster.isPrimary ? primary : worker;

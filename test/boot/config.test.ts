@@ -13,6 +13,11 @@ test.each([
   ['QUEEN_TENANCY_HEADER', 'maybe'],
   ['LOG_LEVEL', 'loud'],
   ['DATABASE_URL', 'mysql://nope'],
+  ['QUEEN_MAX_INFLIGHT_BODY_BYTES', '1024x'],
+  ['QUEEN_DB_STATEMENT_TIMEOUT_MS', '0'],
+  ['QUEEN_DB_LOCK_TIMEOUT_MS', '5s'],
+  ['QUEEN_DB_ACQUIRE_TIMEOUT_MS', '-5'],
+  ['QUEEN_HEALTH_TIMEOUT_MS', '2.5'],
 ])('%s=%s is refused with a sentence that names the variable', (name, value) => {
   let thrown: unknown;
   try {
@@ -31,6 +36,16 @@ test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {
   expect(deriveKvPoolSize(1000)).toBe(32);
   expect(loadConfig({}).kvPoolSize).toBe(16);
   expect(loadConfig({ DB_POOL_SIZE: '60' }).kvPoolSize).toBe(6);
+});
+
+test('the memory and time bounds: defaults, and an in-flight budget smaller than one body is refused', () => {
+  const c = loadConfig({});
+  expect([c.maxBodyBytes, c.maxInflightBodyBytes, c.dbStatementTimeoutMs, c.dbLockTimeoutMs, c.dbAcquireTimeoutMs, c.healthTimeoutMs]).toEqual([
+    4 * 1024 * 1024, 16 * 1024 * 1024, 10_000, 5000, 5000, 2000,
+  ]);
+  // Raising the body limit alone raises the budget with it, so one such body still fits.
+  expect(loadConfig({ QUEEN_MAX_BODY_BYTES: String(64 * 1024 * 1024) }).maxInflightBodyBytes).toBe(64 * 1024 * 1024);
+  expect(() => loadConfig({ QUEEN_MAX_BODY_BYTES: '4096', QUEEN_MAX_INFLIGHT_BODY_BYTES: '2048' })).toThrow(/QUEEN_MAX_INFLIGHT_BODY_BYTES: cannot be less than QUEEN_MAX_BODY_BYTES/);
 });
 
 test('tenancy without a trusted proxy is refused', () => {

@@ -10,7 +10,9 @@ import { ack, ackOf, configure, pop, popRaw, push, sleep } from './helpers';
 let api: TestApi;
 let db: Client;
 beforeAll(async () => {
-  api = await startTestApi();
+  // The 256 MiB pop below builds and cancels a quarter-gigabyte answer: on this shared 2-core
+  // machine that passed the message pool's default 10 s statement limit, which is not its subject.
+  api = await startTestApi({ QUEEN_DB_STATEMENT_TIMEOUT_MS: '120000' });
   db = new Client({ connectionString: api.databaseUrl });
   await db.connect();
 });

@@ -1,0 +1,110 @@
+// PostgreSQL frozen, not dead: every process of a server of this file's own stopped with SIGSTOP (a
+// stalled disk, a VM paused, a partition that drops nothing). Its sockets stay open and nothing
+// answers, so no server-side timeout can fire; before, pushes, KV calls, the wire and /health hung
+// for as long as it was stopped. Now each answers 503 with Retry-After within its bound (the
+// client-side query timeout, the acquire timeout, QUEEN_HEALTH_TIMEOUT_MS), and the cell serves
+// again once the server resumes. The shared test server is never stopped: other suites use it.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { applySchema } from '../../shared/db';
+import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
+import { UNLIMITED_RATES } from '../support/api';
+import { fresh, FreshAnswer, spawnApi, Spawned, untilHealthy } from '../ops/spawn';
+
+let root: string;
+let pg: EmbeddedPostgres;
+let api: Spawned | undefined;
+let port: number;
+/** The server's processes while stopped; resumed in the test's finally and, should the test time out, in afterAll. */
+let frozen: number[] = [];
+
+function resume(): void {
+  for (const pid of frozen) {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      // gone
+    }
+  }
+}
+
+beforeAll(async () => {
+  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-frozen-'));
+  pg = await startEmbeddedPostgres({ dataDir: path.join(root, 'data'), port: await freePort(), settings: { fsync: 'off' } });
+  await applySchema(pg.url);
+  port = await freePort();
+  api = spawnApi({
+    ...UNLIMITED_RATES,
+    DATABASE_URL: pg.url,
+    PORT: String(port),
+    QUEEN_WORKERS: '1',
+    DB_POOL_SIZE: '10',
+    QUEEN_DB_STATEMENT_TIMEOUT_MS: '1000',
+    QUEEN_DB_ACQUIRE_TIMEOUT_MS: '1000',
+    QUEEN_KV_STATEMENT_TIMEOUT_MS: '1000',
+    QUEEN_KV_ACQUIRE_TIMEOUT_MS: '1000',
+    QUEEN_HEALTH_TIMEOUT_MS: '1000',
+  });
+  await untilHealthy(api, port);
+});
+
+afterAll(async () => {
+  resume();
+  await api?.stop();
+  await pg?.stop();
+  if (pg && path.resolve(pg.dataDir) !== path.resolve(root, 'data')) fs.rmSync(path.dirname(pg.dataDir), { recursive: true, force: true });
+  fs.rmSync(root, { recursive: true, force: true });
+});
+
+/** The postmaster (the first line of postmaster.pid) and every process it started. */
+function serverProcesses(): number[] {
+  const postmaster = Number(fs.readFileSync(path.join(pg.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  const children = fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d)).flatMap((d) => {
+    try {
+      // The parent PID is the 4th field of /proc/<pid>/stat, after the command in parentheses.
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster ? [Number(d)] : [];
+    } catch {
+      return [];
+    }
+  });
+  return [postmaster, ...children];
+}
+
+const CALLS: [string, string, unknown?][] = [
+  ['POST', '/api/v1/push', { items: [{ queue: 'frozen', payload: 'p' }] }],
+  ['GET', '/api/v1/kv/frozen/k'],
+  ['PUT', '/api/v1/kv/frozen/k', { value: 1, ttlSeconds: 600 }],
+  ['POST', '/api/v1/transaction', { kv: [{ op: 'put', ns: 'frozen', key: 't', value: 1, ttlSeconds: 600 }], operations: [{ type: 'push', items: [{ queue: 'frozen', payload: 't' }] }] }],
+  ['GET', '/health'],
+];
+
+const outcome = (route: string, a: FreshAnswer) => ({ route, status: a.status, error: a.body?.error, retryAfter: a.headers['retry-after'] });
+
+test('with PostgreSQL stopped (SIGSTOP), push, KV get, KV put, the wire and /health each answer 503 db_unavailable (a KV route: or kv_unavailable); after SIGCONT they succeed', async () => {
+  // Every pool holds idle connections to the server before it freezes: the case that hung.
+  for (const [method, route, body] of CALLS) expect((await fresh(port, method, route, body)).status).toBe(200);
+  frozen = serverProcesses();
+  try {
+    for (const pid of frozen) process.kill(pid, 'SIGSTOP');
+    // Twice: first on the connections the pools held (the query timeout), then on new ones (the acquire timeout).
+    for (let round = 0; round < 2; round++) {
+      const answers = await Promise.all(CALLS.map(([method, route, body]) => fresh(port, method, route, body).then((a) => outcome(route, a))));
+      // A KV route may also find its dedicated pool full (its acquire timeout, the shedding rung): kv_unavailable.
+      const code = (route: string) => (route.startsWith('/api/v1/kv/') ? expect.stringMatching(/^(db|kv)_unavailable$/) : 'db_unavailable');
+      expect(answers).toEqual(CALLS.map(([, route]) => ({ route, status: 503, error: code(route), retryAfter: '1' })));
+    }
+  } finally {
+    resume();
+  }
+  // The pools dropped the connections that did not answer and open new ones.
+  for (const [method, route, body] of CALLS) {
+    let answer = await fresh(port, method, route, body);
+    for (let i = 0; answer.status !== 200 && i < 50; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      answer = await fresh(port, method, route, body);
+    }
+    expect(outcome(route, answer)).toMatchObject({ route, status: 200 });
+  }
+});
