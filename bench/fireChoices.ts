@@ -22,8 +22,8 @@ const out = (line = '') => process.stdout.write(`${line}\n`);
 
 const CHOICES: Record<string, string> = {
   'by-shard + each': 'SELECT queen.bench_fire_by_shard_v1($1::smallint[], $2::int) AS r',
-  'global + each': 'SELECT queen.bench_fire_global_each_v1($2::int) AS r',
-  'global + set': 'SELECT queen.timers_fire_v1($2::int) AS r',
+  'global + each': 'SELECT queen.bench_fire_global_each_v1($2::int) AS r, $1::smallint[] AS unused',
+  'global + set': 'SELECT queen.timers_fire_v1($2::int) AS r, $1::smallint[] AS unused',
 };
 
 const FUNCTIONS = `CREATE OR REPLACE FUNCTION queen.bench_fire_by_shard_v1(p_shards SMALLINT[], p_limit INT) RETURNS JSONB
@@ -167,6 +167,7 @@ async function main(): Promise<void> {
     u.pathname = '/bench_fire';
     await applySchema(u.toString());
     const pool = new Pool({ connectionString: u.toString(), max: 4 });
+    pool.on('error', () => undefined);
     await pool.query(FUNCTIONS);
     out(`# bench/fireChoices — ${new Date().toISOString()}, ${os.availableParallelism()} cores, load average ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
     out(`# ${N} due timers over 16 partitions (one queue), at most ${BATCH} a transaction`);
@@ -191,6 +192,9 @@ async function main(): Promise<void> {
     }
     out(`load average at the end ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
     await pool.end();
+  } catch (err) {
+    process.stderr.write(`fireChoices failed: ${(err as Error)?.stack ?? err}\n`);
+    process.exitCode = 1;
   } finally {
     await pg.stop();
     fs.rmSync(dir, { recursive: true, force: true });
