@@ -2,17 +2,21 @@
 //   (a) scheduling rate: queen.timers_apply_v1 (one timer per call, the statement behind
 //       POST /api/v1/timers) against boss.send(name, data, {startAfter}), the same number of
 //       concurrent callers; and the batched forms (100 a call) of each;
-//   (b) draining 20,000 timers that fall due at one instant: one sweeper process
-//       (node dist/services/sweeper/main.js, its defaults) against pg-boss workers that were
-//       already polling (8 workers x batchSize 500, pollingIntervalSeconds 0.5, its minimum);
-//       measured from the due instant until the last one is delivered (ours: in the log and
-//       the timer deleted, one commit; pg-boss: state completed);
-//   (c) fire lag at a steady 1,000 timers a second (each due 1 s after it is scheduled): p50 and
-//       p99 of (seen by a consumer) - deliverAt. Ours: a LISTEN on queen_log, reading the new
-//       messages; pg-boss: the moment its handler is called.
-// Bounded: about two minutes. Options (env): BENCH_SCHEDULE_N (10000), BENCH_DRAIN_N (20000),
-// BENCH_RATE (1000), BENCH_LAG_SECONDS (15), BENCH_CLIENTS (16). DATABASE_URL to use your own
-// server; otherwise an embedded PostgreSQL in a temporary folder (durability on, as shipped).
+//   (b) draining BENCH_DRAIN_N (20,000) timers that fall due at one instant: ours with 1, 2 and 4
+//       sweeper processes (node dist/services/sweeper/main.js, its defaults, already idle), pg-boss
+//       with each worker count x batchSize of BENCH_BOSS_WORKERS x BENCH_BOSS_BATCHES (workers
+//       already polling, pollingIntervalSeconds 0.5, its minimum), the best one printed; measured
+//       from the due instant until the last one is delivered (ours: in the log and the timer
+//       deleted, one commit; pg-boss: state completed);
+//   (c) fire lag at a steady 1,000 timers a second, and (d) at BENCH_HIGH_RATE (10,000) a second,
+//       each due 1 s after it is scheduled: p50 and p99 of (seen by a consumer) - deliverAt. Ours:
+//       one sweeper, a LISTEN on queen_log reading the new messages; pg-boss: its best drain
+//       configuration, the moment its handler is called.
+// The load average is printed at the start and the end: on a shared machine only the ratios of one
+// run compare. Options (env): BENCH_SCHEDULE_N (10000), BENCH_DRAIN_N (20000), BENCH_RATE (1000),
+// BENCH_HIGH_RATE (10000), BENCH_LAG_SECONDS (15), BENCH_HIGH_SECONDS (10), BENCH_CLIENTS (16),
+// BENCH_BOSS_WORKERS (2,8,16), BENCH_BOSS_BATCHES (100,500,2000), BENCH_ONLY (a,b,c,d). DATABASE_URL
+// to use your own server; otherwise an embedded PostgreSQL in a temporary folder (durability on).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -33,11 +37,15 @@ const SCHEDULE_N = envInt('BENCH_SCHEDULE_N', 10_000);
 const DRAIN_N = envInt('BENCH_DRAIN_N', 20_000);
 const RATE = envInt('BENCH_RATE', 1000);
 const LAG_SECONDS = envInt('BENCH_LAG_SECONDS', 15);
+const HIGH_RATE = envInt('BENCH_HIGH_RATE', 10_000);
+const HIGH_SECONDS = envInt('BENCH_HIGH_SECONDS', 10);
+const envList = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',').map((x) => Number(x));
+const BOSS_WORKER_COUNTS = envList('BENCH_BOSS_WORKERS', '2,8,16');
+const BOSS_BATCHES = envList('BENCH_BOSS_BATCHES', '100,500,2000');
+const SWEEPER_COUNTS = [1, 2, 4];
 const CLIENTS = envInt('BENCH_CLIENTS', 16);
-const ONLY = (process.env.BENCH_ONLY ?? 'a,b,c').split(',');
+const ONLY = (process.env.BENCH_ONLY ?? 'a,b,c,d').split(',');
 const SWEEPER_BATCH = process.env.BENCH_SWEEPER_BATCH ?? '';
-const BOSS_WORKERS = 8;
-const BOSS_BATCH = 500;
 const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.repeat(40) };
 
 const out = (line = '') => process.stdout.write(`${line}\n`);
@@ -94,50 +102,67 @@ async function benchSchedule(pool: Pool, boss: PgBoss): Promise<Record<string, n
   return { ours, theirs, oursBatch, theirsBatch };
 }
 
-async function benchDrain(pool: Pool, boss: PgBoss, schema: string, url: string): Promise<{ ours: number; theirs: number }> {
-  // Ours: the sweeper is up and idle; the timers all fall due 3 s from now.
-  const sweeper = await spawnSweeper(url, { QUEEN_SWEEPER_INTERVAL_MS: '1000', ...(SWEEPER_BATCH ? { QUEEN_SWEEPER_BATCH: SWEEPER_BATCH } : {}) });
-  const dueAt = Date.now() + 3000 + DRAIN_N / 5; // room to schedule them all first
+interface BossConfig {
+  workers: number;
+  batch: number;
+}
+
+/** Our drain with `sweepers` processes, idle before the timers fall due; answers timers a second. */
+async function drainOurs(pool: Pool, url: string, sweepers: number): Promise<number> {
+  const queue = `bench-drain-${sweepers}`;
+  const env = { QUEEN_SWEEPER_INTERVAL_MS: '1000', ...(SWEEPER_BATCH ? { QUEEN_SWEEPER_BATCH: SWEEPER_BATCH } : {}) };
+  const procs = await Promise.all(Array.from({ length: sweepers }, () => spawnSweeper(url, env)));
+  const dueAt = Date.now() + 2000 + DRAIN_N / 5; // room to schedule them all first
   for (let start = 0; start < DRAIN_N; start += 1000) {
     const ops = Array.from({ length: Math.min(1000, DRAIN_N - start) }, (_, i) => ({
       op: 'schedule',
-      queue: 'bench-drain',
+      queue,
       partition: `p${(start + i) % 16}`,
       payload: PAYLOAD,
       deliverAt: new Date(dueAt).toISOString(),
     }));
     await pool.query({ ...SCHEDULE, values: [TENANT, JSON.stringify(ops)] });
   }
+  if (Date.now() > dueAt) out(`    (ours, ${sweepers}: scheduling ended ${Date.now() - dueAt} ms after the due instant)`);
   await sleep(Math.max(0, dueAt - Date.now()));
-  await until(async () => (await pool.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'bench-drain'`)).rows[0].n === 0, 300_000);
-  const oursSeconds = (Date.now() - dueAt) / 1000;
-  const delivered = (await pool.query(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id LIKE 'timer:%'`)).rows[0].n;
-  if (delivered < DRAIN_N) throw new Error(`only ${delivered} of ${DRAIN_N} timers reached the log`);
-  await stopSweeper(sweeper);
+  await until(async () => !(await pool.query(`SELECT EXISTS (SELECT 1 FROM queen.log_timers WHERE queue = $1) AS x`, [queue])).rows[0].x, 300_000);
+  const seconds = (Date.now() - dueAt) / 1000;
+  const delivered = (
+    await pool.query(
+      `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1`,
+      [queue],
+    )
+  ).rows[0].n;
+  if (delivered !== DRAIN_N) throw new Error(`${delivered} of ${DRAIN_N} timers reached the log`);
+  await Promise.all(procs.map(stopSweeper));
+  return DRAIN_N / seconds;
+}
 
-  // pg-boss: workers already polling; the jobs all start after one instant.
-  await boss.createQueue('bench-drain');
+/** pg-boss's drain with `workers` x `batch`, workers polling before the jobs fall due; answers jobs a second. */
+async function drainBoss(pool: Pool, boss: PgBoss, schema: string, c: BossConfig): Promise<number> {
+  const queue = `bench-drain-w${c.workers}-b${c.batch}`;
+  await boss.createQueue(queue);
   let handled = 0;
-  for (let w = 0; w < BOSS_WORKERS; w++) {
-    await boss.work('bench-drain', { batchSize: BOSS_BATCH, pollingIntervalSeconds: 0.5 }, async (jobs) => {
+  for (let w = 0; w < c.workers; w++) {
+    await boss.work(queue, { batchSize: c.batch, pollingIntervalSeconds: 0.5 }, async (jobs) => {
       handled += jobs.length;
     });
   }
-  const bossDueAt = Date.now() + 3000 + DRAIN_N / 5;
+  const dueAt = Date.now() + 2000 + DRAIN_N / 5;
   for (let start = 0; start < DRAIN_N; start += 1000) {
-    await boss.insert(
-      Array.from({ length: Math.min(1000, DRAIN_N - start) }, () => ({ name: 'bench-drain', data: PAYLOAD, startAfter: new Date(bossDueAt) })),
-    );
+    await boss.insert(Array.from({ length: Math.min(1000, DRAIN_N - start) }, () => ({ name: queue, data: PAYLOAD, startAfter: new Date(dueAt) })));
   }
-  await sleep(Math.max(0, bossDueAt - Date.now()));
+  if (Date.now() > dueAt) out(`    (pg-boss ${c.workers} x ${c.batch}: inserting ended ${Date.now() - dueAt} ms after the due instant)`);
+  await sleep(Math.max(0, dueAt - Date.now()));
   await until(async () => {
     if (handled < DRAIN_N) return false;
-    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = 'bench-drain' AND state = 'completed'`);
+    const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = $1 AND state = 'completed'`, [queue]);
     return rows[0].n >= DRAIN_N;
-  }, 300_000);
-  const theirsSeconds = (Date.now() - bossDueAt) / 1000;
-  await boss.offWork('bench-drain');
-  return { ours: DRAIN_N / oursSeconds, theirs: DRAIN_N / theirsSeconds };
+  }, 300_000, 20);
+  const seconds = (Date.now() - dueAt) / 1000;
+  await boss.offWork(queue);
+  return DRAIN_N / seconds;
 }
 
 async function stopSweeper(p: SweeperProcess): Promise<void> {
@@ -145,15 +170,15 @@ async function stopSweeper(p: SweeperProcess): Promise<void> {
   await p.exited;
 }
 
-/** Schedules RATE timers a second for LAG_SECONDS, each due 1 s later, in slices of 10 ms. */
-async function steady(schedule: (dueAt: number, count: number) => Promise<unknown>): Promise<number> {
+/** Schedules `rate` timers a second for `seconds`, each due 1 s later, in slices of 10 ms. */
+async function steady(rate: number, seconds: number, schedule: (dueAt: number, count: number) => Promise<unknown>): Promise<number> {
   const sliceMs = 10;
-  const perSlice = RATE / (1000 / sliceMs);
+  const perSlice = rate / (1000 / sliceMs);
   const t0 = Date.now();
   let sent = 0;
   const inflight: Promise<unknown>[] = [];
-  while (Date.now() - t0 < LAG_SECONDS * 1000) {
-    const target = Math.floor(((Date.now() - t0) / 1000) * RATE);
+  while (Date.now() - t0 < seconds * 1000) {
+    const target = Math.floor(((Date.now() - t0) / 1000) * rate);
     const count = Math.min(Math.max(0, target - sent), perSlice * 10);
     if (count > 0) {
       inflight.push(schedule(Date.now() + 1000, count));
@@ -162,10 +187,21 @@ async function steady(schedule: (dueAt: number, count: number) => Promise<unknow
     await sleep(sliceMs);
   }
   await Promise.all(inflight);
+  lastScheduleRate = sent / ((Date.now() - t0) / 1000);
   return sent;
 }
+/** The rate the last steady() really scheduled at (its calls all answered): below the target, the schedulers were the bound. */
+let lastScheduleRate = 0;
 
-async function benchLag(pool: Pool, boss: PgBoss, url: string): Promise<{ ours: number[]; theirs: number[] }> {
+async function benchLag(
+  pool: Pool,
+  boss: PgBoss,
+  url: string,
+  rate: number,
+  seconds: number,
+  bossConfig: BossConfig,
+): Promise<{ ours: number[]; theirs: number[]; oursScheduled: number; theirsScheduled: number }> {
+  const queue = `bench-lag-${rate}`;
   // Ours: one sweeper with its defaults (1 s interval; it sleeps no longer than the next due timer).
   const sweeper = await spawnSweeper(url, { QUEEN_SWEEPER_INTERVAL_MS: '1000' });
   const ours: number[] = [];
@@ -180,8 +216,8 @@ async function benchLag(pool: Pool, boss: PgBoss, url: string): Promise<{ ours: 
       `SELECT m.partition_id, m.seq, (m.payload->>'due')::bigint AS due FROM queen.messages m
          JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
          LEFT JOIN unnest($1::uuid[], $2::bigint[]) AS l(pid, seq) ON l.pid = m.partition_id
-        WHERE q.name = 'bench-lag' AND m.seq > coalesce(l.seq, 0)`,
-      [[...lastSeq.keys()], [...lastSeq.values()]],
+        WHERE q.name = $3 AND m.seq > coalesce(l.seq, 0)`,
+      [[...lastSeq.keys()], [...lastSeq.values()], queue],
     );
     for (const r of rows) {
       ours.push(seen - Number(r.due));
@@ -203,7 +239,7 @@ async function benchLag(pool: Pool, boss: PgBoss, url: string): Promise<{ ours: 
   };
   listener.on('notification', kick);
   await listener.query('LISTEN queen_log');
-  const sent = await steady((dueAt, count) =>
+  const sent = await steady(rate, seconds, (dueAt, count) =>
     pool.query({
       ...SCHEDULE,
       values: [
@@ -211,7 +247,7 @@ async function benchLag(pool: Pool, boss: PgBoss, url: string): Promise<{ ours: 
         JSON.stringify(
           Array.from({ length: count }, (_, i) => ({
             op: 'schedule',
-            queue: 'bench-lag',
+            queue,
             partition: `p${i % 4}`,
             payload: { due: dueAt },
             deliverAt: new Date(dueAt).toISOString(),
@@ -220,24 +256,26 @@ async function benchLag(pool: Pool, boss: PgBoss, url: string): Promise<{ ours: 
       ],
     }),
   );
-  await until(async () => ours.length >= sent, 60_000, 50);
+  const oursScheduled = lastScheduleRate;
+  await until(async () => ours.length >= sent, 120_000, 50);
   await listener.end();
   await stopSweeper(sweeper);
 
   const theirs: number[] = [];
-  await boss.createQueue('bench-lag');
-  for (let w = 0; w < BOSS_WORKERS; w++) {
-    await boss.work<{ due: number }>('bench-lag', { batchSize: BOSS_BATCH, pollingIntervalSeconds: 0.5 }, async (jobs) => {
+  await boss.createQueue(queue);
+  for (let w = 0; w < bossConfig.workers; w++) {
+    await boss.work<{ due: number }>(queue, { batchSize: bossConfig.batch, pollingIntervalSeconds: 0.5 }, async (jobs) => {
       const seen = Date.now();
       for (const j of jobs) theirs.push(seen - j.data.due);
     });
   }
-  const bossSent = await steady((dueAt, count) =>
-    boss.insert(Array.from({ length: count }, () => ({ name: 'bench-lag', data: { due: dueAt }, startAfter: new Date(dueAt) }))),
+  const bossSent = await steady(rate, seconds, (dueAt, count) =>
+    boss.insert(Array.from({ length: count }, () => ({ name: queue, data: { due: dueAt }, startAfter: new Date(dueAt) }))),
   );
-  await until(async () => theirs.length >= bossSent, 60_000, 50);
-  await boss.offWork('bench-lag');
-  return { ours: ours.sort((a, b) => a - b), theirs: theirs.sort((a, b) => a - b) };
+  const theirsScheduled = lastScheduleRate;
+  await until(async () => theirs.length >= bossSent, 120_000, 50);
+  await boss.offWork(queue);
+  return { ours: ours.sort((a, b) => a - b), theirs: theirs.sort((a, b) => a - b), oursScheduled, theirsScheduled };
 }
 
 async function main(): Promise<void> {
@@ -260,13 +298,14 @@ async function main(): Promise<void> {
   await applySchema(dbUrl);
   const pool = new Pool({ connectionString: dbUrl, max: CLIENTS });
   const schema = 'pgboss_bench';
-  const boss = new PgBoss({ connectionString: dbUrl, schema, max: CLIENTS, supervise: false, schedule: false });
+  const boss = new PgBoss({ connectionString: dbUrl, schema, max: Math.max(CLIENTS, ...BOSS_WORKER_COUNTS) + 4, supervise: false, schedule: false });
   boss.on('error', (err) => out(`pg-boss error: ${err.message}`));
   await boss.start();
   await boss.createQueue('bench-a');
   const started = Date.now();
   try {
     out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
+    out(`load average at the start ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
     out();
     if (ONLY.includes('a')) {
       const a = await benchSchedule(pool, boss);
@@ -274,21 +313,35 @@ async function main(): Promise<void> {
       out(`    one per call   ours ${a.ours.toFixed(0)}/s   pg-boss send ${a.theirs.toFixed(0)}/s   ratio ${(a.ours / a.theirs).toFixed(2)}x`);
       out(`    100 per call   ours ${a.oursBatch.toFixed(0)}/s   pg-boss insert ${a.theirsBatch.toFixed(0)}/s   ratio ${(a.oursBatch / a.theirsBatch).toFixed(2)}x`);
     }
+    let best: BossConfig = { workers: 8, batch: 500 };
     if (ONLY.includes('b')) {
-      const b = await benchDrain(pool, boss, schema, dbUrl);
       out(`(b) draining ${DRAIN_N} due timers`);
-      out(`    ours (1 sweeper process, batch ${SWEEPER_BATCH || 'default'}) ${b.ours.toFixed(0)}/s   pg-boss (${BOSS_WORKERS} workers x ${BOSS_BATCH}) ${b.theirs.toFixed(0)}/s   ratio ${(b.ours / b.theirs).toFixed(2)}x`);
+      const ours: number[] = [];
+      for (const n of SWEEPER_COUNTS) {
+        ours.push(await drainOurs(pool, dbUrl, n));
+        out(`    ours, ${n} sweeper process${n > 1 ? 'es' : ''} (batch ${SWEEPER_BATCH || 'default'})   ${ours[ours.length - 1].toFixed(0)}/s`);
+      }
+      let bestRate = 0;
+      for (const workers of BOSS_WORKER_COUNTS) {
+        for (const batch of BOSS_BATCHES) {
+          const r = await drainBoss(pool, boss, schema, { workers, batch });
+          out(`    pg-boss ${workers} workers x ${batch}   ${r.toFixed(0)}/s`);
+          if (r > bestRate) [bestRate, best] = [r, { workers, batch }];
+        }
+      }
+      out(`    best pg-boss: ${best.workers} workers x ${best.batch}, ${bestRate.toFixed(0)}/s`);
+      out(`    ratio against it: 1 sweeper ${(ours[0] / bestRate).toFixed(2)}x, 2 sweepers ${(ours[1] / bestRate).toFixed(2)}x, 4 sweepers ${(ours[2] / bestRate).toFixed(2)}x`);
     }
-    if (!ONLY.includes('c')) return;
-    const c = await benchLag(pool, boss, dbUrl);
-    out(`(c) fire lag at ${RATE} timers/s for ${LAG_SECONDS} s (ms after deliverAt, as a consumer sees it)`);
-    out(
-      `    ours     p50 ${quantile(c.ours, 0.5)}  p99 ${quantile(c.ours, 0.99)}  max ${c.ours[c.ours.length - 1]}  (n=${c.ours.length})`,
-    );
-    out(
-      `    pg-boss  p50 ${quantile(c.theirs, 0.5)}  p99 ${quantile(c.theirs, 0.99)}  max ${c.theirs[c.theirs.length - 1]}  (n=${c.theirs.length})`,
-    );
-    out(`    p99 ratio (pg-boss / ours) ${(quantile(c.theirs, 0.99) / Math.max(1, quantile(c.ours, 0.99))).toFixed(2)}x`);
+    const lag = async (label: string, rate: number, seconds: number) => {
+      const c = await benchLag(pool, boss, dbUrl, rate, seconds, best);
+      out(`${label} fire lag at ${rate} timers/s for ${seconds} s (ms after deliverAt, as a consumer sees it; pg-boss ${best.workers} x ${best.batch})`);
+      out(`    ours     p50 ${quantile(c.ours, 0.5)}  p99 ${quantile(c.ours, 0.99)}  max ${c.ours[c.ours.length - 1]}  (n=${c.ours.length}, scheduled at ${c.oursScheduled.toFixed(0)}/s)`);
+      out(`    pg-boss  p50 ${quantile(c.theirs, 0.5)}  p99 ${quantile(c.theirs, 0.99)}  max ${c.theirs[c.theirs.length - 1]}  (n=${c.theirs.length}, scheduled at ${c.theirsScheduled.toFixed(0)}/s)`);
+      out(`    p99 ratio (pg-boss / ours) ${(quantile(c.theirs, 0.99) / Math.max(1, quantile(c.ours, 0.99))).toFixed(2)}x`);
+    };
+    if (ONLY.includes('c')) await lag('(c)', RATE, LAG_SECONDS);
+    if (ONLY.includes('d')) await lag('(d)', HIGH_RATE, HIGH_SECONDS);
+    out(`load average at the end ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
     out(`total ${((Date.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await boss.stop({ graceful: false, wait: true }).catch(() => undefined);

@@ -28,9 +28,16 @@ CREATE TABLE IF NOT EXISTS queen.log_timers (
 -- held from 024): a deadlock, seen 2026-11-29 when three sweeper processes booted at once.
 DO $$
 BEGIN
-  -- The sweeper's claim: per shard, oldest due first. timer_id is the tie-breaker of the order.
+  -- Per shard, oldest due first (timer_id the tie-breaker): what firing claimed by before it went
+  -- cell-wide; kept, since an index cannot be dropped at boot without an ACCESS EXCLUSIVE lock.
   IF to_regclass('queen.idx_log_timers_shard_due') IS NULL THEN
     CREATE INDEX idx_log_timers_shard_due ON queen.log_timers (shard, deliver_at, timer_id);
+  END IF;
+  -- The fire's claim: the cell's oldest due timers first, whatever their shard (queen.timers_fire_v1).
+  -- Built once, on the first boot that lacks it: CREATE INDEX takes a SHARE lock on log_timers (no
+  -- schedule, cancel or fire commits meanwhile; reads go on) for the build, one pass over the table.
+  IF to_regclass('queen.idx_log_timers_due') IS NULL THEN
+    CREATE INDEX idx_log_timers_due ON queen.log_timers (deliver_at, timer_id);
   END IF;
   -- The list route's keyset, per tenant by (deliver_at, timer_id).
   IF to_regclass('queen.idx_log_timers_tenant_due') IS NULL THEN

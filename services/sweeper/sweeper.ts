@@ -1,8 +1,9 @@
 // The sweeper loop. Leaderless: any number run at once and meet only in PostgreSQL. A cycle is a
-// series of passes, each one transaction that claims up to `shardsPerPass` shards not yet swept in
-// this cycle (least recently swept first, FOR UPDATE SKIP LOCKED), fires their due timers, prunes
-// their expired keys and marks them swept. The cycle ends when no shard is left to claim, either
-// because this sweeper swept it or because another did (or holds it now). Then, on its slower
+// series of passes, each one transaction that fires the cell's oldest due timers (a batch, FOR UPDATE
+// SKIP LOCKED, so sweepers take disjoint batches) and, on pruning's cadence, claims up to
+// `shardsPerPass` shards not yet swept in this cycle (least recently swept first, FOR UPDATE SKIP
+// LOCKED), prunes their expired keys and marks them swept. The cycle ends when no shard is left to
+// claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then, on its slower
 // cadence, the usage rollup; then the gauges; then sleep, unless a pass hit its batch ceiling (a
 // backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
 //
@@ -20,6 +21,8 @@ import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
 export const DEFAULT_SHARDS_PER_PASS = 8;
+/** Fire-only passes (no shard to prune) a cycle runs at most before its gauges and rollup. */
+export const FIRE_PASSES_PER_CYCLE = 8;
 /** The gauges' queries scan indexes across all shards; once a second is fresh enough for an alert. */
 const GAUGE_INTERVAL_MS = 1000;
 /**
@@ -161,6 +164,7 @@ export class Sweeper extends EventEmitter {
     let fireEnabled: boolean | undefined;
     let nextDueInMs: number | null = null;
     let slowest = 0;
+    let firePasses = 0;
     // Pruning keeps the interval's cadence: a cycle woken early for a timer falling due fires only,
     // unless the last prune left a backlog (its batch ceiling was hit).
     const pruneNow =
@@ -184,18 +188,25 @@ export class Sweeper extends EventEmitter {
       const ms = performance.now() - t0;
       since = pass.since;
       fireEnabled = pass.fireEnabled;
-      if (pass.shards.length === 0) {
-        nextDueInMs = pass.nextDueInMs;
-        break;
+      // Firing is cell-wide (the oldest due timers, whatever their shard); shards are claimed only
+      // for pruning. The cycle ends on a pass that claimed no shard and did not fill its fire batch,
+      // or after FIRE_PASSES_PER_CYCLE such passes that did (a backlog: the gauges and the rollup
+      // still get their turn, then the next cycle starts at once).
+      const claimed = pass.shards.length > 0;
+      if (!claimed) firePasses++;
+      const last = !claimed && (!pass.fireFull || firePasses >= FIRE_PASSES_PER_CYCLE);
+      if (last) nextDueInMs = pass.nextDueInMs;
+      if (claimed || pass.fired > 0) {
+        slowest = Math.max(slowest, ms);
+        passes.push(pass);
+        if (pass.pruneFull) this.pruneBacklog = true;
+        if (pass.fired > 0) metrics.timersFired.inc(pass.fired);
+        if (pass.pruned > 0) metrics.kvPruned.inc(pass.pruned);
+        metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
+        metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);
+        this.emit('pass', pass);
       }
-      slowest = Math.max(slowest, ms);
-      passes.push(pass);
-      if (pass.pruneFull) this.pruneBacklog = true;
-      if (pass.fired > 0) metrics.timersFired.inc(pass.fired);
-      if (pass.pruned > 0) metrics.kvPruned.inc(pass.pruned);
-      metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
-      metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);
-      this.emit('pass', pass);
+      if (last) break;
     }
     if (fireEnabled !== undefined) metrics.switchState.set({ switch: 'timersFire' }, fireEnabled ? 1 : 0);
 

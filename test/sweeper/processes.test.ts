@@ -1,5 +1,6 @@
 // Sweepers as real processes (node dist/services/sweeper/main.js): three at once over 20,000 due
-// timers, one SIGKILLed mid-batch, SIGTERM, and the metrics endpoint from the first second.
+// timers, one SIGKILLed mid-batch, several SIGKILLed again and again over a set-based drain of
+// 20,000, SIGTERM, and the metrics endpoint from the first second.
 import { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { createTestDatabase } from '../support/database';
@@ -136,4 +137,53 @@ test('SIGTERM during a backlog finishes the pass in flight, commits, and exits 0
   expectExactlyOnce(ids, await timerMessageCounts(pool));
   next.child.kill('SIGTERM');
   expect(await next.exited).toEqual({ code: 0, signal: null });
+});
+
+test('sweeper processes SIGKILLed again and again while 20,000 timers drain set-based: each message exactly once, none before its deliverAt', async () => {
+  const n = 20_000;
+  // Due over five seconds from a little after the scheduling ends, so some fall due while the
+  // sweepers are already firing and "none early" is a real floor, not a backlog of the past.
+  const base = Date.now() + 4000;
+  const ids = await scheduleDirect(pool, DEFAULT_TENANT, n, (i) => {
+    const due = new Date(base + (i % 80) * 100).toISOString();
+    return { queue: 'massacre', partition: `p${i % 8}`, payload: { i, due }, deliverAt: due };
+  });
+  const env = { QUEEN_SWEEPER_BATCH: '500', QUEEN_SWEEPER_INTERVAL_MS: '50' };
+  const live = await Promise.all([spawn(env), spawn(env), spawn(env)]);
+  const booting: Promise<unknown>[] = [];
+  let kills = 0;
+  let killedWhilePending = 0;
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    if (Date.now() > deadline) throw new Error(`${await pending()} timers left after 90 s`);
+    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 200)));
+    const left = await pending();
+    if (left === 0) break;
+    // One of the live sweepers, at a random moment: inside a batch or between two. Its replacement
+    // boots meanwhile; at least one sweeper always runs.
+    if (live.length < 2) continue;
+    const victim = live.splice(Math.floor(Math.random() * live.length), 1)[0];
+    victim.child.kill('SIGKILL');
+    expect((await victim.exited).signal).toBe('SIGKILL');
+    kills++;
+    if (left < n) killedWhilePending++;
+    booting.push(spawn(env).then((p) => live.push(p)));
+  }
+  await Promise.all(booting);
+  expect(kills).toBeGreaterThanOrEqual(3);
+  expect(killedWhilePending).toBeGreaterThanOrEqual(2);
+  expectExactlyOnce(ids, await timerMessageCounts(pool));
+  const early = await pool.query(
+    `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id
+      WHERE q.name = 'massacre' AND m.created_at < (m.payload->>'due')::timestamptz`,
+  );
+  expect(early.rows[0].n).toBe(0);
+  const stored = await pool.query(
+    `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'massacre'`,
+  );
+  expect(stored.rows[0].n).toBe(n);
+  for (const p of live) p.child.kill('SIGTERM');
+  for (const p of live) expect(await p.exited).toEqual({ code: 0, signal: null });
 });
