@@ -1,0 +1,70 @@
+// The README's five-minute tour, run as written: its curl lines parsed from the README (the two
+// placeholders filled from the pop's answer), against a real cell, so the front door cannot rot.
+import fs from 'node:fs';
+import path from 'node:path';
+import { call, startTestApi, TestApi } from '../support/api';
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(() => api.close());
+
+interface Curl {
+  method: string;
+  path: string;
+  body?: string;
+}
+
+/** The curl commands of the README's tour block, continuation lines joined. */
+function tourCurls(): Curl[] {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## A five-minute tour'));
+  const start = section.indexOf('```bash') + 7;
+  const block = section.slice(start, section.indexOf('```', start));
+  const commands: string[] = [];
+  for (const line of block.split('\n')) {
+    if (line.startsWith('curl ')) commands.push(line);
+    else if (commands.length > 0 && !line.startsWith('#') && line.trim() !== '') commands[commands.length - 1] += `\n${line}`;
+  }
+  return commands.map((c) => {
+    const text = c.replace(/\\\n/g, ' ');
+    const url = /'?(localhost:6632[^'\s]*)'?/.exec(text)![1];
+    const body = /-d '([^']*)'/s.exec(text)?.[1];
+    return { method: /-X (\w+)/.exec(text)?.[1] ?? 'GET', path: url.replace('localhost:6632', ''), body };
+  });
+}
+
+test('the README tour answers as the README says', async () => {
+  const curls = tourCurls();
+  expect(curls.map((c) => `${c.method} ${c.path.split('?')[0]}`)).toEqual([
+    'PUT /api/v1/kv/orders/ord_8812',
+    'GET /api/v1/kv/orders/ord_8812',
+    'PUT /api/v1/kv/orders/ord_8812',
+    'POST /api/v1/kv',
+    'POST /api/v1/push',
+    'GET /api/v1/pop/queue/charges',
+    'POST /api/v1/transaction',
+    'POST /api/v1/timers',
+  ]);
+  const send = (c: Curl, body = c.body) => call(api.url, c.method, c.path, body === undefined ? undefined : body);
+  const [put, get, fenced, incr, push, pop, transaction, timer] = curls;
+
+  expect((await send(put)).body).toMatchObject({ applied: true });
+  const read = await send(get);
+  expect(read.body).toMatchObject({ found: true, value: { state: 'paid' } });
+  expect(read.headers.get('etag')).toBe(`"${read.body.version}"`);
+  expect((await send(fenced)).body).toMatchObject({ applied: false, reason: 'exists', value: { state: 'paid' } });
+  expect((await send(incr)).body).toMatchObject({ ok: true, results: [{ applied: true, value: 1 }] });
+
+  expect((await send(push)).status).toBeLessThan(300);
+  const popped = await send(pop);
+  const message = popped.body.messages[0];
+  expect(message).toMatchObject({ transactionId: 'ord_8812' });
+  const filled = transaction.body!.replace('"partitionId":"<from the pop>"', `"partitionId":"${message.partitionId}"`).replace('"leaseId":"<from the pop>"', `"leaseId":"${message.leaseId}"`);
+  const committed = await send(transaction, filled);
+  expect(committed.body).toMatchObject({ ok: true });
+
+  const scheduled = await send(timer);
+  expect(scheduled.body).toMatchObject({ created: true });
+});
