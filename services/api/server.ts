@@ -148,8 +148,15 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
 
 /** How long a draining worker waits, listener closed, before it asks clients to go (see close()). */
 const LISTENER_GRACE_MS = 100;
-/** An idle keep-alive connection is closed after about this long idle during the drain. */
+/** How often the drain looks for idle keep-alive connections. */
 const IDLE_SWEEP_MS = 100;
+/**
+ * How long a keep-alive connection must have stayed idle before the drain closes it. 100 ms reset a
+ * request 1 time in 64 clients' worth of a run at load average 15-20 (a client scheduled late looks
+ * idle); a second leaves that race to clients that really paused, at the cost of a second more
+ * before an idle client's socket goes.
+ */
+const IDLE_CLOSE_MS = 1000;
 
 /**
  * A drain that resets no request. Before (2026-12-01), SIGTERM under keep-alive load reset 15 of
@@ -161,9 +168,9 @@ const IDLE_SWEEP_MS = 100;
  * queued on a port about to close; then every answer not yet written carries `Connection: close`
  * (those in flight and every later one), so a client stops reusing its socket the moment it reads
  * the answer; and an idle keep-alive socket is closed only once it has stayed idle (no request, no
- * byte read) for a sweep interval, so a client already writing its next request on it is answered
+ * byte read) for IDLE_CLOSE_MS, so a client already writing its next request on it is answered
  * rather than cut. What remains is HTTP/1.1's own race: a client that sends on a socket idle for
- * 100 ms or more at the instant it closes. Installed as the server's closeIdleConnections.
+ * IDLE_CLOSE_MS or more at the instant it closes. Installed as the server's closeIdleConnections.
  */
 function gracefulIdleClose(server: http.Server): { start(): void } {
   type HttpSocket = Socket & { _httpMessage?: http.ServerResponse | null };
@@ -184,7 +191,7 @@ function gracefulIdleClose(server: http.Server): { start(): void } {
         if (!answering.headersSent) answering.shouldKeepAlive = false;
         seenIdle.delete(socket);
       } else if (seen && seen.bytesRead === socket.bytesRead) {
-        if (now - seen.at >= IDLE_SWEEP_MS) socket.destroy();
+        if (now - seen.at >= IDLE_CLOSE_MS) socket.destroy();
       } else {
         seenIdle.set(socket, { at: now, bytesRead: socket.bytesRead });
       }
