@@ -1028,6 +1028,20 @@ AS $function$
                                    'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
          || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant uuid, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE sql

@@ -40,11 +40,11 @@ export const LOG_ACK_ONE = {
   text: `SELECT (queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), false) -> 0)::text AS body`,
 };
 
-/** POST /api/v1/ack/batch: each ack succeeds or fails on its own. */
+/** POST /api/v1/ack/batch: each ack succeeds or fails on its own; a body-level consumerGroup is every ack's. */
 export const LOG_ACK_BATCH = {
   name: 'log_ack_batch_v1',
   text: `SELECT r::text AS results, NOT (r @> '[{"ok": false}]') AS ok
-           FROM (SELECT queen.log_ack_batch_v1($1::uuid, $2::jsonb -> 'acknowledgments', false) AS r) s`,
+           FROM (SELECT queen.log_ack_batch_body_v1($1::uuid, $2::jsonb) AS r) s`,
 };
 
 /** POST /api/v1/lease/:leaseId/extend: $2 the lease id, $3 seconds (NULL: the queue's lease time). */
