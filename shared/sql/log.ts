@@ -28,10 +28,27 @@ export const LOG_PUSH_COALESCED = {
   text: `SELECT queen.log_push_coalesced_v1($1::uuid, $2::jsonb) AS results`,
 };
 
-/** GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. */
+/**
+ * GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. Beside the
+ * messages, what Queen's answer names at its top level: the partition and lease they came from.
+ */
 export const LOG_POP = {
-  name: 'log_pop_v1',
-  text: `SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int)::text AS messages`,
+  name: 'log_pop_v2',
+  text: `SELECT r::text AS messages, r -> 0 ->> 'partition' AS partition, r -> 0 ->> 'partitionId' AS partition_id,
+                r -> 0 ->> 'leaseId' AS lease_id
+           FROM (SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int) AS r OFFSET 0) s`,
+};
+
+/** DELETE /api/v1/resources/queues/:queue: $2 the queue. */
+export const LOG_DELETE_QUEUE = {
+  name: 'log_delete_queue_v1',
+  text: `SELECT queen.log_delete_queue_v1($1::uuid, $2::text)::text AS body`,
+};
+
+/** GET /api/v1/dlq: $2 queue, $3 partition, $4 consumer group (each NULL: all), $5 limit, $6 offset. */
+export const LOG_DEAD_LETTERS = {
+  name: 'log_dead_letters_v1',
+  text: `SELECT queen.log_dead_letters_v1($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::int)::text AS body`,
 };
 
 /** POST /api/v1/ack: the body is one ack. */

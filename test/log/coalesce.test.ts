@@ -135,7 +135,7 @@ describe('over HTTP', () => {
     // gathering, http.ts refuseUnstorable).
     const bad = fetch(`${api.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"items":[{"queue":"http-gather","payload":1e999999}]}' });
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => push(api.url, [{ queue: 'http-gather', payload: { i }, transactionId: `h${i}` }])));
-    expect(answers.map((a) => [a.status, a.body.results[0].status])).toEqual(Array(60).fill([200, 'queued']));
+    expect(answers.map((a) => [a.status, a.body[0].status])).toEqual(Array(60).fill([201, 'queued']));
     const refused = await bad;
     expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, 'invalid_json']);
     const stored = await rows('http-gather', api.server.pools.message);

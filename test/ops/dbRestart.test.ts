@@ -136,7 +136,7 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
     const pushed = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: `wake-${i}`, payload: { i } }] });
     expect(pushed.status).toBe(200);
     const got = await poll;
-    expect([got.status, got.body?.messages?.[0]?.payload]).toEqual([200, { i }]);
+    expect([got.status, got.body?.messages?.[0]?.data]).toEqual([200, { i }]);
   }
 });
 

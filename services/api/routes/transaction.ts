@@ -121,11 +121,12 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         // counted in the flat array; nothing of the bundle was written.
         if (done.kv?.startsWith('{')) {
           countKv(metrics, kv, 'precondition');
-          return sendJsonText(res, 200, done.kv);
+          // Queen's client throws the answer's `error` text when `success` is false: say which.
+          return sendJsonText(res, 200, `{"error":"kv_precondition: a required KV operation lost; nothing committed",${done.kv.slice(1)}`);
         }
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
-        sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
+        sendJsonText(res, 200, `{"ok":true,"success":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
       } catch (caught) {
         // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
         const err = kv.length > 0 ? answerTooLarge(caught) : caught;
