@@ -503,8 +503,11 @@ BEGIN
   IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
+  IF p_ack ? 'error' AND jsonb_typeof(p_ack->'error') NOT IN ('string', 'null') THEN
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'error is a string (why the message failed) or null.', p_index);
+  END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
-                            'consumerGroup', v_group, 'leaseId', lower(v_lease));
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
 END $$;
 
 -- Locks, in ascending (partition, group) order, the partition_consumers rows of the tenant's queues
@@ -605,6 +608,12 @@ BEGIN
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
     RETURNING failures INTO v_failures;
     v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
     IF v_failures > v_retry_limit THEN
       UPDATE queen.message_failures SET dead_lettered_at = v_now
        WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
@@ -989,8 +998,8 @@ END $$;
 -- and one consumer group; `p_limit` from `p_offset`. A dead letter is per (message, group): the message
 -- took more failed deliveries than the queue's retryLimit for that group (queen.log_ack_one_v1,
 -- queen.log_lapse_lease_v1). Answers Queen's {messages: [...], pagination: {limit, offset}} and
--- the cell's `total` (how many match, beyond the page). errorMessage is null: the cell keeps the
--- failure count, not the text an ack gave.
+-- the cell's `total` (how many match, beyond the page). errorMessage is the text the last `failed`
+-- ack gave (null when none did, e.g. an expired lease).
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1011,14 +1020,16 @@ BEGIN
   SELECT coalesce(jsonb_agg(jsonb_build_object(
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
-           'errorMessage', NULL, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
            'createdAt', queen.log_ts_v1(d.created_at), 'failedAt', queen.log_ts_v1(d.dead_lettered_at))
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition
+                 m.created_at, q.name AS queue, p.name AS partition, t.error_message
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
+            LEFT JOIN queen.message_failure_texts t
+              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
             JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
            WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
              AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)

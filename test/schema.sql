@@ -3,6 +3,7 @@ TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
 TABLE kv_usage
 TABLE log_timers vacuum_truncate=off
+TABLE message_failure_texts
 TABLE message_failures
 TABLE messages
 TABLE partition_consumers
@@ -43,6 +44,10 @@ COLUMN log_timers.payload jsonb NOT NULL
 COLUMN log_timers.deliver_at timestamp with time zone NOT NULL
 COLUMN log_timers.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN log_timers.shard smallint NOT NULL GENERATED  DEFAULT ((uuid_hash_extended(timer_id, (0)::bigint) & (63)::bigint))::smallint
+COLUMN message_failure_texts.partition_id uuid NOT NULL
+COLUMN message_failure_texts.consumer_group text COLLATE "C" NOT NULL
+COLUMN message_failure_texts.seq bigint NOT NULL
+COLUMN message_failure_texts.error_message text NOT NULL
 COLUMN message_failures.partition_id uuid NOT NULL
 COLUMN message_failures.consumer_group text COLLATE "C" NOT NULL
 COLUMN message_failures.seq bigint NOT NULL
@@ -93,6 +98,8 @@ CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
 CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT kv_usage.kv_usage_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT log_timers.log_timers_pkey PRIMARY KEY (timer_id)
+CONSTRAINT message_failure_texts.message_failure_texts_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
+CONSTRAINT message_failure_texts.message_failure_texts_pkey PRIMARY KEY (partition_id, consumer_group, seq)
 CONSTRAINT message_failures.message_failures_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT message_failures.message_failures_pkey PRIMARY KEY (partition_id, consumer_group, seq)
 CONSTRAINT messages.messages_partition_id_fkey FOREIGN KEY (partition_id) REFERENCES queen.partitions(id) ON DELETE CASCADE
@@ -122,6 +129,7 @@ CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_usage_pkey ON queen.kv_usage USING btree (tenant_id)
 CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
+CREATE UNIQUE INDEX message_failure_texts_pkey ON queen.message_failure_texts USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX message_failures_pkey ON queen.message_failures USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX messages_partition_id_transaction_id_key ON queen.messages USING btree (partition_id, transaction_id)
 CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, seq)
@@ -1134,6 +1142,12 @@ BEGIN
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
     RETURNING failures INTO v_failures;
     v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
     IF v_failures > v_retry_limit THEN
       UPDATE queen.message_failures SET dead_lettered_at = v_now
        WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
@@ -1282,8 +1296,11 @@ BEGIN
   IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
+  IF p_ack ? 'error' AND jsonb_typeof(p_ack->'error') NOT IN ('string', 'null') THEN
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'error is a string (why the message failed) or null.', p_index);
+  END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
-                            'consumerGroup', v_group, 'leaseId', lower(v_lease));
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id text, p_index integer)
  RETURNS void
@@ -1411,14 +1428,16 @@ BEGIN
   SELECT coalesce(jsonb_agg(jsonb_build_object(
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
-           'errorMessage', NULL, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
            'createdAt', queen.log_ts_v1(d.created_at), 'failedAt', queen.log_ts_v1(d.dead_lettered_at))
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition
+                 m.created_at, q.name AS queue, p.name AS partition, t.error_message
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
+            LEFT JOIN queen.message_failure_texts t
+              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
             JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
            WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
              AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)

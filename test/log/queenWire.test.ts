@@ -202,7 +202,7 @@ describe('queue delete and dead letters', () => {
     expect(await pop(api.url, 'qw-dlq')).toEqual([]);
     const res = await call(api.url, 'GET', '/api/v1/dlq?queue=qw-dlq&limit=100&offset=0');
     expect(res.status).toBe(200);
-    expect(res.body.messages).toEqual([expect.objectContaining({ transactionId: 'd1', queue: 'qw-dlq', consumerGroup: '__QUEUE_MODE__', data: { message: 'poison' }, retryCount: 2 })]);
+    expect(res.body.messages).toEqual([expect.objectContaining({ transactionId: 'd1', queue: 'qw-dlq', consumerGroup: '__QUEUE_MODE__', data: { message: 'poison' }, retryCount: 2, errorMessage: 'Test error' })]);
     expect(res.body).toMatchObject({ total: 1, pagination: { limit: 100, offset: 0 } });
     expect((await call(api.url, 'GET', '/api/v1/dlq?queue=qw-push')).body.messages).toEqual([]);
     expect((await call(api.url, 'GET', '/api/v1/dlq?queue=qw-dlq&from=2026-01-01T00:00:00Z')).body.error).toBe('unsupported');
