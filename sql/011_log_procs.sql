@@ -978,6 +978,28 @@ BEGIN
   END LOOP;
 END $$;
 
+-- A pop with Queen's subscriptionMode=new (or subscriptionFrom=now) for a named consumer group:
+-- the group starts at the end of each partition of the queue (or of the named one) it has not read
+-- yet, so it sees only messages pushed from now on. Partitions the group already reads keep their
+-- cursor (the first pop decides, as in Queen); a partition created later is read from its
+-- beginning. Called before the pop, in its own statement; creates rows only (ON CONFLICT DO
+-- NOTHING), so a concurrent pop of the group is never disturbed.
+CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    PERFORM queen.fail_v1('unsupported', 'subscriptionMode new applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+  END IF;
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
+  SELECT p.id, p_group, p.last_seq
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+  ON CONFLICT DO NOTHING;
+END $$;
+
 -- DELETE /api/v1/resources/queues/:queue: the tenant's queue and everything in it (partitions,
 -- messages, consumer groups' cursors and leases, failure counts and dead letters: ON DELETE
 -- CASCADE). Answers Queen's {deleted: true, queue, existed}; deleting a queue that does not exist

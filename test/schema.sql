@@ -1957,6 +1957,23 @@ CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
 AS $function$
   SELECT CASE WHEN jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue text, p_partition text, p_group text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    PERFORM queen.fail_v1('unsupported', 'subscriptionMode new applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+  END IF;
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
+  SELECT p.id, p_group, p.last_seq
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+  ON CONFLICT DO NOTHING;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ts_v1(timestamp with time zone)
  RETURNS text
  LANGUAGE sql

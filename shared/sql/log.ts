@@ -39,6 +39,12 @@ export const LOG_POP = {
            FROM (SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int) AS r OFFSET 0) s`,
 };
 
+/** Before a pop with subscriptionMode=new: $2 queue, $3 partition (NULL: all), $4 the group. */
+export const LOG_SUBSCRIBE_NEW = {
+  name: 'log_subscribe_new_v1',
+  text: `SELECT queen.log_subscribe_new_v1($1::uuid, $2::text, $3::text, $4::text)`,
+};
+
 /** DELETE /api/v1/resources/queues/:queue: $2 the queue. */
 export const LOG_DELETE_QUEUE = {
   name: 'log_delete_queue_v1',

@@ -120,9 +120,8 @@ describe('pop', () => {
 
   test.each([
     ['autoAck=true', 'autoAck'],
-    ['subscriptionMode=new', 'subscriptionMode'],
-    ['subscriptionMode=new-only', 'subscriptionMode'],
-    ['subscriptionFrom=now', 'subscriptionFrom'],
+    ['subscriptionMode=latest', 'subscriptionMode'],
+    ['subscriptionFrom=2026-01-01T00:00:00Z', 'subscriptionFrom'],
     ['partitions=3', 'partitions'],
     ['namespace=billing', 'namespace'],
   ])('%s is 400 unsupported naming it', async (param, named) => {
@@ -130,6 +129,21 @@ describe('pop', () => {
     expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
     expect(res.body.message).toContain(named);
   });
+
+  test.each([['subscriptionMode=new'], ['subscriptionMode=new-only'], ['subscriptionFrom=now']])(
+    '%s: a new group skips the history and gets what is pushed after; the first pop decides', async (param) => {
+      const queue = `qw-new-${param.replace(/[^a-z]/gi, '')}`;
+      await push(api.url, [1, 2, 3].map((n) => ({ queue, payload: n })));
+      const first = await call(api.url, 'GET', `/api/v1/pop/queue/${queue}?batch=10&wait=false&consumerGroup=late&${param}`);
+      expect(first.status).toBe(204);
+      await push(api.url, [4, 5].map((n) => ({ queue, payload: n })));
+      const later = await call(api.url, 'GET', `/api/v1/pop/queue/${queue}?batch=10&wait=false&consumerGroup=late&${param}`);
+      expect(later.body.messages.map((m: any) => m.data)).toEqual([4, 5]);
+      // A group without the mode reads everything; queue mode cannot ask for it.
+      expect((await pop(api.url, queue, { consumerGroup: 'early', batch: 10 })).map((m) => m.data)).toEqual([1, 2, 3, 4, 5]);
+      const queueMode = await call(api.url, 'GET', `/api/v1/pop/queue/${queue}?batch=10&wait=false&${param}`);
+      expect([queueMode.status, queueMode.body.error]).toEqual([400, 'unsupported']);
+    });
 
   test('the neutral values of those parameters pass', async () => {
     await push(api.url, [{ queue: 'qw-pop-neutral', payload: 1 }]);

@@ -8,7 +8,7 @@ import { ApiError, SQLSTATE } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
-import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
+import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
@@ -57,22 +57,23 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
 
 /**
  * Queen's pop parameters the cell does not implement, refused by name rather than ignored (an
- * ignored one changes delivery): server-side autoAck, a subscription starting anywhere but the
- * beginning, multi-partition pop, pop by namespace or task. Their neutral values pass, so a
- * Queen client sending its defaults works.
+ * ignored one changes delivery): server-side autoAck, a subscription starting at a timestamp,
+ * multi-partition pop, pop by namespace or task. Their neutral values pass, so a Queen client
+ * sending its defaults works. True when the pop asks a new group to start at the end
+ * (subscriptionMode new / new-only, subscriptionFrom now).
  */
-function refuseUnsupportedPop(req: Request): void {
+function refuseUnsupportedPop(req: Request): boolean {
   const autoAck = queryString(req, 'autoAck');
   if (autoAck !== undefined && !['false', '0', ''].includes(autoAck)) {
     throw new ApiError('unsupported', 'autoAck: the cell does not consume at delivery; pop, then ack.');
   }
   const mode = queryString(req, 'subscriptionMode');
-  if (mode !== undefined && !['', 'all', 'from_beginning'].includes(mode)) {
-    throw new ApiError('unsupported', 'subscriptionMode: a new consumer group reads every retained message (all); other modes are not implemented.');
+  if (mode !== undefined && !['', 'all', 'from_beginning', 'new', 'new-only'].includes(mode)) {
+    throw new ApiError('unsupported', 'subscriptionMode: all (from_beginning) or new (new-only); other modes are not implemented.');
   }
   const from = queryString(req, 'subscriptionFrom');
-  if (from !== undefined && from !== '') {
-    throw new ApiError('unsupported', 'subscriptionFrom: a new consumer group reads from the beginning; a starting point is not implemented.');
+  if (from !== undefined && from !== '' && from !== 'now') {
+    throw new ApiError('unsupported', 'subscriptionFrom: now, or leave it out; a starting timestamp is not implemented.');
   }
   const partitions = queryString(req, 'partitions');
   if (partitions !== undefined && partitions !== '' && partitions !== '1') {
@@ -82,6 +83,7 @@ function refuseUnsupportedPop(req: Request): void {
     const v = queryString(req, name);
     if (v !== undefined && v !== '') throw new ApiError('unsupported', `${name}: the cell has no queue ${name}s; pop by queue.`);
   }
+  return mode === 'new' || mode === 'new-only' || from === 'now';
 }
 
 /** The body's text (what travels to PostgreSQL) and, for routing only, the object it parses to. */
@@ -116,11 +118,12 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
     );
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
-    refuseUnsupportedPop(req);
+    const fromNow = refuseUnsupportedPop(req);
     refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const values = [tenant, params.queue, params.partition ?? null, group, batch];
+    if (fromNow) await messagePool.query({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) });
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
