@@ -181,6 +181,13 @@ describe('transaction', () => {
     expect((await pop(api.url, 'qw-tx-out')).map((x) => x.data)).toEqual([{ from: m.transactionId }]);
   });
 
+  test('a push operation with a traceId is 400 unsupported, as on the push route', async () => {
+    const res = await call(api.url, 'POST', '/api/v1/transaction', {
+      operations: [{ type: 'push', items: [{ queue: 'qw-tx-trace', payload: 1, traceId: '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c' }] }],
+    });
+    expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
+  });
+
   test('a bundle that does not commit answers success false and an error text', async () => {
     const res = await call(api.url, 'POST', '/api/v1/transaction', {
       operations: [

@@ -247,7 +247,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
 const PUSH = '/api/v1/push';
 
 /** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
-function refuseTraceIds(items: unknown[]): void {
+export function refuseTraceIds(items: unknown[]): void {
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
     if (isPlainObject(item) && item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
