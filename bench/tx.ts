@@ -213,7 +213,7 @@ async function fill(base: string, queue: string, n: number, partitions: number, 
     const items = [];
     for (let k = i; k < Math.min(n, i + 500); k++) items.push({ queue, partition: `p${k % partitions}`, payload: { order: k }, transactionId: `m${k}` });
     const res = await http(base, 'POST', '/api/v1/push', { items });
-    if (res.status !== 200) throw new Error(`push answered ${res.status}`);
+    if (res.status !== 201) throw new Error(`push answered ${res.status}`);
   }
 }
 

@@ -94,6 +94,8 @@ const STATUS: Record<string, number> = {
   tx_invalid_timers: 400,
   tx_unknown_operation: 400,
   tx_batch_too_large: 400,
+  // A Queen MQ option, parameter or value the cell does not implement (docs/log-and-transactions.md): named, never ignored.
+  unsupported: 400,
   bad_request: 400,
   unauthorized: 401,
   expectation_failed: 417,
@@ -160,6 +162,8 @@ export class AckFailed extends Error {
     return JSON.stringify({
       ok: false,
       success: false,
+      // The text Queen's client throws when a transaction did not commit.
+      error: `ack_failed: operation ${this.failedIndex + offset}: ${this.ackReason}; nothing committed`,
       reason: 'ack_failed',
       failedIndex: this.failedIndex + offset,
       ackReason: this.ackReason,

@@ -151,3 +151,15 @@ BEGIN
       ON queen.message_failures (partition_id, consumer_group, seq) WHERE dead_lettered_at IS NOT NULL;
   END IF;
 END $$;
+
+-- The text the last `failed` ack gave for a message and group (Queen's `error` on an ack), shown as
+-- `errorMessage` by the dead-letter read. A table of its own, beside message_failures, so no boot
+-- alters an existing table; at most 1,024 characters kept.
+CREATE TABLE IF NOT EXISTS queen.message_failure_texts (
+  partition_id   UUID NOT NULL,
+  consumer_group TEXT COLLATE "C" NOT NULL,
+  seq            BIGINT NOT NULL,
+  error_message  TEXT NOT NULL,
+  PRIMARY KEY (partition_id, consumer_group, seq),
+  FOREIGN KEY (partition_id, seq) REFERENCES queen.messages (partition_id, seq) ON DELETE CASCADE
+);

@@ -3,6 +3,7 @@ TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
 TABLE kv_usage
 TABLE log_timers vacuum_truncate=off
+TABLE message_failure_texts
 TABLE message_failures
 TABLE messages
 TABLE partition_consumers
@@ -43,6 +44,10 @@ COLUMN log_timers.payload jsonb NOT NULL
 COLUMN log_timers.deliver_at timestamp with time zone NOT NULL
 COLUMN log_timers.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN log_timers.shard smallint NOT NULL GENERATED  DEFAULT ((uuid_hash_extended(timer_id, (0)::bigint) & (63)::bigint))::smallint
+COLUMN message_failure_texts.partition_id uuid NOT NULL
+COLUMN message_failure_texts.consumer_group text COLLATE "C" NOT NULL
+COLUMN message_failure_texts.seq bigint NOT NULL
+COLUMN message_failure_texts.error_message text NOT NULL
 COLUMN message_failures.partition_id uuid NOT NULL
 COLUMN message_failures.consumer_group text COLLATE "C" NOT NULL
 COLUMN message_failures.seq bigint NOT NULL
@@ -93,6 +98,8 @@ CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
 CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT kv_usage.kv_usage_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT log_timers.log_timers_pkey PRIMARY KEY (timer_id)
+CONSTRAINT message_failure_texts.message_failure_texts_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
+CONSTRAINT message_failure_texts.message_failure_texts_pkey PRIMARY KEY (partition_id, consumer_group, seq)
 CONSTRAINT message_failures.message_failures_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT message_failures.message_failures_pkey PRIMARY KEY (partition_id, consumer_group, seq)
 CONSTRAINT messages.messages_partition_id_fkey FOREIGN KEY (partition_id) REFERENCES queen.partitions(id) ON DELETE CASCADE
@@ -123,6 +130,7 @@ CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_usage_pkey ON queen.kv_usage USING btree (tenant_id)
 CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
+CREATE UNIQUE INDEX message_failure_texts_pkey ON queen.message_failure_texts USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX message_failures_pkey ON queen.message_failures USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX messages_partition_id_transaction_id_key ON queen.messages USING btree (partition_id, transaction_id)
 CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, seq)
@@ -1029,6 +1037,20 @@ AS $function$
                                    'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
          || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant uuid, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE sql
@@ -1106,7 +1128,8 @@ BEGIN
       RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
         DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
     END IF;
-    RETURN jsonb_build_object('ok', false, 'reason', 'ack_failed', 'ackReason', v_reason,
+    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
       'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
   END IF;
 
@@ -1120,6 +1143,12 @@ BEGIN
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
     RETURNING failures INTO v_failures;
     v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
     IF v_failures > v_retry_limit THEN
       UPDATE queen.message_failures SET dead_lettered_at = v_now
        WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
@@ -1160,7 +1189,7 @@ BEGIN
          completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
    WHERE partition_id = v_pid AND consumer_group = v_group;
 
-  RETURN jsonb_build_object('ok', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops jsonb)
@@ -1268,8 +1297,11 @@ BEGIN
   IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
+  IF p_ack ? 'error' AND jsonb_typeof(p_ack->'error') NOT IN ('string', 'null') THEN
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'error is a string (why the message failed) or null.', p_index);
+  END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
-                            'consumerGroup', v_group, 'leaseId', lower(v_lease));
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id text, p_index integer)
  RETURNS void
@@ -1313,7 +1345,12 @@ CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
 AS $function$
 DECLARE
   v_queue TEXT := queen.log_str_v1(p_body->'queue');
-  v_options JSONB := coalesce(p_body->'options', '{}'::jsonb);
+  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
+  -- Queen's options at the value meaning what the cell does.
+  v_neutral JSONB := '{"priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0, "ttl": 0,
+    "retryDelay": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
+    "retentionEnabled": false, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_key TEXT;
   v_lease INT;
   v_retry INT;
   v_row queen.queues;
@@ -1330,6 +1367,22 @@ BEGIN
   IF jsonb_typeof(v_options) <> 'object' THEN
     PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
   END IF;
+  FOREACH v_key IN ARRAY ARRAY['namespace', 'task'] LOOP
+    IF coalesce(p_body->>v_key, '') <> '' THEN
+      PERFORM queen.fail_v1('unsupported', format('%s: the cell has no queue %ss (nor pop by them); leave it out or null.', v_key, v_key), NULL);
+    END IF;
+  END LOOP;
+  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit');
+    IF NOT v_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
+       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, v_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
   IF v_options ? 'leaseTime' THEN
     IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
        OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
@@ -1350,8 +1403,62 @@ BEGIN
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
                                    retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
   RETURNING * INTO v_row;
-  RETURN jsonb_build_object('ok', true, 'queue', v_row.name,
-    'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+    'namespace', '', 'task', '',
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_out JSONB;
+  v_total BIGINT;
+BEGIN
+  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  SELECT count(*) INTO v_total
+    FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+     AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group);
+  SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
+           'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
+           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'createdAt', queen.log_ts_v1(d.created_at), 'failedAt', queen.log_ts_v1(d.dead_lettered_at))
+           ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
+    INTO v_out
+    FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
+                 m.created_at, q.name AS queue, p.name AS partition, t.error_message
+            FROM queen.message_failures f
+            JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
+            LEFT JOIN queen.message_failure_texts t
+              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
+            JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+             AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+           ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
+           LIMIT p_limit OFFSET p_offset) d;
+  RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant uuid, p_queue text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_id UUID;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;
+  RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', v_id IS NOT NULL);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_tenant uuid, p_queue text, p_partition text, OUT q_id uuid, OUT p_id uuid)
  RETURNS record
@@ -1397,9 +1504,9 @@ BEGIN
                   WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
   RETURNING c.lease_expires_at INTO v_expires;
   IF v_expires IS NULL THEN
-    RETURN jsonb_build_object('ok', false, 'reason', 'lease_expired', 'leaseId', p_lease);
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
-  RETURN jsonb_build_object('ok', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
+  RETURN jsonb_build_object('ok', true, 'success', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_fast_item_v1(p_items jsonb)
  RETURNS jsonb
@@ -1499,6 +1606,13 @@ BEGIN
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_message_id_v1(p_partition uuid, p_seq bigint)
+ RETURNS uuid
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT md5(p_partition::text || '/' || p_seq::text)::uuid
+$function$
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql
@@ -1596,9 +1710,12 @@ BEGIN
    WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
 
   RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
     SELECT jsonb_agg(jsonb_build_object(
-             'transactionId', m.transaction_id, 'partitionId', m.partition_id, 'queue', v_queue.name,
-             'partition', p.name, 'payload', m.payload, 'leaseId', v_lease, 'leaseExpiresAt', queen.log_ts_v1(v_expires),
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.log_ts_v1(v_expires),
              'consumerGroup', v_group, 'createdAt', queen.log_ts_v1(m.created_at),
              'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
       FROM queen.messages m
@@ -1649,7 +1766,8 @@ BEGIN
   END IF;
   FOR i IN 0 .. v_n - 1 LOOP
     v_at := array_position(v_taken, i);
-    RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at])::text END;
+    -- Each request is its own one item: index 0, whatever its place in the gathering.
+    RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at] || '{"index": 0}'::jsonb)::text END;
   END LOOP;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
@@ -1662,6 +1780,7 @@ DECLARE
   v_seq BIGINT;
   v_txid TEXT;
   v_status TEXT;
+  v_at BIGINT;
   v_out JSONB[] := '{}';
   i INT;
 BEGIN
@@ -1686,15 +1805,19 @@ BEGIN
     IF v_txid = '' THEN
       v_txid := gen_random_uuid()::text;
     END IF;
-    IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid) THEN
+    v_at := (SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid);
+    IF v_at IS NOT NULL THEN
       v_status := 'duplicate';
     ELSE
       v_seq := v_seq + 1;
+      v_at := v_seq;
       INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
       v_status := 'queued';
     END IF;
-    v_out := v_out || jsonb_build_object('transactionId', v_txid, 'partitionId', v_pid, 'queue', p_queue,
-                                         'partition', p_partition, 'status', v_status);
+    -- The entry log_push_v1 answers (the same keys, so both paths answer alike).
+    v_out := v_out || jsonb_build_object('index', i - 1, 'transaction_id', v_txid, 'status', v_status,
+                                         'message_id', queen.log_message_id_v1(v_pid, v_at), 'partition_id', v_pid,
+                                         'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
@@ -1764,8 +1887,9 @@ BEGIN
     v_run := queen.log_push_fast_many_v1(p_tenant, v_queue, v_partition, v_payloads, v_txids);
     FOR k IN i .. j - 1 LOOP
       v_item := p_items->k;
-      v_out := v_out || coalesce(v_run[k - i + 1],
-        queen.log_push_v1(p_tenant, v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'));
+      v_out := v_out || (coalesce(v_run[k - i + 1],
+        queen.log_push_v1(p_tenant, v_item->>'queue', v_item->>'partition', v_item->'payload', v_item->>'transactionId'))
+        || jsonb_build_object('index', k));
     END LOOP;
     i := j;
   END LOOP;
@@ -1801,6 +1925,7 @@ DECLARE
   v_txid TEXT := coalesce(p_transaction_id, gen_random_uuid()::text);
   v_ids RECORD;
   v_last BIGINT;
+  v_seq BIGINT;
   v_status TEXT := 'queued';
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
@@ -1808,18 +1933,23 @@ BEGIN
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
   -- commit order, and the duplicate check below cannot race another push of the same id.
   SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
-  IF EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid) THEN
+  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid;
+  IF v_seq IS NOT NULL THEN
     v_status := 'duplicate';
   ELSE
-    UPDATE queen.partitions SET last_seq = v_last + 1 WHERE id = v_ids.p_id;
+    v_seq := v_last + 1;
+    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_ids.p_id;
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    VALUES (v_ids.p_id, v_last + 1, v_txid, p_payload);
+    VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
     -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/pushSignal.ts).
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
-  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', v_ids.p_id, 'queue', p_queue,
-                            'partition', v_partition, 'status', v_status);
+  -- Queen's push answer entry (snake_case but queueName, as Queen spells it); a duplicate's
+  -- message_id is the stored winner's. `index` is set by the caller that knows the item's place.
+  RETURN jsonb_build_object('index', 0, 'transaction_id', v_txid, 'status', v_status,
+                            'message_id', queen.log_message_id_v1(v_ids.p_id, v_seq), 'partition_id', v_ids.p_id,
+                            'trace_id', NULL, 'queueName', p_queue, 'partition', v_partition);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text
@@ -1828,6 +1958,23 @@ CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
 AS $function$
   SELECT CASE WHEN jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue text, p_partition text, p_group text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    PERFORM queen.fail_v1('unsupported', 'subscriptionMode new applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+  END IF;
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
+  SELECT p.id, p_group, p.last_seq
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+  ON CONFLICT DO NOTHING;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ts_v1(timestamp with time zone)
  RETURNS text
  LANGUAGE sql

@@ -46,6 +46,8 @@ export interface PushResult {
   partition: string;
   /** `duplicate`: that transactionId was already in the partition; nothing was stored. */
   status: 'queued' | 'duplicate';
+  /** The stored message's id (a duplicate's: the winner's), on a cell that answers it. */
+  messageId?: string;
 }
 
 /** `true` / `'completed'` moves the group's cursor past it; `false` / `'failed'` asks for a redelivery. */

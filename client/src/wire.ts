@@ -3,11 +3,12 @@
 // and the transaction answer. It is the only module that knows how those routes spell things, so a
 // change of the log's wire changes this file and nothing else.
 //
-// The cell's log wire today: push answers `{ok, results: [...]}` (200); a popped message carries
-// `payload`; an empty pop is 204; an ack answers `{ok, ackReason?}`; the transaction answers `{ok,
-// results}` or a verdict with `ok: false`. Queen MQ's own wire differs (push answers an array, a
-// message carries `data`, the transaction answer carries `success`); where reading both costs a
-// line, the readers below already accept both.
+// The cell's log wire speaks Queen MQ's: push answers 201 with an array of `{index, transaction_id,
+// status, message_id, partition_id, queueName, partition}`; a popped message carries `data` (and
+// `id`); an empty pop is 204; an ack answers `{ok, success, ackReason?, error?}`; the transaction
+// answers `{ok, success, results}` or a verdict with `ok: false`. The readers below also accept the
+// cell's earlier spellings (`{ok, results}` around the push entries, camelCase ids, `payload`), so
+// this client reads a cell of either release.
 //
 // KV and timer shapes are the cell's own and are not translated (kv.ts, timers.ts).
 
@@ -63,13 +64,15 @@ export function pushBody(items: Obj[]): unknown {
 
 function pushResult(r: unknown): PushResult {
   if (!isObject(r)) throw unexpected('push', r);
-  return {
-    transactionId: r.transactionId as string,
-    partitionId: r.partitionId as string,
-    queue: r.queue as string,
+  const out: PushResult = {
+    transactionId: (r.transaction_id ?? r.transactionId) as string,
+    partitionId: (r.partition_id ?? r.partitionId) as string,
+    queue: (r.queueName ?? r.queue) as string,
     partition: r.partition as string,
     status: r.status as PushResult['status'],
   };
+  if (typeof r.message_id === 'string') out.messageId = r.message_id;
+  return out;
 }
 
 export function pushAnswer(body: unknown): PushResult[] {

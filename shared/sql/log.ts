@@ -28,10 +28,33 @@ export const LOG_PUSH_COALESCED = {
   text: `SELECT queen.log_push_coalesced_v1($1::uuid, $2::jsonb) AS results`,
 };
 
-/** GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. */
+/**
+ * GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. Beside the
+ * messages, what Queen's answer names at its top level: the partition and lease they came from.
+ */
 export const LOG_POP = {
-  name: 'log_pop_v1',
-  text: `SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int)::text AS messages`,
+  name: 'log_pop_v2',
+  text: `SELECT r::text AS messages, r -> 0 ->> 'partition' AS partition, r -> 0 ->> 'partitionId' AS partition_id,
+                r -> 0 ->> 'leaseId' AS lease_id
+           FROM (SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int) AS r OFFSET 0) s`,
+};
+
+/** Before a pop with subscriptionMode=new: $2 queue, $3 partition (NULL: all), $4 the group. */
+export const LOG_SUBSCRIBE_NEW = {
+  name: 'log_subscribe_new_v1',
+  text: `SELECT queen.log_subscribe_new_v1($1::uuid, $2::text, $3::text, $4::text)`,
+};
+
+/** DELETE /api/v1/resources/queues/:queue: $2 the queue. */
+export const LOG_DELETE_QUEUE = {
+  name: 'log_delete_queue_v1',
+  text: `SELECT queen.log_delete_queue_v1($1::uuid, $2::text)::text AS body`,
+};
+
+/** GET /api/v1/dlq: $2 queue, $3 partition, $4 consumer group (each NULL: all), $5 limit, $6 offset. */
+export const LOG_DEAD_LETTERS = {
+  name: 'log_dead_letters_v1',
+  text: `SELECT queen.log_dead_letters_v1($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::int)::text AS body`,
 };
 
 /** POST /api/v1/ack: the body is one ack. */
@@ -40,11 +63,11 @@ export const LOG_ACK_ONE = {
   text: `SELECT (queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), false) -> 0)::text AS body`,
 };
 
-/** POST /api/v1/ack/batch: each ack succeeds or fails on its own. */
+/** POST /api/v1/ack/batch: each ack succeeds or fails on its own; a body-level consumerGroup is every ack's. */
 export const LOG_ACK_BATCH = {
   name: 'log_ack_batch_v1',
   text: `SELECT r::text AS results, NOT (r @> '[{"ok": false}]') AS ok
-           FROM (SELECT queen.log_ack_batch_v1($1::uuid, $2::jsonb -> 'acknowledgments', false) AS r) s`,
+           FROM (SELECT queen.log_ack_batch_body_v1($1::uuid, $2::jsonb) AS r) s`,
 };
 
 /** POST /api/v1/lease/:leaseId/extend: $2 the lease id, $3 seconds (NULL: the queue's lease time). */

@@ -89,7 +89,7 @@ describe('a queues table from before tenancy', () => {
       const { rows } = await c.query(`SELECT tenant_id::text AS t, lease_time FROM queen.queues WHERE name = 'legacy'`);
       expect(rows).toEqual([{ t: DEFAULT_TENANT, lease_time: 60 }]);
       const popped = await c.query(`SELECT queen.log_pop_v1($1::uuid, 'legacy', NULL, '__QUEUE_MODE__', 10) AS m`, [DEFAULT_TENANT]);
-      expect(popped.rows[0].m.map((m: { transactionId: string; payload: unknown }) => [m.transactionId, m.payload])).toEqual([['old-1', 'before']]);
+      expect(popped.rows[0].m.map((m: { transactionId: string; data: unknown }) => [m.transactionId, m.data])).toEqual([['old-1', 'before']]);
       // The entry points as the previous release calls them (no tenant) reach the default tenant's rows.
       const previous = await c.query(`SELECT queen.log_push_request_v1('[{"queue":"legacy","payload":2,"transactionId":"old-1"}]'::jsonb) -> 0 ->> 'status' AS s`);
       expect(previous.rows[0].s).toBe('duplicate');

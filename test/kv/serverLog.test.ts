@@ -129,7 +129,7 @@ test('a lost required on the transaction wire: the answer carries the value, the
   });
   expect(res.status).toBe(200);
   expect(res.body).toEqual({
-    ok: false, success: false, reason: 'kv_precondition', failedIndex: 2, kvReason: 'exists',
+    ok: false, success: false, error: expect.stringContaining('kv_precondition'), reason: 'kv_precondition', failedIndex: 2, kvReason: 'exists',
     version: first.body.results[0].version, value: WINNER,
   });
   expect((await db.query(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'hyg' AND key = 'wire-beside'`)).rows[0].n).toBe(0);

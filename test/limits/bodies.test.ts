@@ -71,11 +71,11 @@ test('bodies in flight past the worker\'s budget: 503 server_busy with Retry-Aft
   expect(refused.headers.connection).toBe('close');
   for (const x of held) await x.send(body(MIB - 200));
   for (const x of held) {
-    expect((await x.answer).status).toBe(200);
+    expect((await x.answer).status).toBe(201);
     x.socket.destroy();
   }
   const after = rawRequest(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': Buffer.byteLength(small) }));
   await after.send(small);
-  expect((await after.answer).status).toBe(200);
+  expect((await after.answer).status).toBe(201);
   after.socket.destroy();
 });

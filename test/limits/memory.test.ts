@@ -95,8 +95,8 @@ test('32 concurrent pushes of the largest legal body, twice: the worker and its 
   }
   console.log(JSON.stringify({ workerBaselineMiB: workerBaseline / MIB, workerPeakMiB: workerPeak / MIB, backendPeakMiB: backendPeak / MIB, answers: answers.map((a) => a.error ?? a.status) }));
   const refused = (a: { status: number; error?: string }) => (a.status === 503 && a.error === 'server_busy') || (a.status === 0 && ['EPIPE', 'ECONNRESET'].includes(a.error!));
-  expect(answers.filter((a) => a.status !== 200 && !refused(a))).toEqual([]);
-  expect(answers.some((a) => a.status === 200)).toBe(true);
+  expect(answers.filter((a) => a.status !== 201 && !refused(a))).toEqual([]);
+  expect(answers.some((a) => a.status === 201)).toBe(true);
   expect(workerPeak).toBeLessThan(WORKER_RSS_BOUND);
   expect(backendPeak).toBeLessThan(BACKEND_ANON_BOUND);
 });

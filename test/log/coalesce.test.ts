@@ -44,7 +44,7 @@ async function rows(queue: string, on: Pool = pool): Promise<{ seq: number; tx: 
 test('pushes made while one is in flight go in one transaction, each answered its own, in order', async () => {
   await Promise.all(pushAll([body('gather')]));
   const answers = await Promise.all(pushAll(Array.from({ length: 10 }, (_, i) => body('gather', { transactionId: `t${i}`, payload: { i } }))));
-  expect(answers.map((a) => [a.transactionId, a.status])).toEqual(Array.from({ length: 10 }, (_, i) => [`t${i}`, 'queued']));
+  expect(answers.map((a) => [a.transaction_id, a.status])).toEqual(Array.from({ length: 10 }, (_, i) => [`t${i}`, 'queued']));
   const stored = (await rows('gather')).slice(1);
   expect(stored.map((r) => [r.seq, r.tx, r.payload.i])).toEqual(Array.from({ length: 10 }, (_, i) => [i + 2, `t${i}`, i]));
   // The first went alone; the nine that came while it was in flight shared one commit.
@@ -118,7 +118,7 @@ test('log_push_coalesced_v1 takes only the first body\'s partition: a body for a
   await Promise.all(pushAll([body('mixed'), body('mixed', {}, 'other')]));
   const bodies = [body('mixed', { transactionId: 'a' }), body('mixed', { transactionId: 'b' }, 'other'), body('mixed', { transactionId: 'c' })];
   const { rows: answers } = await pool.query('SELECT queen.log_push_coalesced_v1($1::uuid, $2::jsonb) AS r', [TENANT, `[${bodies.map(([t]) => t).join(',')}]`]);
-  expect(answers.map((a) => a.r && JSON.parse(a.r)[0].transactionId)).toEqual(['a', null, 'c']);
+  expect(answers.map((a) => a.r && JSON.parse(a.r)[0].transaction_id)).toEqual(['a', null, 'c']);
   expect((await rows('mixed')).map((r) => r.tx).filter((tx) => tx.length === 1)).toEqual(['a', 'c']);
 });
 
@@ -135,7 +135,7 @@ describe('over HTTP', () => {
     // gathering, http.ts refuseUnstorable).
     const bad = fetch(`${api.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"items":[{"queue":"http-gather","payload":1e999999}]}' });
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => push(api.url, [{ queue: 'http-gather', payload: { i }, transactionId: `h${i}` }])));
-    expect(answers.map((a) => [a.status, a.body.results[0].status])).toEqual(Array(60).fill([200, 'queued']));
+    expect(answers.map((a) => [a.status, a.body[0].status])).toEqual(Array(60).fill([201, 'queued']));
     const refused = await bad;
     expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, 'invalid_json']);
     const stored = await rows('http-gather', api.server.pools.message);

@@ -28,7 +28,7 @@ test('4 consumers, 1,000 messages, once-markers: every message acked once, every
   }));
   for (let i = 0; i < items.length; i += 250) {
     const res = await push(api.url, items.slice(i, i + 250));
-    expect(res.body.results.every((r: any) => r.status === 'queued')).toBe(true);
+    expect(res.body.every((r: any) => r.status === 'queued')).toBe(true);
   }
 
   const ackedBy = new Map<string, number[]>();
@@ -111,7 +111,7 @@ test('with zombies (consumers that stall past a 1 s lease), every message is sti
       const batch: Message[] = await pop(api.url, queue, { batch: 5, wait: true, timeout: 500 });
       for (const [i, m] of batch.entries()) {
         // Every 40th message (by payload), the first time it is seen, stalls past the lease.
-        if (i === 0 && m.payload.n % 40 === 0 && m.retryCount === 0 && stalls < 5 && !committed.has(m.transactionId)) {
+        if (i === 0 && m.data.n % 40 === 0 && m.retryCount === 0 && stalls < 5 && !committed.has(m.transactionId)) {
           stalls++;
           await new Promise((resolve) => setTimeout(resolve, 1300));
         }

@@ -70,8 +70,9 @@ async function run(body: string, fast: boolean): Promise<Outcome> {
     const generated = new Set<string>();
     const parsed = JSON.parse(answer);
     for (const a of parsed) {
-      if (UUID.test(a.transactionId) && !body.includes(a.transactionId)) generated.add(a.transactionId);
-      if (!fixed.has(a.partitionId)) generated.add(a.partitionId);
+      if (UUID.test(a.transaction_id) && !body.includes(a.transaction_id)) generated.add(a.transaction_id);
+      // A message's id derives from its partition's: a partition created here makes it differ too.
+      if (!fixed.has(a.partition_id)) generated.add(a.partition_id).add(a.message_id);
     }
     let text = answer;
     for (const g of generated) text = text.split(g).join('generated');
@@ -169,8 +170,8 @@ describe('the push fast path, committed', () => {
       const first = await push({ queue: 'orders', payload: 'a', transactionId: 'committed-1' });
       const second = await push({ queue: 'orders', payload: 'b' });
       const again = await push({ queue: 'orders', payload: 'c', transactionId: 'committed-1' });
-      expect(first).toEqual([expect.objectContaining({ transactionId: 'committed-1', queue: 'orders', partition: 'Default', status: 'queued' })]);
-      expect(second).toEqual([expect.objectContaining({ transactionId: expect.stringMatching(UUID), status: 'queued' })]);
+      expect(first).toEqual([expect.objectContaining({ transaction_id: 'committed-1', queueName: 'orders', partition: 'Default', status: 'queued' })]);
+      expect(second).toEqual([expect.objectContaining({ transaction_id: expect.stringMatching(UUID), status: 'queued' })]);
       expect(again).toEqual([{ ...first[0], status: 'duplicate' }]);
       const { rows } = await client.query(
         `SELECT m.seq::int, m.transaction_id, m.payload FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
@@ -179,7 +180,7 @@ describe('the push fast path, committed', () => {
       );
       expect(rows).toEqual([
         { seq: before + 1, transaction_id: 'committed-1', payload: 'a' },
-        { seq: before + 2, transaction_id: second[0].transactionId, payload: 'b' },
+        { seq: before + 2, transaction_id: second[0].transaction_id, payload: 'b' },
       ]);
       // Notifications are delivered at commit; a round trip after the pushes has them all in hand.
       await client.query('SELECT 1');

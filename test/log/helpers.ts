@@ -6,7 +6,8 @@ export interface Message {
   partitionId: string;
   queue: string;
   partition: string;
-  payload: any;
+  data: any;
+  id: string;
   leaseId: string;
   leaseExpiresAt: string;
   consumerGroup: string;

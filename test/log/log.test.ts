@@ -24,19 +24,24 @@ afterAll(async () => {
 describe('push', () => {
   test('creates queue and partition on first use; a duplicate transactionId answers duplicate and stores nothing', async () => {
     const first = await push(api.url, [{ queue: 'dedup', payload: { n: 1 }, transactionId: 'order-1' }]);
-    expect(first.status).toBe(200);
-    expect(first.body.results).toEqual([
-      { transactionId: 'order-1', partitionId: expect.any(String), queue: 'dedup', partition: 'Default', status: 'queued' },
+    expect(first.status).toBe(201);
+    expect(first.body).toEqual([
+      {
+        index: 0, transaction_id: 'order-1', status: 'queued', message_id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+        partition_id: expect.any(String), trace_id: null, queueName: 'dedup', partition: 'Default',
+      },
     ]);
     const again = await push(api.url, [
       { queue: 'dedup', payload: { n: 2 }, transactionId: 'order-1' },
       { queue: 'dedup', partition: 'other', payload: { n: 3 }, transactionId: 'order-1' },
     ]);
-    expect(again.body.results.map((r: any) => r.status)).toEqual(['duplicate', 'queued']);
-    expect(again.body.results[0].partitionId).toBe(first.body.results[0].partitionId);
+    expect(again.body.map((r: any) => [r.index, r.status])).toEqual([[0, 'duplicate'], [1, 'queued']]);
+    expect(again.body[0].partition_id).toBe(first.body[0].partition_id);
+    // A duplicate names the stored winner's message.
+    expect(again.body[0].message_id).toBe(first.body[0].message_id);
 
     const messages = await pop(api.url, 'dedup', { partition: 'Default', batch: 10 });
-    expect(messages.map((m) => m.payload)).toEqual([{ n: 1 }]);
+    expect(messages.map((m) => m.data)).toEqual([{ n: 1 }]);
     const { rows } = await db.query(
       `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dedup'`,
@@ -50,13 +55,14 @@ describe('push', () => {
       { queue: 'dedup2', payload: 2, transactionId: 'x' },
       { queue: 'dedup2', payload: 3 },
     ]);
-    expect(res.body.results.map((r: any) => r.status)).toEqual(['queued', 'duplicate', 'queued']);
-    expect(res.body.results[2].transactionId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.body.map((r: any) => r.status)).toEqual(['queued', 'duplicate', 'queued']);
+    expect(res.body[1].message_id).toBe(res.body[0].message_id);
+    expect(res.body[2].transaction_id).toMatch(/^[0-9a-f-]{36}$/);
   });
 
   test('payload numbers come back exactly as written', async () => {
     const text = '{"items":[{"queue":"exact","payload":{"big":12345678901234567890,"tiny":0.1000000000000000055511151231257827}}]}';
-    expect((await call(api.url, 'POST', '/api/v1/push', text)).status).toBe(200);
+    expect((await call(api.url, 'POST', '/api/v1/push', text)).status).toBe(201);
     const res = await popRaw(api.url, 'exact');
     expect(res.text).toContain('"big": 12345678901234567890');
     expect(res.text).toContain('"tiny": 0.1000000000000000055511151231257827');
@@ -64,7 +70,7 @@ describe('push', () => {
 
   test('the push answers its exact path, a query string allowed; another spelling or method is 404; an empty body is 400', async () => {
     const res = await push(api.url, [{ queue: 'spellings', payload: { n: 1 } }], '/api/v1/push?source=test');
-    expect([res.status, res.body.results?.[0]?.status]).toEqual([200, 'queued']);
+    expect([res.status, res.body?.[0]?.status]).toEqual([201, 'queued']);
     for (const [method, path] of [['POST', '/api/v1/push/'], ['POST', '/API/V1/Push'], ['POST', '/api/v1/pushes'], ['GET', '/api/v1/push']]) {
       const refused = await call(api.url, method, path, method === 'GET' ? undefined : { items: [{ queue: 'spellings', payload: { n: 2 } }] });
       expect([method, path, refused.status, refused.body.error]).toEqual([method, path, 404, 'not_found']);
@@ -72,7 +78,7 @@ describe('push', () => {
     const empty = await call(api.url, 'POST', '/api/v1/push', '');
     expect([empty.status, empty.body.error]).toEqual([400, 'invalid_json']);
     const messages = await pop(api.url, 'spellings', { batch: 10 });
-    expect(messages.map((m) => m.payload)).toEqual([{ n: 1 }]);
+    expect(messages.map((m) => m.data)).toEqual([{ n: 1 }]);
   });
 });
 
@@ -90,7 +96,7 @@ describe('pop and leases', () => {
     const messages = await pop(api.url, 'fields', { batch: 2 });
     expect(messages).toHaveLength(2);
     expect(messages[0]).toMatchObject({
-      transactionId: 'f1', queue: 'fields', partition: 'p1', payload: { n: 1 },
+      transactionId: 'f1', queue: 'fields', partition: 'p1', data: { n: 1 },
       consumerGroup: '__QUEUE_MODE__', retryCount: 0,
     });
     for (const k of ['partitionId', 'leaseId', 'createdAt']) expect(typeof (messages[0] as any)[k]).toBe('string');
@@ -115,7 +121,7 @@ describe('pop and leases', () => {
     const a = first[0].partition === 'a' ? first[0] : second[0];
     expect((await ack(api.url, a)).body.ok).toBe(true);
     // Every leased message settled: the partition is back at once, with the next message.
-    expect((await pop(api.url, 'one-at-a-time', { partition: 'a' })).map((m) => m.payload)).toEqual(['a2']);
+    expect((await pop(api.url, 'one-at-a-time', { partition: 'a' })).map((m) => m.data)).toEqual(['a2']);
   });
 
   test('consumer groups each see every message', async () => {
@@ -123,7 +129,7 @@ describe('pop and leases', () => {
     const g1 = await pop(api.url, 'groups', { consumerGroup: 'billing', batch: 10 });
     const g2 = await pop(api.url, 'groups', { consumerGroup: 'audit', batch: 10 });
     const queueMode = await pop(api.url, 'groups', { batch: 10 });
-    for (const got of [g1, g2, queueMode]) expect(got.map((m) => m.payload)).toEqual([1, 2, 3]);
+    for (const got of [g1, g2, queueMode]) expect(got.map((m) => m.data)).toEqual([1, 2, 3]);
     expect(g1[0].consumerGroup).toBe('billing');
     // Acking in one group changes nothing for another.
     for (const m of g1) expect((await ack(api.url, m)).body.ok).toBe(true);
@@ -176,7 +182,7 @@ describe('pop and leases', () => {
     // HTTP, nor through the push functions, which copy it several times): a pop of batch 2 failed
     // with 54000 "total size of jsonb array elements exceeds the maximum" and answered 500, on
     // every try, since the failed statement took no lease.
-    expect((await push(api.url, [{ queue: 'huge', transactionId: 'small', payload: 'x'.repeat(2 * 1024 * 1024) }])).status).toBe(200);
+    expect((await push(api.url, [{ queue: 'huge', transactionId: 'small', payload: 'x'.repeat(2 * 1024 * 1024) }])).status).toBe(201);
     const db = new Client({ connectionString: api.databaseUrl });
     await db.connect();
     try {
@@ -189,7 +195,7 @@ describe('pop and leases', () => {
     }
     const res = await popRaw(api.url, 'huge', { batch: 2 });
     expect(res.status).toBe(200);
-    expect(res.body.messages.map((m: any) => [m.transactionId, m.payload.length])).toEqual([['small', 2 * 1024 * 1024]]);
+    expect(res.body.messages.map((m: any) => [m.transactionId, m.data.length])).toEqual([['small', 2 * 1024 * 1024]]);
   });
 
   test('HEAD on a pop route leases nothing (404, as for any method a path does not take)', async () => {
@@ -201,7 +207,7 @@ describe('pop and leases', () => {
       const res = await fetch(api.url + path, { method: 'HEAD' });
       expect(res.status).toBe(404);
     }
-    expect((await pop(api.url, 'headless')).map((m) => m.payload)).toEqual(['keep me']);
+    expect((await pop(api.url, 'headless')).map((m) => m.data)).toEqual(['keep me']);
   });
 
   test('a long poll whose client went away leases nothing: the next push goes to a live consumer', async () => {
@@ -216,7 +222,7 @@ describe('pop and leases', () => {
     await sleep(50);
     await push(api.url, [{ queue: 'abandoned', payload: 'for the living' }]);
     await sleep(300);
-    expect((await pop(api.url, 'abandoned')).map((m) => m.payload)).toEqual(['for the living']);
+    expect((await pop(api.url, 'abandoned')).map((m) => m.data)).toEqual(['for the living']);
   });
 
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
@@ -225,7 +231,7 @@ describe('pop and leases', () => {
     await push(api.url, [{ queue: 'longpoll', payload: 'hello' }]);
     const res = await waiting;
     expect(res.status).toBe(200);
-    expect(res.body.messages.map((m: any) => m.payload)).toEqual(['hello']);
+    expect(res.body.messages.map((m: any) => m.data)).toEqual(['hello']);
 
     const idle = await popRaw(api.url, 'longpoll-idle', { wait: true, timeout: 300 });
     expect(idle.status).toBe(204);
@@ -330,18 +336,18 @@ describe('configure', () => {
   test('answers the options; an omitted option keeps its value', async () => {
     const a = await configure(api.url, 'conf', { leaseTime: 7, retryLimit: 5 });
     expect(a.status).toBe(200);
-    expect(a.body).toEqual({ ok: true, queue: 'conf', options: { leaseTime: 7, retryLimit: 5 } });
+    expect(a.body).toMatchObject({ ok: true, configured: true, queue: 'conf', options: { leaseTime: 7, retryLimit: 5 } });
     const b = await configure(api.url, 'conf', { retryLimit: 1 });
-    expect(b.body.options).toEqual({ leaseTime: 7, retryLimit: 1 });
+    expect(b.body.options).toMatchObject({ leaseTime: 7, retryLimit: 1 });
     const fresh = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf-default' });
-    expect(fresh.body.options).toEqual({ leaseTime: 300, retryLimit: 3 });
+    expect(fresh.body.options).toMatchObject({ leaseTime: 300, retryLimit: 3 });
   });
 
   test('a whole number written with a fraction part (30.0, what many encoders emit for a float) is that number', async () => {
     // It passed the whole-number check and then failed the ::int cast: 400 invalid_json.
     const res = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.0,"retryLimit":2.00}}');
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ ok: true, queue: 'conf-float', options: { leaseTime: 30, retryLimit: 2 } });
+    expect(res.body).toMatchObject({ ok: true, queue: 'conf-float', options: { leaseTime: 30, retryLimit: 2 } });
     const half = await call(api.url, 'POST', '/api/v1/configure', '{"queue":"conf-float","options":{"leaseTime":30.5}}');
     expect([half.status, half.body.error]).toEqual([400, 'log_invalid_lease_time']);
   });
@@ -352,7 +358,6 @@ describe('refusals are 4xx JSON with a code', () => {
     ['push: invalid JSON', 'POST', '/api/v1/push', '{"items": [', 'invalid_json'],
     ['push: body not an object', 'POST', '/api/v1/push', '[1]', 'invalid_json'],
     ['push: no items', 'POST', '/api/v1/push', {}, 'log_items_required'],
-    ['push: empty items', 'POST', '/api/v1/push', { items: [] }, 'log_items_required'],
     ['push: item not an object', 'POST', '/api/v1/push', { items: [1] }, 'log_invalid_item'],
     ['push: no queue', 'POST', '/api/v1/push', { items: [{ payload: 1 }] }, 'log_queue_required'],
     ['push: bad queue name', 'POST', '/api/v1/push', { items: [{ queue: 'a b', payload: 1 }] }, 'log_invalid_queue'],

@@ -38,12 +38,12 @@ test('a client push with a timer: transactionId is 400 on the push route (one it
     push(api.url, [{ queue: 'reserved', payload: 'b', transactionId: TIMER_ID }]),
     push(api.url, [{ queue: 'reserved', payload: 'c', transactionId: 'g2' }]),
   ]);
-  expect(gathered.map((r) => r.body.error ?? r.body.results[0].status)).toEqual(['queued', 'log_reserved_transaction_id', 'queued']);
+  expect(gathered.map((r) => r.body.error ?? r.body[0].status)).toEqual(['queued', 'log_reserved_transaction_id', 'queued']);
   // Nothing stored under it, nothing created for it; `timer:` anywhere but the start is an ordinary id.
   const popped = await pop(api.url, 'reserved', { batch: 100 });
-  expect(popped.map((m) => m.payload)).toEqual([0, 'a', 'c']);
+  expect(popped.map((m) => m.data)).toEqual([0, 'a', 'c']);
   expect((await pop(api.url, 'reserved-new')).length).toBe(0);
-  expect((await push(api.url, [{ queue: 'reserved', payload: 1, transactionId: 'my-timer:1' }])).body.results[0].status).toBe('queued');
+  expect((await push(api.url, [{ queue: 'reserved', payload: 1, transactionId: 'my-timer:1' }])).body[0].status).toBe('queued');
 });
 
 test('a push cannot swallow a timer: the fire into that queue delivers the timer\'s payload', async () => {
@@ -58,5 +58,5 @@ test('a push cannot swallow a timer: the fire into that queue delivers the timer
     await sweeper.close();
   }
   const messages = await pop(api.url, 'swallow', { batch: 10 });
-  expect(messages.map((m) => [m.transactionId, m.payload])).toEqual([[timerTx, { from: 'timer' }]]);
+  expect(messages.map((m) => [m.transactionId, m.data])).toEqual([[timerTx, { from: 'timer' }]]);
 });

@@ -95,21 +95,21 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     // First pushes create each tenant's queue (the general path); the next take the fast path.
     for (const tenant of [A, B]) {
       const first = await pushAs(tenant, [{ queue: 'shared', payload: tenant, transactionId: 'same-1' }]);
-      expect([first.status, first.body.results[0].status]).toEqual([200, 'queued']);
+      expect([first.status, first.body[0].status]).toEqual([201, 'queued']);
     }
     for (const tenant of [A, B]) {
       const fast = await pushAs(tenant, [{ queue: 'shared', payload: tenant, transactionId: 'same-2' }]);
-      expect(fast.body.results[0].status).toBe('queued');
+      expect(fast.body[0].status).toBe('queued');
       const again = await pushAs(tenant, [{ queue: 'shared', payload: 'again', transactionId: 'same-1' }]);
-      expect(again.body.results[0].status).toBe('duplicate');
+      expect(again.body[0].status).toBe('duplicate');
       const two = await pushAs(tenant, [{ queue: 'shared', payload: tenant, transactionId: 'same-3' }, { queue: 'shared', payload: 'x', transactionId: 'same-2' }]);
-      expect(two.body.results.map((r: { status: string }) => r.status)).toEqual(['queued', 'duplicate']);
+      expect(two.body.map((r: { status: string }) => r.status)).toEqual(['queued', 'duplicate']);
     }
     // Concurrent one-item pushes (gathered per partition) of both tenants to the same names.
     const gathered = await Promise.all(
       Array.from({ length: 20 }, (_, i) => pushAs(i % 2 ? B : A, [{ queue: 'shared', payload: i % 2 ? B : A, transactionId: `g${i >> 1}` }])),
     );
-    expect(gathered.map((r) => r.body.results[0].status)).toEqual(Array(20).fill('queued'));
+    expect(gathered.map((r) => r.body[0].status)).toEqual(Array(20).fill('queued'));
     const { rows } = await db.query(
       `SELECT q.tenant_id::text AS tenant, count(*)::int AS n, count(*) FILTER (WHERE m.payload #>> '{}' = q.tenant_id::text)::int AS own
          FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id JOIN queen.messages m ON m.partition_id = p.id
@@ -125,12 +125,12 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     await pushAs(A, [{ queue: 'work', payload: 'a1', transactionId: 't1' }, { queue: 'work', payload: 'a2', transactionId: 't2' }]);
     await pushAs(B, [{ queue: 'work', payload: 'b1', transactionId: 't1' }]);
     const [a1] = await popAs(A, 'work');
-    expect([a1.payload, a1.transactionId]).toEqual(['a1', 't1']);
+    expect([a1.data, a1.transactionId]).toEqual(['a1', 't1']);
     // B sees only its own message, never A's, in any consumer group or by partition.
     const bs = await popAs(B, 'work', '?batch=10');
-    expect(bs.map((m) => m.payload)).toEqual(['b1']);
-    expect(await popAs(B, 'work', '?batch=10&consumerGroup=other')).toEqual([expect.objectContaining({ payload: 'b1' })]);
-    expect(await popAs(B, 'work/partition/Default', '?consumerGroup=third')).toEqual([expect.objectContaining({ payload: 'b1' })]);
+    expect(bs.map((m) => m.data)).toEqual(['b1']);
+    expect(await popAs(B, 'work', '?batch=10&consumerGroup=other')).toEqual([expect.objectContaining({ data: 'b1' })]);
+    expect(await popAs(B, 'work/partition/Default', '?consumerGroup=third')).toEqual([expect.objectContaining({ data: 'b1' })]);
 
     // B acks A's message naming A's partition and lease: answered as a partition that does not exist.
     const unknown = { ...ack(a1), partitionId: '0f0f0f0f-0f0f-4f0f-8f0f-0f0f0f0f0f0f' };
@@ -155,7 +155,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     expect(leased.rows).toEqual([{ lease_id: a1.leaseId, same_expiry: true, failures: 0, completed: 0 }]);
     expect((await call(api.url, 'POST', `/api/v1/lease/${a1.leaseId}/extend`, { seconds: 60 }, as(A))).body.ok).toBe(true);
     expect((await call(api.url, 'POST', '/api/v1/ack', ack(a1), as(A))).body).toMatchObject({ ok: true });
-    expect((await popAs(A, 'work')).map((m) => m.payload)).toEqual(['a2']);
+    expect((await popAs(A, 'work')).map((m) => m.data)).toEqual(['a2']);
     // And B's own ack of its own t1 works.
     expect((await call(api.url, 'POST', '/api/v1/ack', ack(bs[0]), as(B))).body).toMatchObject({ ok: true });
   });
@@ -163,10 +163,10 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
   test('configure: each tenant its own options for the same queue name', async () => {
     const a = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf', options: { leaseTime: 120, retryLimit: 7 } }, as(A));
     const b = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf', options: { leaseTime: 5 } }, as(B));
-    expect(a.body.options).toEqual({ leaseTime: 120, retryLimit: 7 });
-    expect(b.body.options).toEqual({ leaseTime: 5, retryLimit: 3 });
+    expect(a.body.options).toMatchObject({ leaseTime: 120, retryLimit: 7 });
+    expect(b.body.options).toMatchObject({ leaseTime: 5, retryLimit: 3 });
     const again = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf', options: {} }, as(A));
-    expect(again.body.options).toEqual({ leaseTime: 120, retryLimit: 7 });
+    expect(again.body.options).toMatchObject({ leaseTime: 120, retryLimit: 7 });
     const { rows } = await db.query(`SELECT tenant_id::text AS t, lease_time, retry_limit FROM queen.queues WHERE name = 'conf' ORDER BY 1`);
     expect(rows).toEqual([
       { t: A, lease_time: 120, retry_limit: 7 },
@@ -181,7 +181,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     const [b] = await popAs(B, 'dlq');
     expect((await call(api.url, 'POST', '/api/v1/ack', ack(b, 'failed'), as(B))).body).toMatchObject({ ok: true, deadLetter: true });
     const [a] = await popAs(A, 'dlq');
-    expect([a.payload, a.retryCount]).toEqual(['a', 0]);
+    expect([a.data, a.retryCount]).toEqual(['a', 0]);
   });
 
   test('transaction: pushes dedupe per tenant; an ack of another tenant\'s message rolls the bundle back as an unknown one; kv and timers stay apart', async () => {
@@ -190,7 +190,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     expect((await txAs(B, pushOp('b'))).body.results[0].items[0].status).toBe('queued');
     expect((await txAs(A, pushOp('a2'))).body.results[0].items[0].status).toBe('duplicate');
     const [a] = await popAs(A, 'txq');
-    expect(a.payload).toBe('a');
+    expect(a.data).toBe('a');
     // B acks A's message in a bundle beside a push: not_found, and B's push does not commit.
     const crossed = await txAs(B, {
       operations: [
@@ -200,8 +200,8 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     });
     expect(crossed.body).toMatchObject({ ok: false, reason: 'ack_failed', failedIndex: 1, ackReason: 'not_found' });
     const [b] = await popAs(B, 'txq');
-    expect(b.payload).toBe('b');
-    expect(await popAs(B, 'txq', '?consumerGroup=audit&batch=10')).toEqual([expect.objectContaining({ payload: 'b' })]);
+    expect(b.data).toBe('b');
+    expect(await popAs(B, 'txq', '?consumerGroup=audit&batch=10')).toEqual([expect.objectContaining({ data: 'b' })]);
     // Each acks its own inside a bundle.
     expect((await txAs(A, { operations: [{ type: 'ack', ...ack(a) }] })).body.ok).toBe(true);
     expect((await txAs(B, { operations: [{ type: 'ack', ...ack(b) }] })).body.ok).toBe(true);
@@ -231,9 +231,9 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     } finally {
       await sweeper.close();
     }
-    expect((await popAs(B, 'timed', '?batch=10')).map((m) => m.payload)).toEqual(['b-own']);
+    expect((await popAs(B, 'timed', '?batch=10')).map((m) => m.data)).toEqual(['b-own']);
     const [fired] = await popAs(A, 'timed', '?batch=10');
-    expect([fired.payload, fired.transactionId]).toEqual(['from-a-timer', `timer:${timer.body.timerId}`]);
+    expect([fired.data, fired.transactionId]).toEqual(['from-a-timer', `timer:${timer.body.timerId}`]);
     // B pushing that transactionId is refused (the prefix is the sweeper's), never a duplicate verdict.
     const probe = await pushAs(B, [{ queue: 'timed', payload: 1, transactionId: `timer:${timer.body.timerId}` }]);
     expect([probe.status, probe.body.error]).toEqual([400, 'log_reserved_transaction_id']);
@@ -246,7 +246,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     await pushAs(A, [{ queue: 'wake', payload: 'a-only' }]);
     await pushAs(B, [{ queue: 'wake', payload: 'b-wakes' }]);
     const res = await waiting;
-    expect(res.body.messages.map((m: Message) => m.payload)).toEqual(['b-wakes']);
+    expect(res.body.messages.map((m: Message) => m.data)).toEqual(['b-wakes']);
   });
 });
 
@@ -256,15 +256,15 @@ describe('rows written with tenancy off', () => {
     const off = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', ...UNLIMITED_RATES, DATABASE_URL: api.databaseUrl }), log, { message: 3, kv: 2 }, 0);
     try {
       const pushed = await call(off.url, 'POST', '/api/v1/push', { items: [{ queue: 'legacy', payload: 'before', transactionId: 'old-1' }] });
-      expect(pushed.body.results[0].status).toBe('queued');
+      expect(pushed.body[0].status).toBe('queued');
       const { rows } = await db.query(`SELECT tenant_id::text AS t FROM queen.queues WHERE name = 'legacy'`);
       expect(rows).toEqual([{ t: DEFAULT_TENANT }]);
       // The tenancy cell: tenant A has no such message and may use the same transactionId.
       expect(await popAs(A, 'legacy')).toEqual([]);
-      expect((await pushAs(A, [{ queue: 'legacy', payload: 'a', transactionId: 'old-1' }])).body.results[0].status).toBe('queued');
+      expect((await pushAs(A, [{ queue: 'legacy', payload: 'a', transactionId: 'old-1' }])).body[0].status).toBe('queued');
       // With tenancy off the old message is there, as it was.
       const popped = await call(off.url, 'GET', '/api/v1/pop/queue/legacy');
-      expect(popped.body.messages.map((m: Message) => [m.payload, m.transactionId])).toEqual([['before', 'old-1']]);
+      expect(popped.body.messages.map((m: Message) => [m.data, m.transactionId])).toEqual([['before', 'old-1']]);
       expect((await call(off.url, 'POST', '/api/v1/ack', ack(popped.body.messages[0]))).body.ok).toBe(true);
     } finally {
       await off.close();

@@ -78,7 +78,7 @@ describe('the once-marker scenario', () => {
       operations: [{ type: 'ack', ...ackOf(m), transactionId: 'not-a-message' }],
       kv: [once('charges', 'charge:unknown-ack', 1)],
     });
-    expect(res.body).toEqual({ ok: false, success: false, reason: 'ack_failed', failedIndex: 0, ackReason: 'not_found' });
+    expect(res.body).toEqual({ ok: false, success: false, error: expect.stringContaining('not_found'), reason: 'ack_failed', failedIndex: 0, ackReason: 'not_found' });
     expect(await marker('charges', 'charge:unknown-ack')).toMatchObject({ found: false });
   });
 });
@@ -103,13 +103,13 @@ describe('the zombie', () => {
       ],
     });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ ok: false, success: false, reason: 'ack_failed', failedIndex: 1, ackReason: 'lease_expired' });
+    expect(res.body).toEqual({ ok: false, success: false, error: expect.stringContaining('lease_expired'), reason: 'ack_failed', failedIndex: 1, ackReason: 'lease_expired' });
     expect(await marker('zombie', 'audit')).toMatchObject({ found: false });
     expect(await marker('zombie', 'done:z1')).toMatchObject({ found: false });
     expect((await popRaw(api.url, 'zombie-side-effects')).status).toBe(204);
     // The push rolled back too: the same transactionId is new to the partition.
     const repush = await push(api.url, [{ queue: 'zombie-side-effects', payload: 'x', transactionId: 'side-1' }]);
-    expect(repush.body.results[0].status).toBe('queued');
+    expect(repush.body[0].status).toBe('queued');
 
     // The heir's bundle commits.
     const ok = await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(heir) }], kv: [once('zombie', 'done:z1', 'heir')] });
@@ -136,7 +136,7 @@ describe('bundles', () => {
     expect(res.body.results[1]).toMatchObject({ type: 'push', items: [{ status: 'queued', partition: 'Default' }, { status: 'queued', partition: 'p2' }] });
     expect(res.body.results[2]).toMatchObject({ op: 'incr', applied: true, value: 2 });
     expect(res.body.results[3]).toMatchObject({ op: 'get', found: false });
-    expect((await pop(api.url, 'pipeline-out', { partition: 'Default' })).map((x) => x.payload)).toEqual([{ from: m.transactionId }]);
+    expect((await pop(api.url, 'pipeline-out', { partition: 'Default' })).map((x) => x.data)).toEqual([{ from: m.transactionId }]);
   });
 
   test('a bundle of 20,000 pushed items commits them all, each answered in its place', async () => {

@@ -42,7 +42,7 @@ describe('with QUEEN_ADMIN_TOKEN set', () => {
     expect((await call(api.url, 'GET', '/api/v1/system/kv-timers', undefined, { authorization: `bearer ${TOKEN}` })).status).toBe(200);
     expect((await call(api.url, 'GET', '/api/v1/system/kv-timers', undefined, bearer(TOKEN.toUpperCase()))).status).toBe(401);
     expect((await call(api.url, 'GET', '/api/v1/kv/admin/k')).status).toBe(200);
-    expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'admin', payload: 1 }] })).status).toBe(200);
+    expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'admin', payload: 1 }] })).status).toBe(201);
     expect((await call(api.url, 'GET', '/metrics')).status).toBe(200);
   });
 });

@@ -55,7 +55,7 @@ test('the API and a sweeper started before their database wait for it, say so, a
   pg = await startEmbeddedPostgres({ dataDir: path.join(root, 'data'), port: pgPort, throwaway: true, settings: { fsync: 'off' } });
   await untilHealthy(api, port);
   const pushed = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'late', payload: 1 }] });
-  expect(pushed.status).toBe(200);
+  expect(pushed.status).toBe(201);
   await until(async () => jsonLines(sweeperOut).some((l) => l.msg === 'config: sweeper'), 15_000);
   expect(jsonLines(api.output()).some((l) => l.msg === 'database reachable; booting')).toBe(true);
 });

@@ -81,7 +81,7 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
   const acked: string[] = [];
   for (let i = 0; i < 20; i++) {
     const res = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { i }, transactionId: `kept-${i}` }] });
-    expect(res.status).toBe(200);
+    expect(res.status).toBe(201);
     acked.push(`kept-${i}`);
   }
   // A long poll waiting when the database goes away.
@@ -134,9 +134,9 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
   for (let i = 0; i < 4; i++) {
     const poll = fresh(port, 'GET', `/api/v1/pop/queue/wake-${i}?wait=true&timeout=15000`);
     const pushed = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: `wake-${i}`, payload: { i } }] });
-    expect(pushed.status).toBe(200);
+    expect(pushed.status).toBe(201);
     const got = await poll;
-    expect([got.status, got.body?.messages?.[0]?.payload]).toEqual([200, { i }]);
+    expect([got.status, got.body?.messages?.[0]?.data]).toEqual([200, { i }]);
   }
 });
 
@@ -193,7 +193,7 @@ test('a database that turns read-only (a failover, maintenance) is 503 db_unavai
   await pool.query('SELECT pg_reload_conf()');
   try {
     // The reload reaches every session; a new session is read-only at once.
-    await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 0 }] })).status !== 200, 15_000);
+    await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 0 }] })).status !== 201, 15_000);
     const calls: [string, string, unknown?][] = [
       ['POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 1 }] }],
       ['GET', '/api/v1/pop/queue/kept'],
@@ -209,7 +209,7 @@ test('a database that turns read-only (a failover, maintenance) is 503 db_unavai
     await pool.query('ALTER SYSTEM RESET default_transaction_read_only');
     await pool.query('SELECT pg_reload_conf()');
   }
-  await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 3 }] })).status === 200, 15_000);
+  await until(async () => (await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'ro', payload: 3 }] })).status === 201, 15_000);
 });
 
 test('a sweeper that lived through a restart still wakes on a switch flip (its LISTEN reconnects)', async () => {

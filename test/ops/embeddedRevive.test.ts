@@ -27,7 +27,7 @@ test('an embedded PostgreSQL killed under the cell is logged, started again, and
   api = spawnApi({ ...(await allInOneEnv(root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
   await untilHealthy(api, port);
   const before = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] });
-  expect(before.status).toBe(200);
+  expect(before.status).toBe(201);
 
   const up = jsonLines(api!.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);

@@ -61,7 +61,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   expect(health.status).toBe(200);
   for (let i = 0; i < 5; i++) {
     const pushed = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'pool-isolation', payload: { i } }] });
-    expect(pushed.status).toBe(200);
+    expect(pushed.status).toBe(201);
   }
   expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"')).toBe(before + 2);
 

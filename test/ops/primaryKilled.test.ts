@@ -41,7 +41,7 @@ test('after the main process is SIGKILLed, its sweeper stops and the next start 
   apis.push(first);
   await untilHealthy(first, port);
   const kept = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: 1, transactionId: 'kept-1' }] });
-  expect(kept.status).toBe(200);
+  expect(kept.status).toBe(201);
   const up = jsonLines(first.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
   const sweeperPid = Number(jsonLines(first.output()).find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);

@@ -110,7 +110,7 @@ test('over quota inside the transaction wire: reads and deletes still ride a bun
   expect(allowed.body.results[3]).toMatchObject({ op: 'delete', applied: true });
   expect((await kv(api.url, [{ op: 'get', ns: 'ops', key: 'k5' }])).body.results[0].found).toBe(false);
   const [next] = await pop(api.url, 'quota-wire');
-  expect(next.payload).toBe(2);
+  expect(next.data).toBe(2);
   expect((await popRaw(api.url, 'quota-wire')).status).toBe(204);
 
   await grant(api, DEFAULT_TENANT, { maxRows: null });

@@ -15,7 +15,7 @@ const answered = (surface: string, status: number, code = '') =>
   metric(api.url, 'queen_http_responses_total', `surface="${surface}",status="${status}",code="${code}"`);
 
 test('successes, refusals and errors are each counted under their surface, status and code', async () => {
-  expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'counted', payload: 1 }] })).status).toBe(200);
+  expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'counted', payload: 1 }] })).status).toBe(201);
   expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'bad name!', payload: 1 }] })).status).toBe(400);
   expect((await call(api.url, 'GET', '/api/v1/kv/counted/k')).status).toBe(200);
   const limited = await call(api.url, 'GET', '/api/v1/kv/counted/k');
@@ -23,7 +23,7 @@ test('successes, refusals and errors are each counted under their surface, statu
   expect((await call(api.url, 'PUT', '/api/v1/kv/counted/k', { value: 1 })).body.error).toBe('kv_expiry_not_specified');
   expect((await call(api.url, 'GET', '/api/v1/nothing-here')).status).toBe(404);
 
-  expect(await answered('log', 200)).toBe(1);
+  expect(await answered('log', 201)).toBe(1);
   expect(await answered('log', 400, 'log_invalid_queue')).toBe(1);
   expect(await answered('kv', 200)).toBe(1);
   expect(await answered('kv', 429, 'rate_limited')).toBe(1);

@@ -26,7 +26,7 @@ test('paused KV inside the wire is a permanent 403 kv_disabled, without Retry-Af
     expect(pushOnly.status).toBe(200);
     expect(pushOnly.body.ok).toBe(true);
     // And the plain push route is not on the KV switch at all.
-    expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'ops-wire', payload: {} }] })).status).toBe(200);
+    expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'ops-wire', payload: {} }] })).status).toBe(201);
   } finally {
     await flip({ kv: true });
   }

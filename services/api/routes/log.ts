@@ -8,7 +8,7 @@ import { ApiError, SQLSTATE } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
-import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_EXTEND_LEASE, LOG_POP } from '../../../shared/sql/log';
+import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
 import { PushSignal } from '../pushSignal';
@@ -55,6 +55,37 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
   return Number(text);
 }
 
+/**
+ * Queen's pop parameters the cell does not implement, refused by name rather than ignored (an
+ * ignored one changes delivery): server-side autoAck, a subscription starting at a timestamp,
+ * multi-partition pop, pop by namespace or task. Their neutral values pass, so a Queen client
+ * sending its defaults works. True when the pop asks a new group to start at the end
+ * (subscriptionMode new / new-only, subscriptionFrom now).
+ */
+function refuseUnsupportedPop(req: Request): boolean {
+  const autoAck = queryString(req, 'autoAck');
+  if (autoAck !== undefined && !['false', '0', ''].includes(autoAck)) {
+    throw new ApiError('unsupported', 'autoAck: the cell does not consume at delivery; pop, then ack.');
+  }
+  const mode = queryString(req, 'subscriptionMode');
+  if (mode !== undefined && !['', 'all', 'from_beginning', 'new', 'new-only'].includes(mode)) {
+    throw new ApiError('unsupported', 'subscriptionMode: all (from_beginning) or new (new-only); other modes are not implemented.');
+  }
+  const from = queryString(req, 'subscriptionFrom');
+  if (from !== undefined && from !== '' && from !== 'now') {
+    throw new ApiError('unsupported', 'subscriptionFrom: now, or leave it out; a starting timestamp is not implemented.');
+  }
+  const partitions = queryString(req, 'partitions');
+  if (partitions !== undefined && partitions !== '' && partitions !== '1') {
+    throw new ApiError('unsupported', 'partitions: a pop leases one partition; multi-partition pop is not implemented.');
+  }
+  for (const name of ['namespace', 'task']) {
+    const v = queryString(req, name);
+    if (v !== undefined && v !== '') throw new ApiError('unsupported', `${name}: the cell has no queue ${name}s; pop by queue.`);
+  }
+  return mode === 'new' || mode === 'new-only' || from === 'now';
+}
+
 /** The body's text (what travels to PostgreSQL) and, for routing only, the object it parses to. */
 function objectBody(req: IncomingMessage): { text: string; body: Record<string, unknown> } {
   const text = bodyText(req);
@@ -87,10 +118,12 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
     );
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
+    const fromNow = refuseUnsupportedPop(req);
     refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const values = [tenant, params.queue, params.partition ?? null, group, batch];
+    if (fromNow) await messagePool.query({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) });
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
@@ -120,7 +153,14 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       try {
         const { rows } = await popOnce();
         const messages: string = rows[0].messages;
-        if (messages !== '[]') return sendJsonText(res, 200, `{"messages":${messages}}`);
+        if (messages !== '[]') {
+          // Queen's answer: the partition and lease at the top, then the messages (each names its own).
+          const top = {
+            success: true, queue: params.queue, partition: rows[0].partition, partitionId: rows[0].partition_id,
+            leaseId: rows[0].lease_id, consumerGroup: group, partitionsClaimed: 1,
+          };
+          return sendJsonText(res, 200, `${JSON.stringify(top).slice(0, -1)},"messages":${messages}}`);
+        }
         const remaining = deadline - Date.now();
         if (!armed || remaining <= 0 || signal.isClosed || gone) {
           res.status(204).end();
@@ -152,6 +192,35 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     sendJsonText(res, 200, `{"ok":${rows[0].ok === true},"results":${rows[0].results}}`);
   });
 
+  // Queen's queue delete: the queue and everything in it, for this tenant.
+  router.delete('/api/v1/resources/queues/:queue', async (req, res) => {
+    const tenant = tenantOf(config, req);
+    const queue = (req.params as Record<string, string>).queue;
+    refuseNul(queue, 'log_invalid_queue', nameRule('A queue name'));
+    const { rows } = await messagePool.query({ ...LOG_DELETE_QUEUE, values: [tenant, queue] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+
+  // Queen's dead-letter read: ?queue, partition, consumerGroup, limit (1-1000, 100), offset.
+  router.get('/api/v1/dlq', async (req, res) => {
+    const tenant = tenantOf(config, req);
+    for (const name of ['from', 'to']) {
+      const v = queryString(req, name);
+      if (v !== undefined && v !== '') throw new ApiError('unsupported', `${name}: the dead-letter read filters by queue, partition and consumerGroup, not by time.`);
+    }
+    const queue = queryString(req, 'queue') || null;
+    const partition = queryString(req, 'partition') || null;
+    const group = queryString(req, 'consumerGroup') || null;
+    refuseNul(queue, 'log_invalid_queue', nameRule('A queue name'));
+    refuseNul(partition, 'log_invalid_partition', nameRule('A partition name'));
+    refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
+    const limit = wholeNumber(queryString(req, 'limit'), 100, 1, 1000, 'log_invalid_batch', 'limit');
+    const offset = wholeNumber(queryString(req, 'offset'), 0, 0, 1_000_000_000, 'log_invalid_batch', 'offset');
+    const { rows } = await messagePool.query({ ...LOG_DEAD_LETTERS, values: [tenant, queue, partition, group, limit, offset] });
+    sendJsonText(res, 200, rows[0].body);
+  });
+  router.head('/api/v1/dlq', notFound);
+
   router.post('/api/v1/lease/:leaseId/extend', body, async (req, res) => {
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
@@ -177,6 +246,16 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
 
 const PUSH = '/api/v1/push';
 
+/** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
+export function refuseTraceIds(items: unknown[]): void {
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i];
+    if (isPlainObject(item) && item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
+      throw new ApiError('unsupported', `Item ${i}: traceId: the cell does not store traces; leave it out.`, { index: i });
+    }
+  }
+}
+
 /**
  * POST /api/v1/push as a request listener, answered before Express like the KV routes (routes/kv.ts
  * says why): the message path is the one the cell exists for. True when it took the request. Only
@@ -192,7 +271,12 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
   const push = async (req: IncomingMessage, res: ServerResponse) => {
     const tenant = tenantOf(config, req);
     const { text, body } = objectBody(req);
-    sendJsonText(res, 200, `{"ok":true,"results":${await coalescer.push(tenant, text, body)}}`);
+    // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
+    if (Array.isArray(body.items)) {
+      if (body.items.length === 0) return sendJsonText(res, 201, '[]');
+      refuseTraceIds(body.items);
+    }
+    sendJsonText(res, 201, await coalescer.push(tenant, text, body));
   };
   return (req, res) => {
     const url = req.url ?? '';

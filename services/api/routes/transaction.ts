@@ -24,6 +24,7 @@ import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
 import { refuseNulKeys } from './kv';
+import { refuseTraceIds } from './log';
 import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
@@ -94,6 +95,8 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
+    // A push operation's traceId is refused as on the push route (the cell stores no traces).
+    for (const op of operations) if (isPlainObject(op) && Array.isArray(op.items)) refuseTraceIds(op.items);
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
@@ -121,11 +124,12 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         // counted in the flat array; nothing of the bundle was written.
         if (done.kv?.startsWith('{')) {
           countKv(metrics, kv, 'precondition');
-          return sendJsonText(res, 200, done.kv);
+          // Queen's client throws the answer's `error` text when `success` is false: say which.
+          return sendJsonText(res, 200, `{"error":"kv_precondition: a required KV operation lost; nothing committed",${done.kv.slice(1)}`);
         }
         countKv(metrics, kv, 'ok');
         if (done.timers) countTimers(metrics, done.timers);
-        sendJsonText(res, 200, `{"ok":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
+        sendJsonText(res, 200, `{"ok":true,"success":true,"results":${concatArrays([done.partitions ?? '[]', done.kv ?? '[]', done.timers ?? '[]'])}}`);
       } catch (caught) {
         // Only the kv array's reads can make an answer that large (pushes and timers answer ids).
         const err = kv.length > 0 ? answerTooLarge(caught) : caught;
