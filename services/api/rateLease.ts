@@ -62,7 +62,7 @@ interface IpcMessage {
 export class LeaseLimiter implements Admission {
   private readonly limits: Record<RateScope, ScopeLimit>;
   private readonly leases = new Map<string, Lease>();
-  private readonly asking = new Map<string, Promise<void>>();
+  private readonly asking = new Map<string, Promise<boolean>>();
   private readonly pending = new Map<number, (grants: LeaseGrant[] | undefined) => void>();
   private nextId = 0;
 
@@ -138,6 +138,12 @@ export class LeaseLimiter implements Admission {
     const short = held.filter((h) => h.l.tokens < h.n);
     if (short.length === 0) {
       for (const h of held) h.l.tokens -= h.n;
+      // Ask ahead, in the background, when a lease runs low and its bucket may have tokens: the
+      // next call then finds them here instead of waiting for the ask.
+      if (!this.asking.has(tenant)) {
+        const low = held.filter((h) => h.l.tokens < this.chunk(h.scope) / 2 && this.mirrorWait(h.l, h.scope, 1, now) === 0);
+        if (low.length > 0) void this.startAsk(tenant, low.map((h) => ({ scope: h.scope, l: h.l, need: 1 })));
+      }
       return { retryAfterSeconds: 0 };
     }
     let worst: { wait: number; scope?: RateScope } = { wait: 0 };
@@ -151,12 +157,26 @@ export class LeaseLimiter implements Admission {
     // One ask out per tenant at a time: calls arriving meanwhile wait for it and then look again.
     const out = this.asking.get(tenant);
     if (out) return out.then(() => this.tryLeases(tenant, costs, false));
-    const asks: LeaseAsk[] = short.map((h) => {
-      const need = h.n - h.l.tokens;
-      const { ratePerSec, burst } = this.limits[h.scope];
-      return { scope: h.scope, need, want: Math.min(burst - h.l.tokens, need + Math.max(1, ratePerSec * LEASE_SECONDS)), give: 0 };
-    });
+    return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((answered) =>
+      answered ? this.tryLeases(tenant, costs, false) : { retryAfterSeconds: 1, unavailable: true },
+    );
+  }
+
+  /** A chunk: LEASE_SECONDS of the bucket's rate, at least one token. */
+  private chunk(scope: RateScope): number {
+    return Math.max(1, this.limits[scope].ratePerSec * LEASE_SECONDS);
+  }
+
+  /** One ask for this tenant's short leases (`need` each, plus a chunk); resolves false when the primary did not answer. */
+  private startAsk(tenant: string, short: { scope: RateScope; l: Lease; need: number }[]): Promise<boolean> {
+    const asks: LeaseAsk[] = short.map((h) => ({
+      scope: h.scope,
+      need: h.need,
+      want: Math.max(h.need, Math.min(this.limits[h.scope].burst - h.l.tokens, h.need + this.chunk(h.scope))),
+      give: 0,
+    }));
     const asked = this.ask(tenant, asks).then((grants) => {
+      if (this.asking.get(tenant) === asked) this.asking.delete(tenant);
       if (!grants) return false;
       const at = performance.now();
       short.forEach((h, i) => {
@@ -168,13 +188,8 @@ export class LeaseLimiter implements Admission {
       });
       return true;
     });
-    const done = asked.then(() => undefined);
-    this.asking.set(tenant, done);
-    return asked.then((answered) => {
-      if (this.asking.get(tenant) === done) this.asking.delete(tenant);
-      if (!answered) return { retryAfterSeconds: 1, unavailable: true };
-      return this.tryLeases(tenant, costs, false);
-    });
+    this.asking.set(tenant, asked);
+    return asked;
   }
 
   private ask(tenant: string, asks: LeaseAsk[]): Promise<LeaseGrant[] | undefined> {

@@ -77,9 +77,9 @@ function expectOneBucket(admitted: number, ratePerSec: number, burst: number, se
   expect(admitted).toBeLessThanOrEqual(Math.ceil(expected * 1.1));
 }
 
-const RATE = 30;
-const BURST = 10;
-const WINDOW_S = 6;
+const RATE = 20;
+const BURST = 5;
+const WINDOW_S = 8;
 
 describe('one keep-alive client against a two-worker process', () => {
   let db: { url: string; drop(): Promise<void> };
