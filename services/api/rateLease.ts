@@ -152,6 +152,12 @@ export class LeaseLimiter implements Admission {
       if (wait > worst.wait) worst = { wait, scope: h.scope };
     }
     if (worst.wait > 0 || !mayAsk) {
+      // Refused: what an ask just brought for the call's other buckets goes back now, all but a
+      // lease's usual holding, rather than sitting here for a second while other workers wait.
+      for (const h of held) {
+        const excess = h.l.tokens - (1.5 * this.chunk(h.scope) + 1);
+        if (excess > 0) this.giveBack(tenant, h.scope, h.l, excess);
+      }
       return { retryAfterSeconds: wholeSeconds(Math.max(worst.wait, 0.001)), scope: worst.scope ?? short[0].scope };
     }
     // One ask out per tenant at a time: calls arriving meanwhile wait for it and then look again.
@@ -213,9 +219,8 @@ export class LeaseLimiter implements Admission {
     });
   }
 
-  private giveBack(tenant: string, scope: RateScope, l: Lease): void {
-    const give = l.tokens;
-    l.tokens = 0;
+  private giveBack(tenant: string, scope: RateScope, l: Lease, give = l.tokens): void {
+    l.tokens -= give;
     if (give > 0 && process.send && process.connected) {
       process.send({ type: RATE_IPC.give, tenant, asks: [{ scope, need: 0, want: 0, give }] }, (err: Error | null) => void err);
     }
