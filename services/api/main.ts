@@ -73,8 +73,8 @@ async function primary(): Promise<void> {
   const sizes = poolSizesPerWorker(config);
   // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
   // the primary's schema connection and one sweeper of the all-in-one start.
-  // ... and the primary's one connection to the shared rate buckets.
-  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 5, log);
+  // The primary's one connection to the shared rate buckets (rateStore.ts) opens after the schema's closed.
+  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
   const rates = new RateStore(config, log);
   await rates.start();
   logKvTimersConfig(config, log, rates);
