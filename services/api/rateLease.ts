@@ -188,8 +188,9 @@ export class LeaseLimiter implements Admission {
       short.forEach((h, i) => {
         const g = grants[i];
         if (!g) return;
+        // The lease expires a second after its oldest token came: no token stays here longer.
+        if (g.granted > 0 && h.l.tokens <= 0) h.l.expires = at + LEASE_TTL_MS;
         h.l.tokens += g.granted;
-        if (g.granted > 0) h.l.expires = at + LEASE_TTL_MS;
         h.l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
       });
       return true;
