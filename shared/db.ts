@@ -49,9 +49,14 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
       statement_timeout: String(config.kvStatementTimeoutMs),
     }),
   });
-  // An idle client that loses its connection emits here; without a listener it would crash the process.
-  message.on('error', () => undefined);
-  kv.on('error', () => undefined);
+  // An idle client that loses its connection emits on the pool; without a listener it would crash
+  // the process. A checked-out client emits on itself: a connection the client-side query timeout
+  // dropped (a frozen server) ends later, between queries, and that unhandled 'error' killed the
+  // worker (test/limits/frozen.test.ts, 1 run in 4). The query that failed has already answered.
+  for (const pool of [message, kv]) {
+    pool.on('error', () => undefined);
+    pool.on('connect', (client) => client.on('error', () => undefined));
+  }
   let ended: Promise<void> | undefined;
   return {
     message,

@@ -20,7 +20,7 @@ export const CHANNEL = {
 
 const FIRST_RETRY_MS = 1000;
 // Capped low: a listener that is down leaves switch flips and pushes to be found by polling meanwhile.
-const MAX_RETRY_MS = 5000;
+const MAX_RETRY_MS = 2000;
 /** A server that takes the TCP connection but never answers must not hold the retry forever. */
 const CONNECT_TIMEOUT_MS = 5000;
 
