@@ -46,6 +46,9 @@ export function createMetrics(register = new client.Registry()) {
     }),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
+    // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rateStore.ts).
+    rateStoreFallback: gauge('queen_kv_rate_store_fallback', 'Rate limits: 1 while this process cannot reach the shared buckets and enforces its local share (1/processes), else 0.', [], 'max'),
+    rateProcesses: gauge('queen_kv_rate_processes', 'Rate limits: API processes of the cell sharing the buckets, as this process last saw them.', [], 'max'),
     // Prune (sweeper)
     kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).', [], 'max'),
     kvExpiryLag: gauge('queen_kv_expiry_lag_seconds', 'Age of the oldest expired row not yet pruned, in seconds.', [], 'max'),

@@ -1,6 +1,8 @@
 -- tables
 TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
+TABLE kv_rate_bucket
+TABLE kv_rate_process
 TABLE kv_usage
 TABLE log_timers vacuum_truncate=off
 TABLE message_failure_texts
@@ -29,6 +31,12 @@ COLUMN kv_quota.max_rows bigint
 COLUMN kv_quota.max_bytes bigint
 COLUMN kv_quota.max_timers bigint
 COLUMN kv_quota.updated_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN kv_rate_bucket.tenant text COLLATE "C" NOT NULL
+COLUMN kv_rate_bucket.scope text COLLATE "C" NOT NULL
+COLUMN kv_rate_bucket.tokens double precision NOT NULL
+COLUMN kv_rate_bucket.at timestamp with time zone NOT NULL
+COLUMN kv_rate_process.process text COLLATE "C" NOT NULL
+COLUMN kv_rate_process.seen_at timestamp with time zone NOT NULL
 COLUMN kv_usage.tenant_id uuid NOT NULL
 COLUMN kv_usage.rows bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.bytes bigint NOT NULL DEFAULT 0
@@ -96,6 +104,8 @@ COLUMN system_state.updated_at timestamp with time zone NOT NULL DEFAULT now()
 -- constraints
 CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
 CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
+CONSTRAINT kv_rate_bucket.kv_rate_bucket_pkey PRIMARY KEY (tenant, scope)
+CONSTRAINT kv_rate_process.kv_rate_process_pkey PRIMARY KEY (process)
 CONSTRAINT kv_usage.kv_usage_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT log_timers.log_timers_pkey PRIMARY KEY (timer_id)
 CONSTRAINT message_failure_texts.message_failure_texts_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
@@ -128,6 +138,8 @@ CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING b
 CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
+CREATE UNIQUE INDEX kv_rate_bucket_pkey ON queen.kv_rate_bucket USING btree (tenant, scope)
+CREATE UNIQUE INDEX kv_rate_process_pkey ON queen.kv_rate_process USING btree (process)
 CREATE UNIQUE INDEX kv_usage_pkey ON queen.kv_usage USING btree (tenant_id)
 CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
 CREATE UNIQUE INDEX message_failure_texts_pkey ON queen.message_failure_texts USING btree (partition_id, consumer_group, seq)
@@ -900,6 +912,50 @@ BEGIN
     FROM o JOIN w ON (w.k).namespace = o.ns AND (w.k).key = o.key;
   RETURN v_answers;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_rate_lease_v1(p_process text, p_asks jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  a RECORD;
+  v_now TIMESTAMPTZ;
+  v_level DOUBLE PRECISION;
+  v_grant DOUBLE PRECISION;
+  v_out JSONB := '[]'::jsonb;
+  v_processes INT;
+BEGIN
+  INSERT INTO queen.kv_rate_process (process, seen_at) VALUES (p_process, clock_timestamp())
+    ON CONFLICT (process) DO UPDATE SET seen_at = EXCLUDED.seen_at;
+  FOR a IN
+    SELECT e.ord - 1 AS i, e.x ->> 't' AS tenant, e.x ->> 's' AS scope,
+           (e.x ->> 'need')::float8 AS need, (e.x ->> 'want')::float8 AS want, (e.x ->> 'give')::float8 AS give,
+           (e.x ->> 'rate')::float8 AS rate, (e.x ->> 'burst')::float8 AS burst
+      FROM jsonb_array_elements(p_asks) WITH ORDINALITY AS e(x, ord)
+     ORDER BY e.x ->> 't' COLLATE "C", e.x ->> 's' COLLATE "C"
+  LOOP
+    v_now := clock_timestamp();
+    INSERT INTO queen.kv_rate_bucket (tenant, scope, tokens, at) VALUES (a.tenant, a.scope, a.burst, v_now)
+      ON CONFLICT (tenant, scope) DO NOTHING;
+    SELECT least(a.burst, b.tokens + greatest(0, extract(epoch FROM v_now - b.at)) * a.rate + a.give)
+      INTO v_level
+      FROM queen.kv_rate_bucket b WHERE b.tenant = a.tenant AND b.scope = a.scope FOR UPDATE;
+    v_grant := CASE WHEN a.need > 0 AND v_level >= a.need THEN least(v_level, a.want) ELSE 0 END;
+    UPDATE queen.kv_rate_bucket SET tokens = v_level - v_grant, at = greatest(at, v_now)
+     WHERE tenant = a.tenant AND scope = a.scope;
+    v_out := v_out || jsonb_build_object('i', a.i, 'granted', v_grant, 'level', v_level - v_grant);
+  END LOOP;
+  SELECT count(*) INTO v_processes FROM queen.kv_rate_process WHERE seen_at > clock_timestamp() - interval '3 seconds';
+  -- Now and then, forget what nobody uses: a bucket idle for an hour is full (for any burst an
+  -- hour of its rate refills), and a process unseen for a minute is gone. Rows someone holds are skipped.
+  IF random() < 0.01 THEN
+    DELETE FROM queen.kv_rate_bucket WHERE ctid IN (
+      SELECT ctid FROM queen.kv_rate_bucket WHERE at < clock_timestamp() - interval '1 hour' LIMIT 1000 FOR UPDATE SKIP LOCKED);
+    DELETE FROM queen.kv_rate_process WHERE ctid IN (
+      SELECT ctid FROM queen.kv_rate_process WHERE seen_at < clock_timestamp() - interval '1 minute' LIMIT 100 FOR UPDATE SKIP LOCKED);
+  END IF;
+  RETURN jsonb_build_object('grants', v_out, 'processes', v_processes);
+END;
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_row_json_v1(r queen.kv)
  RETURNS jsonb
  LANGUAGE sql

@@ -6,9 +6,10 @@
 //   2. the tenant's grant             403 feature_gated (no row under grant mode, or granted=false),
 //                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
 //   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
-//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling):
-//                                     the wait until this call's tokens are all there; a call needing
-//                                     more than a burst holds is 400 rate_limit_exceeds_burst instead
+//   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling;
+//                                     one bucket each per cell, see rateLimit.ts): the wait until this
+//                                     call's tokens are all there; a call needing more than a burst
+//                                     holds is 400 rate_limit_exceeds_burst instead
 //   5. the dedicated pool             503 kv_unavailable + Retry-After: an acquire that waits past
 //                                     QUEEN_KV_ACQUIRE_TIMEOUT_MS; and, once the pool is saturated
 //                                     (it has timed someone out lately and its queue is as deep as
@@ -20,7 +21,8 @@
 // its body, only when a switch refuses it).
 //
 // Nothing here runs a statement: the switches are an in-process object, grants and usage come from
-// TenantBook's background copy, the buckets are arithmetic.
+// TenantBook's background copy, the buckets are arithmetic on tokens leased ahead (rateLease.ts): a
+// call awaits its primary only when its worker's lease is short, never a statement.
 //
 // How a route uses it:
 //   KV route:        guards.kv(req, { where: 'route', ops }, (tenant) => query on the KV pool)
@@ -28,6 +30,7 @@
 //   timer schedule:  guards.timers(req, { where: 'route', schedules: 1 }, (tenant) => ...)
 //   timer reschedule guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => ...)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
+import cluster from 'node:cluster';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
@@ -36,7 +39,8 @@ import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../sha
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
 import { isPlainObject, tenantOf } from './http';
-import { RateDecision, RateLimiter } from './rateLimit';
+import { Admission, RateDecision, RateLimiter } from './rateLimit';
+import { LeaseLimiter } from './rateLease';
 import type { Switches } from './switches';
 import { Delta, TenantBook } from './tenantBook';
 
@@ -52,7 +56,7 @@ export const PAUSED_RETRY_AFTER_SECONDS = 30;
  */
 export const SHED_WAITING_PER_CONNECTION = 1;
 
-/** A share of a burst can be fractional (10 across 4 workers is 2.5): said as it is, without float noise. */
+/** A burst said as it is, without float noise. */
 function formatTokens(n: number): string {
   return Number.isInteger(n) ? String(n) : n.toFixed(2).replace(/0+$/, '');
 }
@@ -150,13 +154,23 @@ export interface GuardDeps {
 }
 
 export class Guards {
-  readonly limiter: RateLimiter;
+  readonly limiter: Admission;
   private readonly shedAt: number;
   private readonly shedWindowMs: number;
   private lastAcquireTimeoutAt = -Infinity;
 
   constructor(private readonly deps: GuardDeps) {
-    this.limiter = new RateLimiter(deps.config);
+    // A cluster worker leases from its primary (which shares the cell's buckets through PostgreSQL);
+    // a server started in-process holds the buckets itself.
+    deps.metrics.rateStoreFallback.set(0);
+    deps.metrics.rateProcesses.set(1);
+    this.limiter =
+      cluster.isWorker && process.send
+        ? new LeaseLimiter(deps.config, (mode) => {
+            deps.metrics.rateStoreFallback.set(mode.fallback ? 1 : 0);
+            deps.metrics.rateProcesses.set(mode.processes);
+          })
+        : new RateLimiter(deps.config);
     const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
     this.shedWindowMs = Math.max(1000, 2 * deps.config.kvAcquireTimeoutMs);
@@ -222,7 +236,8 @@ export class Guards {
     const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
     this.checkGrant(tenant, 'kv');
     this.checkKvQuota(tenant, cost);
-    this.checkRate(tenant, cost.reads, cost.writes);
+    const rated = this.checkRate(tenant, cost.reads, cost.writes);
+    if (rated) await rated;
     if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
       this.refuse(
         new ApiError(
@@ -250,7 +265,8 @@ export class Guards {
     this.checkGrant(tenant, 'timers');
     this.checkTimersQuota(tenant, schedules);
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
-    this.checkRate(tenant, 0, schedules + reschedules);
+    const rated = this.checkRate(tenant, 0, schedules + reschedules);
+    if (rated) await rated;
     // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
     return this.execute(run, tenant, opts.where === 'route', { rows: 0, bytes: 0, timers: schedules });
   }
@@ -276,7 +292,8 @@ export class Guards {
     if (hasSchedules) this.checkGrant(tenant, 'timers');
     this.checkKvQuota(tenant, cost);
     this.checkTimersQuota(tenant, schedules);
-    this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
+    const rated = this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
+    if (rated) await rated;
     return this.execute(run, tenant, false, { ...cost.delta, timers: schedules });
   }
 
@@ -364,8 +381,17 @@ export class Guards {
     }
   }
 
-  private checkRate(tenant: string, reads: number, writes: number): void {
+  /** Throws the refusal; a Promise only when the worker had to ask its primary for tokens. */
+  private checkRate(tenant: string, reads: number, writes: number): void | Promise<void> {
     const decision = this.limiter.admit(tenant, reads, writes);
+    if (decision instanceof Promise) return decision.then((d) => this.rateVerdict(tenant, d));
+    this.rateVerdict(tenant, decision);
+  }
+
+  private rateVerdict(tenant: string, decision: RateDecision): void {
+    if (decision.unavailable) {
+      this.refuse(new ApiError('kv_unavailable', 'The rate limiter did not get an answer from its primary in time; retry shortly.', { retryAfterSeconds: decision.retryAfterSeconds }));
+    }
     if (decision.exceedsBurst) {
       const { tokens, burst } = decision.exceedsBurst;
       const [unit, bucket, variable] =
@@ -374,12 +400,10 @@ export class Guards {
           : decision.scope === 'tenant_writes'
             ? ['write', `tenant ${tenant}'s write bucket`, 'QUEEN_KV_WRITES_BURST']
             : ['KV', "this cell's KV ceiling", 'QUEEN_KV_CELL_OPS_PER_SEC'];
-      const workers = this.deps.config.workers;
-      const share = workers > 1 ? `, this worker's share of ${variable} across ${workers} workers` : ` (${variable})`;
       this.refuse(
         new ApiError(
           'rate_limit_exceeds_burst',
-          `This call needs ${tokens} ${unit} tokens at once (one per operation) and ${bucket} never holds more than ${formatTokens(burst)}${share}. ` +
+          `This call needs ${tokens} ${unit} tokens at once (one per operation) and ${bucket} never holds more than ${formatTokens(burst)} (${variable}), one bucket for the whole cell. ` +
             `No wait admits it: split it into calls of at most ${Math.floor(burst)} ${unit} operations.`,
         ),
       );

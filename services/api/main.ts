@@ -11,9 +11,11 @@ import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
 import { relaySwitchesInPrimary } from './switches';
-import { workerShare } from './rateLimit';
+import { LEASE_SECONDS, LEASE_TTL_MS } from './rateLease';
+import { ownRateLimitsInPrimary } from './rateOwner';
+import { RateStore } from './rateStore';
 
-function logKvTimersConfig(config: Config, log: Logger): void {
+function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void {
   const sizes = poolSizesPerWorker(config);
   log.info(
     {
@@ -31,14 +33,18 @@ function logKvTimersConfig(config: Config, log: Logger): void {
         writesBurst: config.kvWritesBurst,
         cellOpsPerSec: config.kvCellOpsPerSec,
       },
-      rateLimitsShare: `each of ${config.workers} workers enforces 1/${config.workers} of the per-cell limits; a call needing more tokens than a worker's burst is 400 rate_limit_exceeds_burst`,
-      rateLimitsPerWorker: {
-        readsPerSec: workerShare(config.kvReadsPerSec, config.workers),
-        readsBurst: workerShare(config.kvReadsBurst, config.workers),
-        writesPerSec: workerShare(config.kvWritesPerSec, config.workers),
-        writesBurst: workerShare(config.kvWritesBurst, config.workers),
-        cellOpsPerSec: workerShare(config.kvCellOpsPerSec, config.workers),
+      // The topology this process sees: one bucket per tenant per cell, whatever it is.
+      rateLimitsTopology: {
+        workers: config.workers,
+        processesSeen: rates.mode.processes,
+        sharedStore: rates.mode.fallback ? 'unreachable: local share' : 'postgresql (queen.kv_rate_bucket)',
+        leaseSeconds: LEASE_SECONDS,
+        leaseTtlMs: LEASE_TTL_MS,
       },
+      rateLimitsShare:
+        `one bucket per tenant and scope for the whole cell: the ${config.workers} workers lease tokens from this primary, which leases them from ` +
+        `the buckets all ${rates.mode.processes} process(es) seen share in PostgreSQL; a call needing more than a bucket's burst is 400 rate_limit_exceeds_burst; ` +
+        `without PostgreSQL this process enforces 1/(processes seen) of every limit`,
       timersMaxHorizonSeconds: config.timersMaxHorizonSeconds,
       timersMaxPayloadBytes: config.timersMaxPayloadBytes,
       kvMaxBatch: config.kvMaxBatch,
@@ -75,8 +81,11 @@ async function primary(): Promise<void> {
   const sizes = poolSizesPerWorker(config);
   // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
   // the primary's schema connection and one sweeper of the all-in-one start.
+  // The primary's one connection to the shared rate buckets (rateStore.ts) opens after the schema's closed.
   await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
-  logKvTimersConfig(config, log);
+  const rates = new RateStore(config, log);
+  await rates.start();
+  logKvTimersConfig(config, log, rates);
 
   let sweeper: ChildProcess | undefined;
   if (allInOne && config.sweeper) {
@@ -93,6 +102,7 @@ async function primary(): Promise<void> {
   // Kill switches: a flip taken by one worker reaches its siblings through here (switches.ts).
   relaySwitchesInPrimary();
   installMetricsAggregation(log);
+  ownRateLimitsInPrimary(rates);
   let stopping = false;
   const restarts: number[] = [];
   // An 8 MB young generation (V8's default is 16 MB a semi-space): bench:kv, 2026-11-29, one worker
@@ -152,6 +162,7 @@ async function primary(): Promise<void> {
       })(),
     ]);
     clearTimeout(timer);
+    await rates.stop();
     await embedded?.stop();
     log.info('stopped');
     process.exit(exitCode);

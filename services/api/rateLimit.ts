@@ -5,9 +5,15 @@
 // burst can never be admitted and is refused as such (400 rate_limit_exceeds_burst), never with a
 // 429 whose Retry-After no wait would honour.
 //
-// The limits are per cell. Each of the N cluster workers enforces 1/N of every rate and burst; the
-// kernel spreads connections evenly enough across workers that the cell total holds, and the boot
-// line says so. Evaluated before the pool: a refused call never waits for a connection.
+// The limits are per cell, and so are the buckets: one per tenant and scope, whatever the number
+// of workers and processes. This file is the bucket math; who holds the buckets is elsewhere:
+//   rateStore.ts   the cell's buckets, in PostgreSQL, leased in chunks by each process's primary
+//                  (with a local fallback at 1/processes when PostgreSQL cannot be reached);
+//   rateOwner.ts   the primary: answers its workers' lease requests from the store;
+//   rateLease.ts   a cluster worker: spends leased tokens without awaiting anything, and asks for
+//                  more only when a call needs more than its lease holds;
+//   RateLimiter    below: a server started in-process (tests, tools) owns its buckets itself.
+// Evaluated before the pool: a refused call never waits for a connection.
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../../shared/config';
 
@@ -15,8 +21,8 @@ export class TokenBucket {
   private tokens: number;
   private last: number;
 
-  constructor(readonly ratePerSec: number, readonly burst: number, now = performance.now()) {
-    this.tokens = burst;
+  constructor(readonly ratePerSec: number, readonly burst: number, now = performance.now(), initial = burst) {
+    this.tokens = Math.min(burst, initial);
     this.last = now;
   }
 
@@ -30,7 +36,7 @@ export class TokenBucket {
   /**
    * Seconds until `n` tokens are in the bucket, if nothing else takes any meanwhile; 0 means now.
    * Only for n <= burst: a bucket never holds more than its burst, so a larger cost is never paid
-   * (RateLimiter.admit refuses it first, as its own error, rather than with a wait that never ends).
+   * (admission refuses it first, as its own error, rather than with a wait that never ends).
    */
   waitSeconds(n: number, now = performance.now()): number {
     this.refill(now);
@@ -42,6 +48,17 @@ export class TokenBucket {
     this.tokens -= n;
   }
 
+  /** Tokens handed back (a lease nobody spent); never above the burst. */
+  give(n: number, now = performance.now()): void {
+    this.refill(now);
+    this.tokens = Math.min(this.burst, this.tokens + n);
+  }
+
+  level(now = performance.now()): number {
+    this.refill(now);
+    return this.tokens;
+  }
+
   isFull(now = performance.now()): boolean {
     this.refill(now);
     return this.tokens >= this.burst;
@@ -49,6 +66,35 @@ export class TokenBucket {
 }
 
 export type RateScope = 'tenant_reads' | 'tenant_writes' | 'cell';
+export const RATE_SCOPES: readonly RateScope[] = ['tenant_reads', 'tenant_writes', 'cell'];
+
+export interface ScopeLimit {
+  ratePerSec: number;
+  burst: number;
+}
+
+/** The cell's limits, as configured. The ceiling's burst is one second of its rate: it is a ceiling, not an allowance. */
+export function cellLimits(config: Config): Record<RateScope, ScopeLimit> {
+  return {
+    tenant_reads: { ratePerSec: config.kvReadsPerSec, burst: config.kvReadsBurst },
+    tenant_writes: { ratePerSec: config.kvWritesPerSec, burst: config.kvWritesBurst },
+    cell: { ratePerSec: config.kvCellOpsPerSec, burst: config.kvCellOpsPerSec },
+  };
+}
+
+/** What a call costs in each scope it touches (a scope it does not touch is absent). */
+export function callCosts(reads: number, writes: number): [RateScope, number][] {
+  const costs: [RateScope, number][] = [];
+  if (reads > 0) costs.push(['tenant_reads', reads]);
+  if (writes > 0) costs.push(['tenant_writes', writes]);
+  if (reads + writes > 0) costs.push(['cell', reads + writes]);
+  return costs;
+}
+
+/** The cell bucket is one for all tenants: its key has no tenant. */
+export function bucketTenant(scope: RateScope, tenant: string): string {
+  return scope === 'cell' ? '' : tenant;
+}
 
 export interface RateDecision {
   /**
@@ -59,113 +105,128 @@ export interface RateDecision {
   scope?: RateScope;
   /**
    * Set (with retryAfterSeconds 0) when the call needs more tokens than a bucket ever holds, so no
-   * wait admits it: `tokens` the call's, `burst` this worker's share of that bucket's burst.
+   * wait admits it: `tokens` the call's, `burst` that bucket's burst (the cell's).
    */
   exceedsBurst?: { tokens: number; burst: number };
+  /** Set when no decision could be had in time (the primary did not answer): a 503 with Retry-After. */
+  unavailable?: boolean;
 }
 
-interface TenantBuckets {
-  reads: TokenBucket;
-  writes: TokenBucket;
-}
-
-/** The per-worker share of a per-cell limit; never below one token. */
-export function workerShare(perCell: number, workers: number): number {
-  return Math.max(1, perCell / workers);
-}
-
-export class RateLimiter {
-  private readonly tenants = new Map<string, TenantBuckets>();
-  private readonly cell: TokenBucket;
-  private readonly share: {
-    readsPerSec: number;
-    readsBurst: number;
-    writesPerSec: number;
-    writesBurst: number;
-    cellOpsPerSec: number;
-  };
-  private sweeps = 0;
-
-  constructor(config: Config) {
-    const w = config.workers;
-    this.share = {
-      readsPerSec: workerShare(config.kvReadsPerSec, w),
-      readsBurst: workerShare(config.kvReadsBurst, w),
-      writesPerSec: workerShare(config.kvWritesPerSec, w),
-      writesBurst: workerShare(config.kvWritesBurst, w),
-      cellOpsPerSec: workerShare(config.kvCellOpsPerSec, w),
-    };
-    // The ceiling's burst is one second of its rate: it is a ceiling, not an allowance.
-    this.cell = new TokenBucket(this.share.cellOpsPerSec, this.share.cellOpsPerSec);
+/** The first bucket a call can never be paid from, if any. */
+export function exceedsBurst(limits: Record<RateScope, ScopeLimit>, reads: number, writes: number): RateDecision | undefined {
+  for (const [scope, tokens] of callCosts(reads, writes)) {
+    if (tokens > limits[scope].burst) return { retryAfterSeconds: 0, scope, exceedsBurst: { tokens, burst: limits[scope].burst } };
   }
+  return undefined;
+}
 
-  private bucketsOf(tenant: string): TenantBuckets {
-    let b = this.tenants.get(tenant);
-    if (!b) {
-      if (++this.sweeps % 1024 === 0) this.forgetIdle();
-      b = {
-        reads: new TokenBucket(this.share.readsPerSec, this.share.readsBurst),
-        writes: new TokenBucket(this.share.writesPerSec, this.share.writesBurst),
-      };
-      this.tenants.set(tenant, b);
+export function wholeSeconds(wait: number): number {
+  return Math.max(1, Math.ceil(wait));
+}
+
+/** What admission needs from whoever holds the buckets (RateLimiter in-process, LeaseLimiter in a worker). */
+export interface Admission {
+  /** The most tokens one call can ever be given, per scope. */
+  bursts(): Record<RateScope, number>;
+  /** Without taking anything: the whole seconds until a one-token call of this kind could pass (0: it might now). */
+  minimumWait(tenant: string, kind: 'read' | 'write'): RateDecision;
+  /** All-or-nothing. Synchronous whenever the tokens are at hand; a Promise only when they must be fetched. */
+  admit(tenant: string, reads: number, writes: number): RateDecision | Promise<RateDecision>;
+}
+
+/** One lease request for one bucket: needs `need` tokens (0: only returning), would take up to `want`, hands back `give`. */
+export interface LeaseAsk {
+  scope: RateScope;
+  need: number;
+  want: number;
+  give: number;
+}
+
+/** The answer: tokens granted, what the bucket holds after it, and the rate it refills at (the wait is (need - level) / rate). */
+export interface LeaseGrant {
+  granted: number;
+  level: number;
+  ratePerSec: number;
+}
+
+/**
+ * A set of buckets that leases: the primary's fallback when the shared store is away (at `share`
+ * of every rate), and the in-process limiter's own. The map is bounded by active tenants: a full
+ * bucket carries no state and is forgotten on a sweep.
+ */
+export class CellBuckets {
+  private readonly buckets = new Map<string, TokenBucket>();
+  private created = 0;
+
+  constructor(private readonly limits: Record<RateScope, ScopeLimit>, private readonly share = 1) {}
+
+  bucket(tenant: string, scope: RateScope, create = true): TokenBucket | undefined {
+    const key = `${scope}\u0000${bucketTenant(scope, tenant)}`;
+    let b = this.buckets.get(key);
+    if (!b && create) {
+      if (++this.created % 1024 === 0) this.forgetFull();
+      const { ratePerSec, burst } = this.limits[scope];
+      // At a share below 1 the bucket keeps the whole burst (the largest call stays admissible) but
+      // starts with only its share of it, and refills at its share of the rate.
+      b = new TokenBucket(ratePerSec * this.share, burst, performance.now(), burst * this.share);
+      this.buckets.set(key, b);
     }
     return b;
   }
 
-  /** A full bucket carries no state worth keeping: forgetting it bounds the map by active tenants. */
-  private forgetIdle(): void {
+  lease(tenant: string, ask: LeaseAsk): LeaseGrant {
+    const b = this.bucket(tenant, ask.scope)!;
     const now = performance.now();
-    for (const [tenant, b] of this.tenants) if (b.reads.isFull(now) && b.writes.isFull(now)) this.tenants.delete(tenant);
+    if (ask.give > 0) b.give(ask.give, now);
+    const level = b.level(now);
+    const granted = ask.need > 0 && level >= ask.need ? Math.min(level, ask.want) : 0;
+    if (granted > 0) b.take(granted, now);
+    return { granted, level: level - granted, ratePerSec: b.ratePerSec };
   }
 
-  /** This worker's share of each burst: the most tokens one call can ever be given. */
+  private forgetFull(): void {
+    const now = performance.now();
+    for (const [key, b] of this.buckets) if (b.isFull(now)) this.buckets.delete(key);
+  }
+}
+
+/** A server started in-process, outside a cluster: it holds the cell's buckets itself. Always synchronous. */
+export class RateLimiter implements Admission {
+  private readonly limits: Record<RateScope, ScopeLimit>;
+  private readonly buckets: CellBuckets;
+
+  constructor(config: Config) {
+    this.limits = cellLimits(config);
+    this.buckets = new CellBuckets(this.limits);
+  }
+
   bursts(): Record<RateScope, number> {
-    return { tenant_reads: this.share.readsBurst, tenant_writes: this.share.writesBurst, cell: this.cell.burst };
+    return { tenant_reads: this.limits.tenant_reads.burst, tenant_writes: this.limits.tenant_writes.burst, cell: this.limits.cell.burst };
   }
 
-  /**
-   * Whole seconds until a one-token call of a kind could pass (0: it might pass now), without
-   * taking anything: a read needs one read token, a write one write token, both one token of the
-   * cell. Only for calls whose cost is known to be one token (the path routes).
-   */
   minimumWait(tenant: string, kind: 'read' | 'write'): RateDecision {
     const now = performance.now();
-    const b = this.tenants.get(tenant);
-    const cell = this.cell.waitSeconds(1, now);
-    const tenantWait = b ? (kind === 'read' ? b.reads : b.writes).waitSeconds(1, now) : 0;
+    const scope: RateScope = kind === 'read' ? 'tenant_reads' : 'tenant_writes';
+    const tenantWait = this.buckets.bucket(tenant, scope, false)?.waitSeconds(1, now) ?? 0;
+    const cell = this.buckets.bucket('', 'cell')!.waitSeconds(1, now);
     const wait = Math.max(cell, tenantWait);
     if (wait <= 0) return { retryAfterSeconds: 0 };
-    const scope = cell >= tenantWait ? 'cell' : kind === 'read' ? 'tenant_reads' : 'tenant_writes';
-    return { retryAfterSeconds: Math.max(1, Math.ceil(wait)), scope };
+    return { retryAfterSeconds: wholeSeconds(wait), scope: cell >= tenantWait ? 'cell' : scope };
   }
 
-  /**
-   * All-or-nothing: either every bucket involved pays, or none does and the caller is told how long
-   * until all of them can (the longest of their waits, rounded up), or that none ever can.
-   */
   admit(tenant: string, reads: number, writes: number): RateDecision {
     if (reads + writes === 0) return { retryAfterSeconds: 0 };
-    const bursts = this.bursts();
-    const costs: [number, RateScope][] = [
-      [reads, 'tenant_reads'],
-      [writes, 'tenant_writes'],
-      [reads + writes, 'cell'],
-    ];
-    for (const [tokens, scope] of costs) {
-      if (tokens > bursts[scope]) return { retryAfterSeconds: 0, scope, exceedsBurst: { tokens, burst: bursts[scope] } };
-    }
+    const over = exceedsBurst(this.limits, reads, writes);
+    if (over) return over;
     const now = performance.now();
-    const b = this.bucketsOf(tenant);
-    const waits: [number, RateScope][] = [
-      [reads > 0 ? b.reads.waitSeconds(reads, now) : 0, 'tenant_reads'],
-      [writes > 0 ? b.writes.waitSeconds(writes, now) : 0, 'tenant_writes'],
-      [this.cell.waitSeconds(reads + writes, now), 'cell'],
-    ];
-    const worst = waits.reduce((a, c) => (c[0] > a[0] ? c : a));
-    if (worst[0] > 0) return { retryAfterSeconds: Math.max(1, Math.ceil(worst[0])), scope: worst[1] };
-    if (reads > 0) b.reads.take(reads, now);
-    if (writes > 0) b.writes.take(writes, now);
-    this.cell.take(reads + writes, now);
+    const costs = callCosts(reads, writes).map(([scope, n]) => ({ scope, n, b: this.buckets.bucket(tenant, scope)! }));
+    let worst: { wait: number; scope?: RateScope } = { wait: 0 };
+    for (const c of costs) {
+      const wait = c.b.waitSeconds(c.n, now);
+      if (wait > worst.wait) worst = { wait, scope: c.scope };
+    }
+    if (worst.wait > 0) return { retryAfterSeconds: wholeSeconds(worst.wait), scope: worst.scope };
+    for (const c of costs) c.b.take(c.n, now);
     return { retryAfterSeconds: 0 };
   }
 }

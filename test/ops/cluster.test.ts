@@ -39,9 +39,10 @@ async function untilBothWorkers(want: (state: any) => boolean, deadlineMs: numbe
 test('a flip reaches both workers within a second, and a mirrored flip survives a restart', async () => {
   await boot();
   const boot1 = api!.output();
-  // The boot line an operator reads once, with the per-worker share of the rate limits.
+  // The boot line an operator reads once, with the topology the rate limits see.
   expect(boot1).toMatch(/"msg":"config: kv_timers"/);
-  expect(boot1).toMatch(/each of 2 workers enforces 1\/2 of the per-cell limits/);
+  expect(boot1).toMatch(/one bucket per tenant and scope for the whole cell: the 2 workers lease tokens from this primary/);
+  expect(boot1).toMatch(/"rateLimitsTopology":\{"workers":2,"processesSeen":1,/);
   expect(boot1).toMatch(/QUEEN_KV_ENABLED is set but does nothing/);
 
   const before = await untilBothWorkers((s) => s.kv === true, 10_000);

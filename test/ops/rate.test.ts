@@ -118,10 +118,10 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
   });
 });
 
-describe("the burst a call is measured against is this worker's share, and the cell ceiling's", () => {
+describe("the burst a call is measured against is the cell's bucket's, however many workers", () => {
   let api: TestApi;
   beforeAll(async () => {
-    // Two workers: each holds half of every burst (reads 20, writes 20) and half the ceiling (30).
+    // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
     api = await startTestApi({
       QUEEN_WORKERS: '2',
       QUEEN_KV_READS_PER_SEC: '20',
@@ -133,19 +133,19 @@ describe("the burst a call is measured against is this worker's share, and the c
   });
   afterAll(() => api.close());
 
-  test("over the worker's share of a bucket, or over its share of the ceiling: 400, naming both numbers", async () => {
+  test('over a bucket, or over the cell ceiling: 400, naming both numbers; the whole burst is admissible', async () => {
     const gets = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `s${i}` }));
-    const reads = await kv(api.url, gets(21));
+    const reads = await kv(api.url, gets(41));
     expect([reads.status, reads.body.error]).toEqual([400, 'rate_limit_exceeds_burst']);
-    expect(reads.body.message).toMatch(/needs 21 read tokens .* never holds more than 20, this worker's share of QUEEN_KV_READS_BURST across 2 workers/);
+    expect(reads.body.message).toMatch(/needs 41 read tokens .* never holds more than 40 \(QUEEN_KV_READS_BURST\), one bucket for the whole cell/);
 
-    // 16 reads and 16 writes fit their buckets (20 each) but not the worker's ceiling of 30.
-    const mixed = await kv(api.url, [...gets(16), ...Array.from({ length: 16 }, (_, i) => put(`t${i}`))]);
+    // 31 reads and 31 writes fit their buckets (40 each) but not the ceiling of 60.
+    const mixed = await kv(api.url, [...gets(31), ...Array.from({ length: 31 }, (_, i) => put(`t${i}`))]);
     expect([mixed.status, mixed.body.error]).toEqual([400, 'rate_limit_exceeds_burst']);
-    expect(mixed.body.message).toMatch(/needs 32 KV tokens .* this cell's KV ceiling never holds more than 30/);
+    expect(mixed.body.message).toMatch(/needs 62 KV tokens .* this cell's KV ceiling never holds more than 60/);
 
-    // The share itself is admissible.
-    expect((await kv(api.url, gets(20))).status).toBe(200);
+    // The whole burst, not a worker's half of it, is admissible in one call.
+    expect((await kv(api.url, gets(40))).status).toBe(200);
   });
 });
 

@@ -1,0 +1,191 @@
+// One bucket per tenant per cell, whatever the topology: the built API as an operator runs it
+// (spawned processes), load offered from this one process on one keep-alive connection per client
+// at three times the limit, and the admitted calls counted. A bucket that starts full admits its
+// burst plus its rate times the window; each test checks the cell's total against that, within 10 %.
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { Client } from 'pg';
+import { freePort } from '../../shared/embeddedPostgres';
+import { createTestDatabase } from '../support/database';
+import { metric } from './helpers';
+import { spawnApi, Spawned, untilHealthy } from './spawn';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface Offered {
+  admitted: number;
+  refused: number;
+  other: number[];
+  seconds: number;
+}
+
+/**
+ * `perSec` calls a second for `seconds`, paced, on one keep-alive connection (so, under
+ * node:cluster, one worker answers them all). `seconds` in the answer is the window the bucket had
+ * to refill in: from the first call to the last answer.
+ */
+async function offer(port: number, perSec: number, seconds: number, call: (i: number) => { method: string; path: string; body?: unknown }): Promise<Offered> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const result: Offered = { admitted: 0, refused: 0, other: [], seconds: 0 };
+  const start = performance.now();
+  let last = start;
+  const inflight: Promise<void>[] = [];
+  for (let i = 0; ; i++) {
+    const due = start + (i * 1000) / perSec;
+    if (due - start >= seconds * 1000) break;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    const { method, path, body } = call(i);
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    inflight.push(
+      new Promise<void>((resolve) => {
+        const req = http.request(
+          { host: '127.0.0.1', port, method, path, agent, headers: payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {} },
+          (res) => {
+            res.resume();
+            res.on('end', () => {
+              last = performance.now();
+              if (res.statusCode === 200) result.admitted++;
+              else if (res.statusCode === 429) result.refused++;
+              else result.other.push(res.statusCode ?? 0);
+              resolve();
+            });
+          },
+        );
+        req.on('error', () => {
+          result.other.push(-1);
+          resolve();
+        });
+        req.end(payload);
+      }),
+    );
+  }
+  await Promise.all(inflight);
+  agent.destroy();
+  result.seconds = (last - start) / 1000;
+  if (process.env.RATE_TEST_VERBOSE) process.stderr.write(`offered ${perSec}/s: ${JSON.stringify(result)}\n`);
+  return result;
+}
+
+const get = (i: number) => ({ method: 'GET', path: `/api/v1/kv/rate/k${i % 50}` });
+const put = (i: number) => ({ method: 'PUT', path: `/api/v1/kv/rate/w${i % 50}`, body: { value: i, forever: true } });
+
+/** Admitted within 10 % of what one bucket of this rate and burst admits over the window. */
+function expectOneBucket(admitted: number, ratePerSec: number, burst: number, seconds: number): void {
+  const expected = burst + ratePerSec * seconds;
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor(expected * 0.9));
+  expect(admitted).toBeLessThanOrEqual(Math.ceil(expected * 1.1));
+}
+
+const RATE = 20;
+const BURST = 5;
+const WINDOW_S = 8;
+
+describe('one keep-alive client against a two-worker process', () => {
+  let db: { url: string; drop(): Promise<void> };
+  let api: Spawned;
+  let port: number;
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    port = await freePort();
+    api = spawnApi({
+      DATABASE_URL: db.url,
+      PORT: String(port),
+      QUEEN_WORKERS: '2',
+      DB_POOL_SIZE: '8',
+      LOG_LEVEL: 'warn',
+      QUEEN_KV_READS_PER_SEC: String(RATE),
+      QUEEN_KV_READS_BURST: String(BURST),
+      QUEEN_KV_CELL_OPS_PER_SEC: '100000',
+    });
+    await untilHealthy(api, port);
+  }, 60_000);
+  afterAll(async () => {
+    await api?.stop();
+    await db?.drop();
+  });
+
+  test("gets the tenant's whole read rate, not one worker's half of it", async () => {
+    const r = await offer(port, 3 * RATE, WINDOW_S, get);
+    expect(r.other).toEqual([]);
+    expectOneBucket(r.admitted, RATE, BURST, r.seconds);
+    expect(r.refused).toBeGreaterThan(0);
+  }, 60_000);
+});
+
+describe('two API processes on one PostgreSQL share the buckets', () => {
+  let db: { url: string; drop(): Promise<void> };
+  const apis: Spawned[] = [];
+  const ports: number[] = [];
+  beforeAll(async () => {
+    db = await createTestDatabase();
+    for (let i = 0; i < 2; i++) {
+      const port = await freePort();
+      ports.push(port);
+      apis.push(
+        spawnApi({
+          DATABASE_URL: db.url,
+          PORT: String(port),
+          QUEEN_WORKERS: '1',
+          DB_POOL_SIZE: '6',
+          QUEEN_KV_READS_PER_SEC: String(RATE),
+          QUEEN_KV_READS_BURST: String(BURST),
+          QUEEN_KV_WRITES_PER_SEC: '100000',
+          QUEEN_KV_WRITES_BURST: '100000',
+          // The ceiling: twice the read rate, so the reads alone never reach it.
+          QUEEN_KV_CELL_OPS_PER_SEC: String(2 * RATE),
+        }),
+      );
+    }
+    await Promise.all(apis.map((a, i) => untilHealthy(a, ports[i])));
+  }, 60_000);
+  afterAll(async () => {
+    await Promise.all(apis.map((a) => a.stop()));
+    await db?.drop();
+  });
+
+  test("one client on each, three times the tenant's read rate: the cell admits the rate once, not once per process", async () => {
+    const [a, b] = await Promise.all(ports.map((p) => offer(p, 3 * RATE, WINDOW_S, get)));
+    expect([...a.other, ...b.other]).toEqual([]);
+    expectOneBucket(a.admitted + b.admitted, RATE, BURST, Math.max(a.seconds, b.seconds));
+    // Both processes were served from the one bucket: neither was shut out.
+    expect(Math.min(a.admitted, b.admitted)).toBeGreaterThan(0);
+  }, 60_000);
+
+  test('the cell ceiling counts every process: writes at three times the ceiling admit the ceiling once', async () => {
+    await sleep(1500); // the ceiling's bucket refills from the reads above
+    const ceiling = 2 * RATE;
+    const [a, b] = await Promise.all(ports.map((p) => offer(p, 1.5 * ceiling, WINDOW_S, put)));
+    expect([...a.other, ...b.other]).toEqual([]);
+    // The ceiling's burst is one second of its rate.
+    expectOneBucket(a.admitted + b.admitted, ceiling, ceiling, Math.max(a.seconds, b.seconds));
+  }, 60_000);
+
+  test('a process that loses the shared store falls back to 1/2 of every limit, says so, and the cell stays bounded', async () => {
+    expect(await metric(`http://127.0.0.1:${ports[0]}`, 'queen_kv_rate_processes')).toBe(2);
+    // The shared buckets stop answering: their tables are held, so every lease statement times out.
+    const holder = new Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE queen.kv_rate_bucket, queen.kv_rate_process IN ACCESS EXCLUSIVE MODE');
+      const fellBack = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are unreachable; this process enforces 1/2 of every limit');
+      for (let i = 0; i < 100 && !apis.every(fellBack); i++) await sleep(100);
+      expect(apis.every(fellBack)).toBe(true);
+      for (const p of ports) expect(await metric(`http://127.0.0.1:${p}`, 'queen_kv_rate_store_fallback')).toBe(1);
+
+      const [a, b] = await Promise.all(ports.map((p) => offer(p, 3 * RATE, WINDOW_S, get)));
+      expect([...a.other, ...b.other]).toEqual([]);
+      // Each process: half the rate, starting with half the burst. Never unlimited, never the whole rate each.
+      expect(a.admitted + b.admitted).toBeLessThanOrEqual(Math.ceil((BURST + RATE * Math.max(a.seconds, b.seconds)) * 1.1));
+      expect(Math.min(a.admitted, b.admitted)).toBeGreaterThan(0);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      await holder.end();
+    }
+    // The store is back: the processes say so and leave their local share.
+    const back = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are back');
+    for (let i = 0; i < 100 && !apis.every(back); i++) await sleep(100);
+    expect(apis.every(back)).toBe(true);
+  }, 90_000);
+});
