@@ -124,14 +124,14 @@ export class LeaseLimiter implements Admission {
     if (reads + writes === 0) return { retryAfterSeconds: 0 };
     const over = exceedsBurst(this.limits, reads, writes);
     if (over) return over;
-    return this.tryLeases(tenant, callCosts(reads, writes), true);
+    return this.tryLeases(tenant, callCosts(reads, writes), 2);
   }
 
   /**
    * Pays from the leases if they hold the whole call (no await); otherwise refuses from the mirrors
    * if they say the buckets cannot pay yet, or asks the primary once and decides on its answer.
    */
-  private tryLeases(tenant: string, costs: [RateScope, number][], mayAsk: boolean): RateDecision | Promise<RateDecision> {
+  private tryLeases(tenant: string, costs: [RateScope, number][], asksLeft: number): RateDecision | Promise<RateDecision> {
     const now = performance.now();
     const held = costs.map(([scope, n]) => ({ scope, n, l: this.lease(tenant, scope) }));
     for (const h of held) if (h.l.tokens > 0 && h.l.expires <= now) this.giveBack(tenant, h.scope, h.l);
@@ -151,7 +151,7 @@ export class LeaseLimiter implements Admission {
       const wait = this.mirrorWait(h.l, h.scope, h.n - h.l.tokens, now);
       if (wait > worst.wait) worst = { wait, scope: h.scope };
     }
-    if (worst.wait > 0 || !mayAsk) {
+    if (worst.wait > 0 || asksLeft <= 0) {
       // Refused: what an ask just brought for the call's other buckets goes back now, all but a
       // lease's usual holding, rather than sitting here for a second while other workers wait.
       for (const h of held) {
@@ -160,11 +160,14 @@ export class LeaseLimiter implements Admission {
       }
       return { retryAfterSeconds: wholeSeconds(Math.max(worst.wait, 0.001)), scope: worst.scope ?? short[0].scope };
     }
-    // One ask out per tenant at a time: calls arriving meanwhile wait for it and then look again.
+    // One ask out per tenant at a time: calls arriving meanwhile wait for it and then look again,
+    // and may ask once themselves: the ask they waited for may not have covered their buckets (a
+    // read's ask brings no write tokens, and a write that then refused without asking was a 429
+    // under limits of a million a second).
     const out = this.asking.get(tenant);
-    if (out) return out.then(() => this.tryLeases(tenant, costs, false));
+    if (out) return out.then(() => this.tryLeases(tenant, costs, asksLeft - 1));
     return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((answered) =>
-      answered ? this.tryLeases(tenant, costs, false) : { retryAfterSeconds: 1, unavailable: true },
+      answered ? this.tryLeases(tenant, costs, 0) : { retryAfterSeconds: 1, unavailable: true },
     );
   }
 

@@ -189,3 +189,35 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
     expect(apis.every(back)).toBe(true);
   }, 90_000);
 });
+
+test('a read and writes arriving together on a worker with empty leases are all admitted: a call that waited on another kind\'s ask asks for its own tokens', async () => {
+  // Before: the put and the batch waited on the get's ask, which brought read tokens only, and were
+  // then refused 429 without asking, under limits of a million a second.
+  const db = await createTestDatabase();
+  const port = await freePort();
+  const api = spawnApi({
+    DATABASE_URL: db.url,
+    PORT: String(port),
+    QUEEN_WORKERS: '1',
+    DB_POOL_SIZE: '10',
+    QUEEN_KV_READS_PER_SEC: '1000000',
+    QUEEN_KV_READS_BURST: '1000000',
+    QUEEN_KV_WRITES_PER_SEC: '1000000',
+    QUEEN_KV_WRITES_BURST: '1000000',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
+  });
+  try {
+    await untilHealthy(api, port);
+    const send = (method: string, path: string, body?: unknown) =>
+      fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) }).then((r) => r.status);
+    const statuses = await Promise.all([
+      send('GET', '/api/v1/kv/together/k'),
+      send('PUT', '/api/v1/kv/together/k', { value: 1, forever: true }),
+      send('POST', '/api/v1/kv', { operations: [{ op: 'put', ns: 'together', key: 'b', value: 2, forever: true }] }),
+    ]);
+    expect(statuses).toEqual([200, 200, 200]);
+  } finally {
+    await api.stop();
+    await db.drop();
+  }
+});
