@@ -1,8 +1,7 @@
 // The README's five-minute tour, run as written: its curl lines parsed from the README (the two
 // placeholders filled from the pop's answer), against a real cell, so the front door cannot rot.
-import fs from 'node:fs';
-import path from 'node:path';
 import { call, startTestApi, TestApi } from '../support/api';
+import { Curl, curlsIn } from '../support/markdown';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -10,33 +9,8 @@ beforeAll(async () => {
 });
 afterAll(() => api.close());
 
-interface Curl {
-  method: string;
-  path: string;
-  body?: string;
-}
-
-/** The curl commands of the README's tour block, continuation lines joined. */
-function tourCurls(): Curl[] {
-  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## A five-minute tour'));
-  const start = section.indexOf('```bash') + 7;
-  const block = section.slice(start, section.indexOf('```', start));
-  const commands: string[] = [];
-  for (const line of block.split('\n')) {
-    if (line.startsWith('curl ')) commands.push(line);
-    else if (commands.length > 0 && !line.startsWith('#') && line.trim() !== '') commands[commands.length - 1] += `\n${line}`;
-  }
-  return commands.map((c) => {
-    const text = c.replace(/\\\n/g, ' ');
-    const url = /'?(localhost:6632[^'\s]*)'?/.exec(text)![1];
-    const body = /-d '([^']*)'/s.exec(text)?.[1];
-    return { method: /-X (\w+)/.exec(text)?.[1] ?? 'GET', path: url.replace('localhost:6632', ''), body };
-  });
-}
-
 test('the README tour answers as the README says', async () => {
-  const curls = tourCurls();
+  const curls = curlsIn('README.md', '## A five-minute tour');
   expect(curls.map((c) => `${c.method} ${c.path.split('?')[0]}`)).toEqual([
     'PUT /api/v1/kv/orders/ord_8812',
     'GET /api/v1/kv/orders/ord_8812',

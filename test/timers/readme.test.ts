@@ -1,9 +1,8 @@
 // The timer flow of docs/timers.md, run as written (its curl lines, with the placeholders filled in), so the
 // documentation cannot drift from the API: schedule with a timerKey, the same key again, peek,
 // list, reschedule, cancel.
-import fs from 'node:fs';
-import path from 'node:path';
 import { startTestApi, TestApi, call } from '../support/api';
+import { curlsIn } from '../support/markdown';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -11,30 +10,8 @@ beforeAll(async () => {
 });
 afterAll(() => api.close());
 
-interface Curl {
-  method: string;
-  path: string;
-  body?: string;
-}
-
-/** The curl lines of docs/timers.md's first bash block, parsed. */
-function readmeCurls(): Curl[] {
-  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'docs', 'timers.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('# Timers and the sweeper'));
-  const block = section.slice(section.indexOf('```bash') + 7, section.indexOf('```', section.indexOf('```bash') + 7));
-  return block
-    .split('\n')
-    .filter((l) => l.startsWith('curl '))
-    .map((l) => {
-      const url = /'?(http:\/\/localhost:6632[^'\s]*)'?/.exec(l)![1];
-      const method = /-X (\w+)/.exec(l)?.[1] ?? 'GET';
-      const body = /-d '([^']*)'/.exec(l)?.[1];
-      return { method, path: url.replace('http://localhost:6632', ''), body };
-    });
-}
-
 test('the timer flow of docs/timers.md answers as the page says', async () => {
-  const curls = readmeCurls();
+  const curls = curlsIn('docs/timers.md', '# Timers and the sweeper');
   expect(curls.map((c) => c.method)).toEqual(['POST', 'GET', 'GET', 'POST', 'DELETE']);
   const [schedule, peek, list, reschedule, cancel] = curls;
 
