@@ -28,6 +28,8 @@ import {
 export const LEASE_SECONDS = 0.05;
 /** Unspent leased tokens go back after this. */
 export const LEASE_TTL_MS = 1000;
+/** A call waits for at most this many other calls' asks before it asks for itself. */
+const MAX_WAITS = 2;
 /** The longest a call waits for its primary's answer. */
 export const ASK_TIMEOUT_MS = 2000;
 
@@ -124,14 +126,18 @@ export class LeaseLimiter implements Admission {
     if (reads + writes === 0) return { retryAfterSeconds: 0 };
     const over = exceedsBurst(this.limits, reads, writes);
     if (over) return over;
-    return this.tryLeases(tenant, callCosts(reads, writes), 2);
+    return this.tryLeases(tenant, callCosts(reads, writes));
   }
 
   /**
    * Pays from the leases if they hold the whole call (no await); otherwise refuses from the mirrors
-   * if they say the buckets cannot pay yet, or asks the primary once and decides on its answer.
+   * if they say the buckets cannot pay yet, or asks the primary and decides on its answer. A call is
+   * refused (429) only on evidence: a mirror that says wait, or its own ask answered short. Waiting
+   * on other calls' asks is no evidence (they may have been for other buckets, or timed out), so
+   * after at most MAX_WAITS of them the call asks for itself; an ask the primary never answers is
+   * 503 kv_unavailable, never 429.
    */
-  private tryLeases(tenant: string, costs: [RateScope, number][], asksLeft: number): RateDecision | Promise<RateDecision> {
+  private tryLeases(tenant: string, costs: [RateScope, number][], waits = 0, asked = false): RateDecision | Promise<RateDecision> {
     const now = performance.now();
     const held = costs.map(([scope, n]) => ({ scope, n, l: this.lease(tenant, scope) }));
     for (const h of held) if (h.l.tokens > 0 && h.l.expires <= now) this.giveBack(tenant, h.scope, h.l);
@@ -151,7 +157,7 @@ export class LeaseLimiter implements Admission {
       const wait = this.mirrorWait(h.l, h.scope, h.n - h.l.tokens, now);
       if (wait > worst.wait) worst = { wait, scope: h.scope };
     }
-    if (worst.wait > 0 || asksLeft <= 0) {
+    if (worst.wait > 0 || asked) {
       // Refused: what an ask just brought for the call's other buckets goes back now, all but a
       // lease's usual holding, rather than sitting here for a second while other workers wait.
       for (const h of held) {
@@ -160,14 +166,12 @@ export class LeaseLimiter implements Admission {
       }
       return { retryAfterSeconds: wholeSeconds(Math.max(worst.wait, 0.001)), scope: worst.scope ?? short[0].scope };
     }
-    // One ask out per tenant at a time: calls arriving meanwhile wait for it and then look again,
-    // and may ask once themselves: the ask they waited for may not have covered their buckets (a
-    // read's ask brings no write tokens, and a write that then refused without asking was a 429
-    // under limits of a million a second).
+    // Calls arriving while an ask for the tenant is out wait for it and look again: usually it
+    // brought enough for them too, and one IPC round trip served them all.
     const out = this.asking.get(tenant);
-    if (out) return out.then(() => this.tryLeases(tenant, costs, asksLeft - 1));
+    if (out && waits < MAX_WAITS) return out.then(() => this.tryLeases(tenant, costs, waits + 1));
     return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((answered) =>
-      answered ? this.tryLeases(tenant, costs, 0) : { retryAfterSeconds: 1, unavailable: true },
+      answered ? this.tryLeases(tenant, costs, waits, true) : { retryAfterSeconds: 1, unavailable: true },
     );
   }
 
