@@ -7,7 +7,6 @@ import path from 'node:path';
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
-import { beginWithLimits, COMMIT } from './sql/limits';
 
 export interface Pools {
   message: Pool;
@@ -34,11 +33,13 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
     max: sizes.message,
     connectionTimeoutMillis: config.dbAcquireTimeoutMs,
     query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs),
-    // Queries queued on a client are written at once (limitEveryQuery below).
-    pipeline: true,
-    options: startupOptions(kvSessionSettings(config)),
-  } as PoolConfig);
-  limitEveryQuery(message, config);
+    options: startupOptions({
+      ...kvSessionSettings(config),
+      statement_timeout: String(config.dbStatementTimeoutMs),
+      lock_timeout: String(config.dbLockTimeoutMs),
+    }),
+  });
+  answerTimeouts(message, config);
   const kv = new Pool({
     ...base,
     max: sizes.kv,
@@ -69,47 +70,25 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
 }
 
 /**
- * Every `pool.query` on the message pool runs in its own transaction that begins with
- * statement_timeout and lock_timeout (shared/sql/limits.ts) and commits, on a connection acquired
- * within QUEEN_DB_ACQUIRE_TIMEOUT_MS; each statement also has the client-side query_timeout.
- * Before (2026-12-01), with none of these: PostgreSQL frozen for 20 s hung pushes, the wire and
- * /health for 20 s; a row lock held elsewhere kept /api/v1/transaction waiting 34 s, and 170 such
- * calls took every connection, so an unrelated push waited 27 s.
+ * The message pool's time limits are session settings sent at connect (statement_timeout,
+ * lock_timeout), so every statement on it, `pool.query` or a checked-out client's, is bounded with
+ * no statement of its own; the acquire waits at most QUEEN_DB_ACQUIRE_TIMEOUT_MS and each statement
+ * also has the client-side query_timeout. A limit that fires answers 503 with Retry-After and a code
+ * naming it (lock_timeout, statement_timeout, db_unavailable); the statement was rolled back.
  *
- * BEGIN, the statement and COMMIT are pipelined: one round trip, as the bare statement was (a
- * first version that awaited each paid two more, and on a loaded machine each is a backend woken
- * and scheduled again: bench:isolation's pushes/s fell by half). A timeout answers 503 with
- * Retry-After and a code naming it (lock_timeout, statement_timeout, db_unavailable), after the
- * transaction rolled back.
+ * Before (2026-12-01), with none of these: PostgreSQL frozen for 20 s hung pushes, the wire and
+ * /health for 20 s; a row lock held elsewhere kept /api/v1/transaction waiting 34 s. A later version
+ * wrapped each `pool.query` in BEGIN; SET LOCAL ...; COMMIT, pipelined: the same bounds, but three
+ * statements a call cost the push path about 50 us of API CPU a push (150 -> 200 us) and a third of
+ * its throughput (bench:isolation, same hour, 2026-12-01).
  */
-function limitEveryQuery(pool: Pool, config: Config): void {
-  const begin = beginWithLimits({ statementTimeoutMs: config.dbStatementTimeoutMs, lockTimeoutMs: config.dbLockTimeoutMs });
-  const acquire = pool.connect.bind(pool) as () => Promise<PoolClient>;
-  const limited = async (...args: unknown[]) => {
-    let client: PoolClient;
-    try {
-      client = await acquire();
-    } catch (err) {
+function answerTimeouts(pool: Pool, config: Config): void {
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  const answered = (...args: unknown[]) =>
+    query(...args).catch((err: unknown) => {
       throw timeoutAnswer(err, config);
-    }
-    // Pipelined (the pool's `pipeline`): the three go out in one write and come back in one read,
-    // one round trip as before. A statement that fails aborts the transaction, and the COMMIT
-    // behind it then ends it as a rollback; nothing of it is written.
-    const settled = await Promise.allSettled([
-      client.query(begin),
-      (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
-      client.query(COMMIT),
-    ]);
-    const [began, ran, committed] = settled;
-    const failure = [began, ran, committed].find((s): s is PromiseRejectedResult => s.status === 'rejected')?.reason;
-    // A connection that failed, did not answer in time, or whose BEGIN or COMMIT failed is dropped,
-    // never handed back: its backend rolls back when it notices.
-    const broken = failure !== undefined && (isConnectionFailure(failure) || began.status === 'rejected' || committed.status === 'rejected');
-    client.release(broken ? (failure as Error) : undefined);
-    if (failure !== undefined) throw timeoutAnswer(failure, config);
-    return (ran as PromiseFulfilledResult<unknown>).value;
-  };
-  (pool as unknown as { query: typeof limited }).query = limited;
+    });
+  (pool as unknown as { query: typeof answered }).query = answered;
 }
 
 /** A time limit that fired, as the answer that names it; anything else as it was. */
