@@ -45,7 +45,7 @@ const BOSS_BATCHES = envList('BENCH_BOSS_BATCHES', '100,500,2000');
 const SWEEPER_COUNTS = [1, 2, 4];
 const CLIENTS = envInt('BENCH_CLIENTS', 16);
 const ONLY = (process.env.BENCH_ONLY ?? 'a,b,c,d').split(',');
-const SWEEPER_BATCH = process.env.BENCH_SWEEPER_BATCH ?? '';
+const FIRE_BATCH = process.env.BENCH_FIRE_BATCH ?? '';
 const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.repeat(40) };
 
 const out = (line = '') => process.stdout.write(`${line}\n`);
@@ -110,7 +110,7 @@ interface BossConfig {
 /** Our drain with `sweepers` processes, idle before the timers fall due; answers timers a second. */
 async function drainOurs(pool: Pool, url: string, sweepers: number): Promise<number> {
   const queue = `bench-drain-${sweepers}`;
-  const env = { QUEEN_SWEEPER_INTERVAL_MS: '1000', ...(SWEEPER_BATCH ? { QUEEN_SWEEPER_BATCH: SWEEPER_BATCH } : {}) };
+  const env = { QUEEN_SWEEPER_INTERVAL_MS: '1000', ...(FIRE_BATCH ? { QUEEN_SWEEPER_FIRE_BATCH: FIRE_BATCH } : {}) };
   const procs = await Promise.all(Array.from({ length: sweepers }, () => spawnSweeper(url, env)));
   const dueAt = Date.now() + 2000 + DRAIN_N / 5; // room to schedule them all first
   for (let start = 0; start < DRAIN_N; start += 1000) {
@@ -319,7 +319,7 @@ async function main(): Promise<void> {
       const ours: number[] = [];
       for (const n of SWEEPER_COUNTS) {
         ours.push(await drainOurs(pool, dbUrl, n));
-        out(`    ours, ${n} sweeper process${n > 1 ? 'es' : ''} (batch ${SWEEPER_BATCH || 'default'})   ${ours[ours.length - 1].toFixed(0)}/s`);
+        out(`    ours, ${n} sweeper process${n > 1 ? 'es' : ''} (fire batch ${FIRE_BATCH || 'default'})   ${ours[ours.length - 1].toFixed(0)}/s`);
       }
       let bestRate = 0;
       for (const workers of BOSS_WORKER_COUNTS) {

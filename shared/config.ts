@@ -34,6 +34,7 @@ export const DEFAULTS = {
   timersMaxPayloadBytes: 64 * 1024,
   sweeperIntervalMs: 1000,
   sweeperBatch: 500,
+  sweeperFireBatch: 2000,
   sweeperUsageIntervalMs: 60_000,
   sweeperMetricsPort: 6633,
   shutdownTimeoutMs: 10_000,
@@ -74,6 +75,8 @@ export interface Config {
   sweeper: boolean;
   sweeperIntervalMs: number;
   sweeperBatch: number;
+  /** Due timers moved into the log per fire pass, cell-wide (the prune batch is per shard). */
+  sweeperFireBatch: number;
   sweeperUsageIntervalMs: number;
   sweeperMetricsPort: number;
   shutdownTimeoutMs: number;
@@ -204,6 +207,7 @@ export function loadConfig(env: Env = process.env): Config {
     sweeper: bool(env, 'QUEEN_SWEEPER', true),
     sweeperIntervalMs: int(env, 'QUEEN_SWEEPER_INTERVAL_MS', DEFAULTS.sweeperIntervalMs, 10, 3_600_000),
     sweeperBatch: int(env, 'QUEEN_SWEEPER_BATCH', DEFAULTS.sweeperBatch, 1, 100_000),
+    sweeperFireBatch: int(env, 'QUEEN_SWEEPER_FIRE_BATCH', DEFAULTS.sweeperFireBatch, 1, 100_000),
     sweeperUsageIntervalMs: int(env, 'QUEEN_SWEEPER_USAGE_INTERVAL_MS', DEFAULTS.sweeperUsageIntervalMs, 100, 86_400_000),
     sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),

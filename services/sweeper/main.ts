@@ -65,6 +65,7 @@ async function main(): Promise<void> {
     metrics,
     intervalMs: config.sweeperIntervalMs,
     batch: config.sweeperBatch,
+    fireBatch: config.sweeperFireBatch,
     usageIntervalMs: config.sweeperUsageIntervalMs,
   });
   log.info(
@@ -72,6 +73,7 @@ async function main(): Promise<void> {
       sweeperId: sweeper.id,
       intervalMs: config.sweeperIntervalMs,
       batch: config.sweeperBatch,
+      fireBatch: config.sweeperFireBatch,
       usageIntervalMs: config.sweeperUsageIntervalMs,
       shards: 64,
       shardsPerPass: DEFAULT_SHARDS_PER_PASS,
