@@ -219,3 +219,30 @@ describe('the outermost reason wins', () => {
     expect([res.status, res.body.error]).toEqual([403, 'feature_gated']);
   });
 });
+
+describe('a malformed timer call takes no rate token', () => {
+  let api: TestApi;
+  beforeAll(async () => {
+    api = await startTestApi({
+      QUEEN_KV_WRITES_PER_SEC: '1',
+      QUEEN_KV_WRITES_BURST: '2',
+      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
+    });
+  });
+  afterAll(() => api.close());
+
+  test('ten refused shapes, then the schedule and the reschedule are still admitted', async () => {
+    const id = '00000000-0000-4000-8000-000000000001';
+    for (let i = 0; i < 5; i++) {
+      expect((await call(api.url, 'POST', '/api/v1/timers', '[1]')).body.error).toBe('invalid_json');
+      expect((await call(api.url, 'POST', `/api/v1/timers/${id}/reschedule`, { delaySeconds: 5, queue: 'x' })).body.error).toBe(
+        'timers_body_conflicts_with_path',
+      );
+    }
+    const scheduled = await call(api.url, 'POST', '/api/v1/timers', { queue: 'rate-shape', payload: 1, delaySeconds: 60 });
+    expect(scheduled.status).toBe(200);
+    const moved = await call(api.url, 'POST', `/api/v1/timers/${scheduled.body.timerId}/reschedule`, { delaySeconds: 90 });
+    expect(moved.status).toBe(200);
+    expect(moved.body).toMatchObject({ rescheduled: true });
+  });
+});

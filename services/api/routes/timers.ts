@@ -42,6 +42,16 @@ function objectBody(req: Request): string {
   return text;
 }
 
+/** A reschedule's body: only the new time; anything else in it conflicts with the path's timer. */
+function rescheduleBody(req: Request): string {
+  const text = objectBody(req);
+  const stray = Object.keys(parseJson(text) as Record<string, unknown>).filter((k) => k !== 'deliverAt' && k !== 'delaySeconds');
+  if (stray.length > 0) {
+    throw new ApiError('timers_body_conflicts_with_path', `A reschedule takes only deliverAt or delaySeconds; remove ${stray.join(', ')} from the body.`);
+  }
+  return text;
+}
+
 function queryString(req: Request, name: string): string | undefined {
   const v = (req.query as Record<string, unknown>)[name];
   if (v === undefined) return undefined;
@@ -65,9 +75,12 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     }
   };
 
+  // The shape is checked before the guards, so a malformed call never takes a rate token (the
+  // caller is known first: a stranger's body is not read).
   router.post('/api/v1/timers', body, async (req, res) => {
+    tenantOf(config, req);
+    const text = objectBody(req);
     await guards.timers(req, { where: 'route', schedules: 1 }, async (tenant) => {
-      const text = objectBody(req);
       const row = await apply([tenant, text, '{"op":"schedule"}']);
       if (row.created) metrics.timersScheduled.inc();
       sendJsonText(res, 200, row.body);
@@ -106,20 +119,13 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
   });
 
   router.post('/api/v1/timers/:id/reschedule', body, async (req, res) => {
-    await guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => reschedule(req, res, tenant));
+    tenantOf(config, req);
+    const id = timerIdOf(req);
+    const text = rescheduleBody(req);
+    await guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => reschedule(res, tenant, id, text));
   });
 
-  const reschedule = async (req: Request, res: import('express').Response, tenant: string) => {
-    const id = timerIdOf(req);
-    const text = objectBody(req);
-    const parsed = parseJson(text) as Record<string, unknown>;
-    const stray = Object.keys(parsed).filter((k) => k !== 'deliverAt' && k !== 'delaySeconds');
-    if (stray.length > 0) {
-      throw new ApiError(
-        'timers_body_conflicts_with_path',
-        `A reschedule takes only deliverAt or delaySeconds; remove ${stray.join(', ')} from the body.`,
-      );
-    }
+  const reschedule = async (res: import('express').Response, tenant: string, id: string, text: string) => {
     const row = await apply([tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]);
     if (row.rescheduled) metrics.timersScheduled.inc();
     sendJsonText(res, 200, row.body);
