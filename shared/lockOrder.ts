@@ -7,17 +7,11 @@
 //                  ascending order (log_apply_v1)
 // Within a space, the SQL procedure that owns it sorts its own rows. The sweeper's fire takes
 // timers, then partitions (queen.log_push_v1), which is this order too.
-// Two ways through it: `inLockOrder` (steps that are TypeScript, several round trips in one
-// transaction) and `lockOrderedStatement` (steps that are SQL expressions, one statement: what the
-// transaction wire uses, because its commit is the hot path).
-import type { Pool, PoolClient } from 'pg';
+// The transaction wire goes through it with `lockOrderedStatement`: its steps are SQL expressions
+// chained in one statement, because its commit is the hot path.
 
 export const LOCK_SPACES = ['kv', 'timers', 'partitions'] as const;
 export type LockSpace = (typeof LOCK_SPACES)[number];
-
-/** What a transaction does in one lock space; absent when it does not touch that space. */
-export type LockStep<T> = (client: PoolClient) => Promise<T>;
-export type LockSteps<T> = Partial<Record<LockSpace, LockStep<T>>>;
 
 export interface NamedStatement {
   name: string;
@@ -49,34 +43,4 @@ export function lockOrderedStatement(prefix: string, args: string, exprs: Partia
       `WITH a AS MATERIALIZED (SELECT ${args}),\n  ${ctes.join(',\n  ')}\n` +
       `SELECT ${present.map((space) => `s_${space}.r::text AS ${space}`).join(', ')} FROM ${present.map((space) => `s_${space}`).join(', ')}`,
   };
-}
-
-/**
- * Runs `steps` in one PostgreSQL transaction on a client of `pool`, in lock order whatever order the
- * caller wrote them in, and commits; any throw rolls everything back and is rethrown. Answers each
- * space's result by name.
- */
-export async function inLockOrder<T>(pool: Pool, steps: LockSteps<T>): Promise<Partial<Record<LockSpace, T>>> {
-  const client = await pool.connect();
-  const results: Partial<Record<LockSpace, T>> = {};
-  let broken = false;
-  try {
-    await client.query('BEGIN');
-    for (const space of LOCK_SPACES) {
-      const step = steps[space];
-      if (step) results[space] = await step(client);
-    }
-    await client.query('COMMIT');
-    return results;
-  } catch (err) {
-    try {
-      await client.query('ROLLBACK');
-    } catch {
-      // The connection itself failed: do not hand it back to the pool.
-      broken = true;
-    }
-    throw err;
-  } finally {
-    client.release(broken);
-  }
 }

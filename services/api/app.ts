@@ -10,12 +10,21 @@ import { errorHandler, notFound } from './http';
 import { kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { systemRoutes } from './routes/system';
-import type { OpsHandles } from './server';
+import type { Guards } from './guards';
+import type { Switches } from './switches';
+import type { TenantBook } from './tenantBook';
 import { requestLog } from './requestLog';
 import { ApiError } from '../../shared/errors';
 import { logRoutes, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
 import { timerRoutes } from './routes/timers';
+
+/** The operator machinery of one worker: switches, the grant/usage copy, the admission guards. */
+export interface OpsHandles {
+  switches: Switches;
+  book: TenantBook;
+  guards: Guards;
+}
 
 export interface AppDeps {
   config: Config;

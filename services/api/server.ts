@@ -10,20 +10,13 @@ import { createPools, Pools, PoolSizes } from '../../shared/db';
 import { ApiError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
-import { createApp } from './app';
+import { createApp, OpsHandles } from './app';
 import { BodyBudget } from './bodyBudget';
 import { workerMetricsSource } from './clusterMetrics';
 import { Guards } from './guards';
 import { sendError } from './http';
 import { Switches } from './switches';
 import { TenantBook } from './tenantBook';
-
-/** The operator machinery of one worker: switches, the grant/usage copy, the admission guards. */
-export interface OpsHandles {
-  switches: Switches;
-  book: TenantBook;
-  guards: Guards;
-}
 
 export interface ApiServer {
   url: string;
