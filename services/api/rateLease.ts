@@ -195,7 +195,11 @@ export class LeaseLimiter implements Admission {
       short.forEach((h, i) => {
         const g = grants[i];
         if (!g) return;
-        // The lease expires a second after its oldest token came: no token stays here longer.
+        // The lease expires a second after its oldest token came: no token stays here longer. Tokens
+        // already past their time go back first, so the fresh grant does not inherit their expiry
+        // (a fraction of a token left over, expired before the answer came, took the new grant back
+        // with it, and the call that asked was refused though the bucket had paid it).
+        if (h.l.tokens > 0 && h.l.expires <= at) this.giveBack(tenant, h.scope, h.l);
         if (g.granted > 0 && h.l.tokens <= 0) h.l.expires = at + LEASE_TTL_MS;
         h.l.tokens += g.granted;
         h.l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
