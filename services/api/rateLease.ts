@@ -195,14 +195,17 @@ export class LeaseLimiter implements Admission {
       short.forEach((h, i) => {
         const g = grants[i];
         if (!g) return;
+        // The lease as the map holds it now: an empty one may have been forgotten (returnExpired)
+        // while the ask was out, and a grant written into that orphan was lost: the call that asked
+        // found an empty lease and was refused 429 with the bucket full (test/ops/rateCell.test.ts,
+        // 'arriving together', 3 runs in 3 on a loaded machine).
+        const l = this.lease(tenant, h.scope);
         // The lease expires a second after its oldest token came: no token stays here longer. Tokens
-        // already past their time go back first, so the fresh grant does not inherit their expiry
-        // (a fraction of a token left over, expired before the answer came, took the new grant back
-        // with it, and the call that asked was refused though the bucket had paid it).
-        if (h.l.tokens > 0 && h.l.expires <= at) this.giveBack(tenant, h.scope, h.l);
-        if (g.granted > 0 && h.l.tokens <= 0) h.l.expires = at + LEASE_TTL_MS;
-        h.l.tokens += g.granted;
-        h.l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
+        // already past their time go back first, so the fresh grant does not inherit their expiry.
+        if (l.tokens > 0 && l.expires <= at) this.giveBack(tenant, h.scope, l);
+        if (g.granted > 0 && l.tokens <= 0) l.expires = at + LEASE_TTL_MS;
+        l.tokens += g.granted;
+        l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
       });
       return true;
     });
