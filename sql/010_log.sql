@@ -71,6 +71,18 @@ BEGIN
   PERFORM set_config('lock_timeout', v_lock_timeout, true);
 END $$;
 
+-- Queen's two options that hold delivery back, per queue (POST /api/v1/configure): a message is
+-- not delivered until it is delayed_processing seconds old, and a partition not until its newest
+-- message is window_buffer seconds old (the partition has been quiet that long). Both are read by
+-- the pop (queen.log_pop_v1), so a change applies to the messages already waiting too, as on
+-- Queen's server. A table of its own, beside queues, so no boot alters an existing table; a row
+-- only for a queue that was configured with either option.
+CREATE TABLE IF NOT EXISTS queen.queue_delays (
+  queue_id           UUID PRIMARY KEY REFERENCES queen.queues (id) ON DELETE CASCADE,
+  delayed_processing INTEGER NOT NULL DEFAULT 0 CHECK (delayed_processing BETWEEN 0 AND 86400),
+  window_buffer      INTEGER NOT NULL DEFAULT 0 CHECK (window_buffer BETWEEN 0 AND 86400)
+);
+
 CREATE TABLE IF NOT EXISTS queen.partitions (
   id         UUID PRIMARY KEY DEFAULT gen_random_uuid(),
   queue_id   UUID NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,

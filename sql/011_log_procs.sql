@@ -240,8 +240,9 @@ END $$;
 
 -- POST /api/v1/configure: {queue, namespace?, task?, options: {...}} as Queen's client sends it.
 -- Creates the queue when new; an omitted option keeps its current value (its default on a new queue).
--- The options the cell implements: leaseTime, retryLimit. Queen's other options are accepted only at
--- the value that means what the cell does (priority 0, no delay, no window, no size cap, no
+-- The options the cell implements: leaseTime, retryLimit, delayedProcessing, windowBuffer (the last
+-- two in queen.queue_delays, read by the pop). Queen's other options are accepted only at
+-- the value that means what the cell does (priority 0, no size cap, no
 -- retention, no TTL, no encryption, immediate redelivery, dead letter after retryLimit), so a client
 -- sending its defaults works; any other value, and any unknown key, is 400 unsupported naming it,
 -- never a success that behaves differently. The answer is Queen's ({configured, queueId, queue,
@@ -259,6 +260,9 @@ DECLARE
   v_lease INT;
   v_retry INT;
   v_row queen.queues;
+  v_delay INT;
+  v_window INT;
+  v_delays queen.queue_delays;
 BEGIN
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
@@ -278,7 +282,7 @@ BEGIN
     END IF;
   END LOOP;
   FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit');
+    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer');
     IF NOT v_neutral ? v_key THEN
       PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
     END IF;
@@ -303,14 +307,33 @@ BEGIN
     END IF;
     v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
+  FOREACH v_key IN ARRAY ARRAY['delayedProcessing', 'windowBuffer'] LOOP
+    CONTINUE WHEN NOT v_options ? v_key;
+    IF jsonb_typeof(v_options->v_key) <> 'number' OR (v_options->>v_key)::numeric NOT BETWEEN 0 AND 86400
+       OR (v_options->>v_key)::numeric <> trunc((v_options->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('log_invalid_options', format('options.%s is a whole number of seconds from 0 to 86400.', v_key), NULL);
+    END IF;
+  END LOOP;
+  v_delay := (v_options->>'delayedProcessing')::numeric::int;
+  v_window := (v_options->>'windowBuffer')::numeric::int;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
   VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
                                    retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
   RETURNING * INTO v_row;
+  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
+                                         window_buffer = coalesce(v_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
   RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
     'namespace', '', 'task', '',
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
 END $$;
 
 -- A lease that expired with messages still unsettled: settles it for the group, under the
@@ -388,6 +411,10 @@ DECLARE
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
   v_lapsed BOOLEAN;
+  v_delay INT := 0;
+  v_window INT := 0;
+  v_due_by TIMESTAMPTZ := 'infinity';
+  v_quiet_by TIMESTAMPTZ := 'infinity';
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
@@ -417,6 +444,14 @@ BEGIN
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
+  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
+  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
+  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
+  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
+  -- finished, and a message is never deleted but with its queue) is due.
+  SELECT d.delayed_processing, d.window_buffer INTO v_delay, v_window FROM queen.queue_delays d WHERE d.queue_id = v_queue.id;
+  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
+  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   LOOP
     SELECT c.* INTO v_pc
       FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
@@ -424,6 +459,10 @@ BEGIN
        AND c.consumer_group = v_group
        AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
        AND p.last_seq > c.cursor_seq
+       AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+             WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+       AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+             WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
      ORDER BY c.last_leased_at NULLS FIRST, p.name
      LIMIT 1
      FOR UPDATE OF c SKIP LOCKED;
@@ -439,12 +478,23 @@ BEGIN
        WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
     END IF;
 
-    -- Past the cursor, minus what was finished ahead of it.
-    SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-      SELECT m.seq FROM queen.messages m
-       WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-       ORDER BY m.seq LIMIT p_batch
-    ) s;
+    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
+    -- not yet due.
+    IF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
     EXIT WHEN v_seqs IS NOT NULL;
     -- The lapse dead-lettered the partition's last messages: another partition may have some. The
     -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).

@@ -51,8 +51,7 @@ describe('configure', () => {
 
   test.each([
     ['priority', { priority: 5 }, 'options.priority'],
-    ['delayedProcessing', { delayedProcessing: 2 }, 'options.delayedProcessing'],
-    ['windowBuffer', { windowBuffer: 2 }, 'options.windowBuffer'],
+    ['retryDelay', { retryDelay: 1000 }, 'options.retryDelay'],
     ['encryption', { encryptionEnabled: true }, 'options.encryptionEnabled'],
     ['an unknown key', { colour: 'blue' }, 'options.colour'],
   ])('an option the cell does not implement is 400 unsupported naming it: %s', async (_name, options, named) => {
