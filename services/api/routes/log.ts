@@ -245,6 +245,8 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
 }
 
 const PUSH = '/api/v1/push';
+/** The route pushRoute answers (app.ts `routes()`). */
+export const PUSH_ROUTES: ReadonlyArray<{ method: string; path: string }> = [{ method: 'POST', path: PUSH }];
 
 /** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
 export function refuseTraceIds(items: unknown[]): void {
