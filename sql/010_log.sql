@@ -142,6 +142,28 @@ BEGIN
   END IF;
 END $$;
 
+-- A pop of several partitions (Queen's `partitions` above 1) hands out one lease id for all of them,
+-- the shared id; each partition keeps its own lease (lease_id above stays unique per row). Here, per
+-- (partition, group), the shared id its current lease was handed out under: an ack or a lease extend
+-- naming the shared id reaches the row whose lease is still `lease_id`. One row per
+-- partition_consumers row at most (the next shared pop of it overwrites it), so it is bounded; a row
+-- whose lease has since ended matches nothing.
+CREATE TABLE IF NOT EXISTS queen.shared_leases (
+  partition_id   UUID NOT NULL,
+  consumer_group TEXT COLLATE "C" NOT NULL,
+  shared_id      UUID NOT NULL,
+  lease_id       UUID NOT NULL,
+  PRIMARY KEY (partition_id, consumer_group),
+  FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers (partition_id, consumer_group) ON DELETE CASCADE
+);
+
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_shared_leases_shared_id') IS NULL THEN
+    CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases (shared_id);
+  END IF;
+END $$;
+
 -- Per message and group: how many failed deliveries it took (`failed` acks and expired leases that
 -- held it unacked), and the dead-letter marker. A row exists only for messages that failed at least once.
 CREATE TABLE IF NOT EXISTS queen.message_failures (

@@ -12,6 +12,7 @@ TABLE partition_consumers
 TABLE partitions
 TABLE queue_delays
 TABLE queues
+TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
 
@@ -98,6 +99,10 @@ COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
+COLUMN shared_leases.partition_id uuid NOT NULL
+COLUMN shared_leases.consumer_group text COLLATE "C" NOT NULL
+COLUMN shared_leases.shared_id uuid NOT NULL
+COLUMN shared_leases.lease_id uuid NOT NULL
 COLUMN sweeper_shards.shard smallint NOT NULL
 COLUMN sweeper_shards.last_swept_at timestamp with time zone
 COLUMN sweeper_shards.swept_by text
@@ -132,6 +137,8 @@ CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
+CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
+CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
 CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
@@ -144,6 +151,7 @@ CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_i
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
 CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
+CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_rate_bucket_pkey ON queen.kv_rate_bucket USING btree (tenant, scope)
@@ -160,6 +168,7 @@ CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree
 CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
+CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 
@@ -1179,7 +1188,9 @@ BEGIN
       v_reason := 'already_acked';
     ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
       v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id THEN
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
+            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
       v_reason := 'lease_expired';
     ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
       v_reason := 'not_leased';
@@ -1591,6 +1602,21 @@ BEGIN
                   WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
   RETURNING c.lease_expires_at INTO v_expires;
   IF v_expires IS NULL THEN
+    -- The shared id of a pop of several partitions: every live lease handed out under it.
+    WITH extended AS (
+      UPDATE queen.partition_consumers c
+         SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+               SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+             updated_at = v_now
+        FROM queen.shared_leases s
+       WHERE s.shared_id = p_lease::uuid AND c.partition_id = s.partition_id AND c.consumer_group = s.consumer_group
+         AND c.lease_id = s.lease_id AND c.lease_expires_at > v_now
+         AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                      WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+      RETURNING c.lease_expires_at)
+    SELECT min(e.lease_expires_at) INTO v_expires FROM extended e;
+  END IF;
+  IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
   RETURN jsonb_build_object('ok', true, 'success', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
@@ -1707,6 +1733,39 @@ CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
 AS $function$
   SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
 $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB;
+  v_got JSONB;
+  v_left INT := p_batch;
+  v_shared UUID;
+BEGIN
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
+  END IF;
+  v_out := queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch);
+  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
+  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
+  v_left := p_batch - jsonb_array_length(v_out);
+  FOR v_turn IN 2..p_partitions LOOP
+    EXIT WHEN v_left <= 0;
+    v_got := queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left);
+    EXIT WHEN jsonb_array_length(v_got) = 0;
+    v_out := v_out || v_got;
+    v_left := v_left - jsonb_array_length(v_got);
+  END LOOP;
+  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
+  v_shared := gen_random_uuid();
+  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
+  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
+  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
+  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
+            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
  LANGUAGE sql

@@ -121,7 +121,6 @@ describe('pop', () => {
     ['autoAck=true', 'autoAck'],
     ['subscriptionMode=latest', 'subscriptionMode'],
     ['subscriptionFrom=2026-01-01T00:00:00Z', 'subscriptionFrom'],
-    ['partitions=3', 'partitions'],
     ['namespace=billing', 'namespace'],
   ])('%s is 400 unsupported naming it', async (param, named) => {
     const res = await call(api.url, 'GET', `/api/v1/pop/queue/qw-pop-refused?batch=1&wait=false&consumerGroup=g&${param}`);
