@@ -1785,6 +1785,7 @@ DECLARE
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
   v_lapsed BOOLEAN;
+  v_found RECORD;
   v_delay INT := 0;
   v_window INT := 0;
   v_due_by TIMESTAMPTZ := 'infinity';
@@ -1803,8 +1804,14 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  SELECT * INTO v_queue FROM queen.queues WHERE tenant_id = p_tenant AND name = p_queue;
-  IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  -- The queue and its delays (queen.queue_delays, below), in one statement.
+  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer INTO v_found
+    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  v_queue := v_found.queue;
+  v_delay := v_found.delay;
+  v_window := v_found.window_buffer;
   IF p_partition IS NOT NULL THEN
     SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
@@ -1823,23 +1830,36 @@ BEGIN
   -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
   -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
   -- finished, and a message is never deleted but with its queue) is due.
-  SELECT d.delayed_processing, d.window_buffer INTO v_delay, v_window FROM queen.queue_delays d WHERE d.queue_id = v_queue.id;
   IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
   IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   LOOP
-    SELECT c.* INTO v_pc
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-       AND c.consumer_group = v_group
-       AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-       AND p.last_seq > c.cursor_seq
-       AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-       AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-     ORDER BY c.last_leased_at NULLS FIRST, p.name
-     LIMIT 1
-     FOR UPDATE OF c SKIP LOCKED;
+    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
+    -- keeps the plan it had before they existed.
+    IF v_delay = 0 AND v_window = 0 THEN
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSE
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    END IF;
     IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
 
     -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
