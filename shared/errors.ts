@@ -79,6 +79,7 @@ const STATUS: Record<string, number> = {
   log_invalid_retry_limit: 400,
   log_invalid_consumer_group: 400,
   log_invalid_batch: 400,
+  log_invalid_partitions: 400,
   log_invalid_wait: 400,
   log_invalid_timeout: 400,
   log_invalid_ack: 400,

@@ -71,6 +71,18 @@ BEGIN
   PERFORM set_config('lock_timeout', v_lock_timeout, true);
 END $$;
 
+-- Queen's two options that hold delivery back, per queue (POST /api/v1/configure): a message is
+-- not delivered until it is delayed_processing seconds old, and a partition not until its newest
+-- message is window_buffer seconds old (the partition has been quiet that long). Both are read by
+-- the pop (queen.log_pop_v1), so a change applies to the messages already waiting too, as on
+-- Queen's server. A table of its own, beside queues, so no boot alters an existing table; a row
+-- only for a queue that was configured with either option.
+CREATE TABLE IF NOT EXISTS queen.queue_delays (
+  queue_id           UUID PRIMARY KEY REFERENCES queen.queues (id) ON DELETE CASCADE,
+  delayed_processing INTEGER NOT NULL DEFAULT 0 CHECK (delayed_processing BETWEEN 0 AND 86400),
+  window_buffer      INTEGER NOT NULL DEFAULT 0 CHECK (window_buffer BETWEEN 0 AND 86400)
+);
+
 CREATE TABLE IF NOT EXISTS queen.partitions (
   id         UUID PRIMARY KEY DEFAULT gen_random_uuid(),
   queue_id   UUID NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
@@ -127,6 +139,28 @@ DO $$
 BEGIN
   IF to_regclass('queen.idx_partition_consumers_lease') IS NULL THEN
     CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers (lease_id) WHERE lease_id IS NOT NULL;
+  END IF;
+END $$;
+
+-- A pop of several partitions (Queen's `partitions` above 1) hands out one lease id for all of them,
+-- the shared id; each partition keeps its own lease (lease_id above stays unique per row). Here, per
+-- (partition, group), the shared id its current lease was handed out under: an ack or a lease extend
+-- naming the shared id reaches the row whose lease is still `lease_id`. One row per
+-- partition_consumers row at most (the next shared pop of it overwrites it), so it is bounded; a row
+-- whose lease has since ended matches nothing.
+CREATE TABLE IF NOT EXISTS queen.shared_leases (
+  partition_id   UUID NOT NULL,
+  consumer_group TEXT COLLATE "C" NOT NULL,
+  shared_id      UUID NOT NULL,
+  lease_id       UUID NOT NULL,
+  PRIMARY KEY (partition_id, consumer_group),
+  FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers (partition_id, consumer_group) ON DELETE CASCADE
+);
+
+DO $$
+BEGIN
+  IF to_regclass('queen.idx_shared_leases_shared_id') IS NULL THEN
+    CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases (shared_id);
   END IF;
 END $$;
 

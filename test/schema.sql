@@ -10,7 +10,9 @@ TABLE message_failures
 TABLE messages
 TABLE partition_consumers
 TABLE partitions
+TABLE queue_delays
 TABLE queues
+TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
 
@@ -87,6 +89,9 @@ COLUMN partitions.queue_id uuid NOT NULL
 COLUMN partitions.name text COLLATE "C" NOT NULL
 COLUMN partitions.last_seq bigint NOT NULL DEFAULT 0
 COLUMN partitions.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN queue_delays.queue_id uuid NOT NULL
+COLUMN queue_delays.delayed_processing integer NOT NULL DEFAULT 0
+COLUMN queue_delays.window_buffer integer NOT NULL DEFAULT 0
 COLUMN queues.id uuid NOT NULL DEFAULT gen_random_uuid()
 COLUMN queues.name text COLLATE "C" NOT NULL
 COLUMN queues.lease_time integer NOT NULL DEFAULT 300
@@ -94,6 +99,10 @@ COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
+COLUMN shared_leases.partition_id uuid NOT NULL
+COLUMN shared_leases.consumer_group text COLLATE "C" NOT NULL
+COLUMN shared_leases.shared_id uuid NOT NULL
+COLUMN shared_leases.lease_id uuid NOT NULL
 COLUMN sweeper_shards.shard smallint NOT NULL
 COLUMN sweeper_shards.last_swept_at timestamp with time zone
 COLUMN sweeper_shards.swept_by text
@@ -120,10 +129,16 @@ CONSTRAINT partition_consumers.partition_consumers_pkey PRIMARY KEY (partition_i
 CONSTRAINT partitions.partitions_pkey PRIMARY KEY (id)
 CONSTRAINT partitions.partitions_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
 CONSTRAINT partitions.partitions_queue_id_name_key UNIQUE (queue_id, name)
+CONSTRAINT queue_delays.queue_delays_delayed_processing_check CHECK (((delayed_processing >= 0) AND (delayed_processing <= 86400)))
+CONSTRAINT queue_delays.queue_delays_pkey PRIMARY KEY (queue_id)
+CONSTRAINT queue_delays.queue_delays_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
+CONSTRAINT queue_delays.queue_delays_window_buffer_check CHECK (((window_buffer >= 0) AND (window_buffer <= 86400)))
 CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
+CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
+CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
 CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
@@ -136,6 +151,7 @@ CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_i
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
 CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
+CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_rate_bucket_pkey ON queen.kv_rate_bucket USING btree (tenant, scope)
@@ -149,8 +165,10 @@ CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, s
 CREATE UNIQUE INDEX partition_consumers_pkey ON queen.partition_consumers USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
 CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
+CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
+CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 
@@ -1170,7 +1188,9 @@ BEGIN
       v_reason := 'already_acked';
     ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
       v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id THEN
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
+            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
       v_reason := 'lease_expired';
     ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
       v_reason := 'not_leased';
@@ -1410,6 +1430,9 @@ DECLARE
   v_lease INT;
   v_retry INT;
   v_row queen.queues;
+  v_delay INT;
+  v_window INT;
+  v_delays queen.queue_delays;
 BEGIN
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
@@ -1429,7 +1452,7 @@ BEGIN
     END IF;
   END LOOP;
   FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit');
+    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer');
     IF NOT v_neutral ? v_key THEN
       PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
     END IF;
@@ -1454,14 +1477,33 @@ BEGIN
     END IF;
     v_retry := (v_options->>'retryLimit')::numeric::int;
   END IF;
+  FOREACH v_key IN ARRAY ARRAY['delayedProcessing', 'windowBuffer'] LOOP
+    CONTINUE WHEN NOT v_options ? v_key;
+    IF jsonb_typeof(v_options->v_key) <> 'number' OR (v_options->>v_key)::numeric NOT BETWEEN 0 AND 86400
+       OR (v_options->>v_key)::numeric <> trunc((v_options->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('log_invalid_options', format('options.%s is a whole number of seconds from 0 to 86400.', v_key), NULL);
+    END IF;
+  END LOOP;
+  v_delay := (v_options->>'delayedProcessing')::numeric::int;
+  v_window := (v_options->>'windowBuffer')::numeric::int;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
   VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
                                    retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
   RETURNING * INTO v_row;
+  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
+                                         window_buffer = coalesce(v_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
   RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
     'namespace', '', 'task', '',
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit));
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
  RETURNS jsonb
@@ -1559,6 +1601,21 @@ BEGIN
      AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
                   WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
   RETURNING c.lease_expires_at INTO v_expires;
+  IF v_expires IS NULL THEN
+    -- The shared id of a pop of several partitions: every live lease handed out under it.
+    WITH extended AS (
+      UPDATE queen.partition_consumers c
+         SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+               SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+             updated_at = v_now
+        FROM queen.shared_leases s
+       WHERE s.shared_id = p_lease::uuid AND c.partition_id = s.partition_id AND c.consumer_group = s.consumer_group
+         AND c.lease_id = s.lease_id AND c.lease_expires_at > v_now
+         AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                      WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+      RETURNING c.lease_expires_at)
+    SELECT min(e.lease_expires_at) INTO v_expires FROM extended e;
+  END IF;
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
@@ -1676,6 +1733,39 @@ CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
 AS $function$
   SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
 $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB;
+  v_got JSONB;
+  v_left INT := p_batch;
+  v_shared UUID;
+BEGIN
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
+  END IF;
+  v_out := queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch);
+  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
+  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
+  v_left := p_batch - jsonb_array_length(v_out);
+  FOR v_turn IN 2..p_partitions LOOP
+    EXIT WHEN v_left <= 0;
+    v_got := queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left);
+    EXIT WHEN jsonb_array_length(v_got) = 0;
+    v_out := v_out || v_got;
+    v_left := v_left - jsonb_array_length(v_got);
+  END LOOP;
+  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
+  v_shared := gen_random_uuid();
+  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
+  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
+  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
+  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
+            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
  LANGUAGE sql
@@ -1695,6 +1785,11 @@ DECLARE
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
   v_lapsed BOOLEAN;
+  v_found RECORD;
+  v_delay INT := 0;
+  v_window INT := 0;
+  v_due_by TIMESTAMPTZ := 'infinity';
+  v_quiet_by TIMESTAMPTZ := 'infinity';
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
@@ -1709,8 +1804,14 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  SELECT * INTO v_queue FROM queen.queues WHERE tenant_id = p_tenant AND name = p_queue;
-  IF v_queue.id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  -- The queue and its delays (queen.queue_delays, below), in one statement.
+  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer INTO v_found
+    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  v_queue := v_found.queue;
+  v_delay := v_found.delay;
+  v_window := v_found.window_buffer;
   IF p_partition IS NOT NULL THEN
     SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
@@ -1724,16 +1825,41 @@ BEGIN
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
+  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
+  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
+  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
+  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
+  -- finished, and a message is never deleted but with its queue) is due.
+  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
+  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   LOOP
-    SELECT c.* INTO v_pc
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-       AND c.consumer_group = v_group
-       AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-       AND p.last_seq > c.cursor_seq
-     ORDER BY c.last_leased_at NULLS FIRST, p.name
-     LIMIT 1
-     FOR UPDATE OF c SKIP LOCKED;
+    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
+    -- keeps the plan it had before they existed.
+    IF v_delay = 0 AND v_window = 0 THEN
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSE
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    END IF;
     IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
 
     -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
@@ -1746,12 +1872,23 @@ BEGIN
        WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
     END IF;
 
-    -- Past the cursor, minus what was finished ahead of it.
-    SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-      SELECT m.seq FROM queen.messages m
-       WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-       ORDER BY m.seq LIMIT p_batch
-    ) s;
+    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
+    -- not yet due.
+    IF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
     EXIT WHEN v_seqs IS NOT NULL;
     -- The lapse dead-lettered the partition's last messages: another partition may have some. The
     -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).

@@ -7,7 +7,7 @@ import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
-import { kvRoutes } from './routes/kv';
+import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { systemRoutes } from './routes/system';
 import type { Guards } from './guards';
@@ -15,7 +15,7 @@ import type { Switches } from './switches';
 import type { TenantBook } from './tenantBook';
 import { requestLog } from './requestLog';
 import { ApiError } from '../../shared/errors';
-import { logRoutes, pushRoute } from './routes/log';
+import { logRoutes, PUSH_ROUTES, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
 import { timerRoutes } from './routes/timers';
 
@@ -47,6 +47,8 @@ export interface App {
   ServerResponse: typeof ServerResponse;
   /** Called by the server's close before it waits for requests in flight: long polls answer now. */
   close(): Promise<void>;
+  /** Every route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it). */
+  routes(): Array<{ method: string; path: string }>;
 }
 
 export function createApp(deps: AppDeps): App {
@@ -85,8 +87,33 @@ export function createApp(deps: AppDeps): App {
       app(req, res);
     },
     close: () => logSurface.close(),
+    routes: () => [...KV_ROUTES, ...PUSH_ROUTES, ...expressRoutes(app)],
     ...expressShaped(app, deps.bodyChunk),
   };
+}
+
+interface RouterLayer {
+  route?: { path: string | string[]; methods: Record<string, boolean> };
+  handle?: { stack?: RouterLayer[] };
+}
+
+/** The routes registered on the Express app, from its router stack (routers mounted at the root). */
+function expressRoutes(app: Express): Array<{ method: string; path: string }> {
+  const found: Array<{ method: string; path: string }> = [];
+  const walk = (stack: RouterLayer[]) => {
+    for (const layer of stack) {
+      if (layer.route) {
+        const paths = Array.isArray(layer.route.path) ? layer.route.path : [layer.route.path];
+        for (const path of paths) {
+          for (const [method, on] of Object.entries(layer.route.methods)) if (on) found.push({ method: method.toUpperCase(), path });
+        }
+      } else if (layer.handle?.stack) {
+        walk(layer.handle.stack);
+      }
+    }
+  };
+  walk((app as unknown as { router: { stack: RouterLayer[] } }).router.stack);
+  return found;
 }
 
 /**

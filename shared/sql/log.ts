@@ -29,14 +29,18 @@ export const LOG_PUSH_COALESCED = {
 };
 
 /**
- * GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch. Beside the
- * messages, what Queen's answer names at its top level: the partition and lease they came from.
+ * GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch, $6 partitions
+ * (Queen's: how many partitions one pop may lease). Beside the messages, what Queen's answer names at
+ * its top level: the (first) partition and the lease they came from, and how many partitions.
  */
 export const LOG_POP = {
-  name: 'log_pop_v2',
+  name: 'log_pop_v3',
+  // One partition (the common pop) goes straight to queen.log_pop_v1: a plpgsql call less per pop.
   text: `SELECT r::text AS messages, r -> 0 ->> 'partition' AS partition, r -> 0 ->> 'partitionId' AS partition_id,
-                r -> 0 ->> 'leaseId' AS lease_id
-           FROM (SELECT queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int) AS r OFFSET 0) s`,
+                r -> 0 ->> 'leaseId' AS lease_id,
+                CASE WHEN $6::int = 1 THEN 1 ELSE (SELECT count(DISTINCT e ->> 'partitionId') FROM jsonb_array_elements(r) e)::int END AS partitions
+           FROM (SELECT CASE WHEN $6::int = 1 THEN queen.log_pop_v1($1::uuid, $2::text, $3::text, $4::text, $5::int)
+                             ELSE queen.log_pop_many_v1($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::int) END AS r OFFSET 0) s`,
 };
 
 /** Before a pop with subscriptionMode=new: $2 queue, $3 partition (NULL: all), $4 the group. */

@@ -51,8 +51,7 @@ describe('configure', () => {
 
   test.each([
     ['priority', { priority: 5 }, 'options.priority'],
-    ['delayedProcessing', { delayedProcessing: 2 }, 'options.delayedProcessing'],
-    ['windowBuffer', { windowBuffer: 2 }, 'options.windowBuffer'],
+    ['retryDelay', { retryDelay: 1000 }, 'options.retryDelay'],
     ['encryption', { encryptionEnabled: true }, 'options.encryptionEnabled'],
     ['an unknown key', { colour: 'blue' }, 'options.colour'],
   ])('an option the cell does not implement is 400 unsupported naming it: %s', async (_name, options, named) => {
@@ -122,7 +121,6 @@ describe('pop', () => {
     ['autoAck=true', 'autoAck'],
     ['subscriptionMode=latest', 'subscriptionMode'],
     ['subscriptionFrom=2026-01-01T00:00:00Z', 'subscriptionFrom'],
-    ['partitions=3', 'partitions'],
     ['namespace=billing', 'namespace'],
   ])('%s is 400 unsupported naming it', async (param, named) => {
     const res = await call(api.url, 'GET', `/api/v1/pop/queue/qw-pop-refused?batch=1&wait=false&consumerGroup=g&${param}`);

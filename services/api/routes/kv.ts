@@ -36,6 +36,12 @@ const BATCH = '/api/v1/kv';
 const PATH = '/api/v1/kv/';
 const PATH_CALLS: Record<string, Call | undefined> = { GET: 'get', HEAD: 'get', PUT: 'put', DELETE: 'delete' };
 
+/** The routes this listener answers (app.ts `routes()`), from the constants that route them. */
+export const KV_ROUTES: ReadonlyArray<{ method: string; path: string }> = [
+  { method: 'POST', path: BATCH },
+  ...Object.keys(PATH_CALLS).map((method) => ({ method, path: `${PATH}:ns/*key` })),
+];
+
 /** Which KV call a request is, or undefined when it is not one (Express answers it: 404 not_found). */
 function routeOf(method: string | undefined, path: string): Route | undefined {
   if (path === BATCH || path === PATH) return method === 'POST' ? { call: 'batch', ns: '', key: '' } : undefined;

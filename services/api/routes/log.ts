@@ -58,7 +58,7 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
 /**
  * Queen's pop parameters the cell does not implement, refused by name rather than ignored (an
  * ignored one changes delivery): server-side autoAck, a subscription starting at a timestamp,
- * multi-partition pop, pop by namespace or task. Their neutral values pass, so a Queen client
+ * pop by namespace or task. Their neutral values pass, so a Queen client
  * sending its defaults works. True when the pop asks a new group to start at the end
  * (subscriptionMode new / new-only, subscriptionFrom now).
  */
@@ -74,10 +74,6 @@ function refuseUnsupportedPop(req: Request): boolean {
   const from = queryString(req, 'subscriptionFrom');
   if (from !== undefined && from !== '' && from !== 'now') {
     throw new ApiError('unsupported', 'subscriptionFrom: now, or leave it out; a starting timestamp is not implemented.');
-  }
-  const partitions = queryString(req, 'partitions');
-  if (partitions !== undefined && partitions !== '' && partitions !== '1') {
-    throw new ApiError('unsupported', 'partitions: a pop leases one partition; multi-partition pop is not implemented.');
   }
   for (const name of ['namespace', 'task']) {
     const v = queryString(req, name);
@@ -118,6 +114,8 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
       queryString(req, 'timeout'), POP_DEFAULTS.timeoutMs, 0, POP_DEFAULTS.maxTimeoutMs, 'log_invalid_timeout', 'timeout (milliseconds)',
     );
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
+    // Queen's multi-partition pop: up to this many partitions under one lease id, `batch` messages in all.
+    const partitions = wholeNumber(queryString(req, 'partitions'), 1, 1, POP_DEFAULTS.maxBatch, 'log_invalid_partitions', 'partitions');
     const fromNow = refuseUnsupportedPop(req);
     refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
@@ -131,7 +129,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
-          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size] });
+          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] });
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
@@ -157,7 +155,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
           // Queen's answer: the partition and lease at the top, then the messages (each names its own).
           const top = {
             success: true, queue: params.queue, partition: rows[0].partition, partitionId: rows[0].partition_id,
-            leaseId: rows[0].lease_id, consumerGroup: group, partitionsClaimed: 1,
+            leaseId: rows[0].lease_id, consumerGroup: group, partitionsClaimed: rows[0].partitions,
           };
           return sendJsonText(res, 200, `${JSON.stringify(top).slice(0, -1)},"messages":${messages}}`);
         }
@@ -245,6 +243,8 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
 }
 
 const PUSH = '/api/v1/push';
+/** The route pushRoute answers (app.ts `routes()`). */
+export const PUSH_ROUTES: ReadonlyArray<{ method: string; path: string }> = [{ method: 'POST', path: PUSH }];
 
 /** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
 export function refuseTraceIds(items: unknown[]): void {

@@ -1,0 +1,233 @@
+// docs/openapi.yaml cannot drift from the API: it names every route the app serves and no other, only
+// error codes of shared/errors.ts (each under the status the table gives it), and the answers the
+// cell really gives match its schemas (test/support/jsonSchema.ts validates the subset it uses).
+import fs from 'node:fs';
+import path from 'node:path';
+import { parse } from 'yaml';
+import { createApp } from '../../services/api/app';
+import { errorCodes, statusOf } from '../../shared/errors';
+import { createLogger } from '../../shared/log';
+import { call, JsonResponse, startTestApi, TestApi } from '../support/api';
+import { KEYWORDS, Schema, schemasIn, validate } from '../support/jsonSchema';
+
+const ROOT = path.resolve(__dirname, '../../..');
+const doc = parse(fs.readFileSync(path.join(ROOT, 'docs/openapi.yaml'), 'utf8'));
+const METHODS = ['get', 'put', 'post', 'delete', 'head', 'patch', 'options'];
+// Inside the transaction wire a paused KV or timer schedule is 403, not its route's 503 (errors.ts).
+const OVERRIDDEN = new Map([['kv_disabled', 403], ['timers_schedule_disabled', 403]]);
+
+function deref(node: any): any {
+  while (node && typeof node === 'object' && typeof node.$ref === 'string') {
+    node = node.$ref.slice(2).split('/').reduce((at: any, part: string) => at?.[part], doc);
+  }
+  return node;
+}
+
+function operations(): Array<{ path: string; method: string; op: any }> {
+  return Object.entries(doc.paths as Record<string, any>).flatMap(([p, item]) =>
+    METHODS.filter((m) => item[m] !== undefined).map((m) => ({ path: p, method: m, op: item[m] })));
+}
+
+describe('the document', () => {
+  test('is OpenAPI 3.1 with a path, an operationId and answers for every operation; every $ref resolves', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    expect(operations().length).toBeGreaterThan(20);
+    const ids = operations().map(({ op }) => op.operationId);
+    expect(new Set(ids).size).toBe(ids.length);
+    for (const { op } of operations()) expect(Object.keys(op.responses ?? {}).length).toBeGreaterThan(0);
+    const unresolved: string[] = [];
+    const walk = (node: any) => {
+      if (Array.isArray(node)) return node.forEach(walk);
+      if (node === null || typeof node !== 'object') return;
+      if (typeof node.$ref === 'string' && deref(node) === undefined) unresolved.push(node.$ref);
+      Object.values(node).forEach(walk);
+    };
+    walk(doc);
+    expect(unresolved).toEqual([]);
+  });
+
+  test('uses no schema keyword the validator does not check', () => {
+    const unknown = new Set<string>();
+    for (const s of schemasIn(doc)) for (const k of Object.keys(s)) if (!KEYWORDS.has(k)) unknown.add(k);
+    expect([...unknown]).toEqual([]);
+  });
+
+  test('names only error codes of shared/errors.ts, each under its status, and every code but internal somewhere', () => {
+    const codes = new Map(errorCodes());
+    const problems: string[] = [];
+    const named = new Set<string>();
+    for (const { path: p, method, op } of operations()) {
+      for (const [status, response] of Object.entries(op.responses as Record<string, unknown>)) {
+        const listed: string[] = deref(response)['x-error-codes'] ?? [];
+        if (Number(status) >= 400 && listed.length === 0) problems.push(`${method} ${p} ${status}: no x-error-codes`);
+        for (const code of listed) {
+          named.add(code);
+          if (!codes.has(code)) problems.push(`${method} ${p} ${status}: ${code} is not in shared/errors.ts`);
+          else if (statusOf(code) !== Number(status) && OVERRIDDEN.get(code) !== Number(status)) {
+            problems.push(`${method} ${p}: ${code} is ${statusOf(code)}, listed under ${status}`);
+          }
+        }
+      }
+    }
+    const unnamed = [...codes.keys()].filter((c) => c !== 'internal' && !named.has(c));
+    expect({ problems, unnamed }).toEqual({ problems: [], unnamed: [] });
+  });
+});
+
+let api: TestApi;
+beforeAll(async () => {
+  api = await startTestApi();
+});
+afterAll(async () => {
+  await api.close();
+});
+
+test('names every route the app serves, and no route it does not', async () => {
+  const server = api.server;
+  const app = createApp({ config: api.config, pools: server.pools, log: createLogger('openapi-test', 'silent'), metrics: server.metrics, ops: server.ops });
+  try {
+    // Express's `:name` and `*name` are OpenAPI's `{name}`.
+    const served = new Set(app.routes().map(({ method, path: p }) => `${method} ${p.replace(/[:*](\w+)/g, '{$1}')}`));
+    const documented = new Set(operations().map(({ method, path: p }) => `${method.toUpperCase()} ${p}`));
+    expect(served.size).toBeGreaterThan(20);
+    expect({
+      undocumented: [...served].filter((r) => !documented.has(r)).sort(),
+      notServed: [...documented].filter((r) => !served.has(r)).sort(),
+    }).toEqual({ undocumented: [], notServed: [] });
+  } finally {
+    await app.close();
+  }
+});
+
+describe('live answers match the schemas', () => {
+  /** The answer against the document: its status declared for the operation, its body valid, an error's code listed there. */
+  function conforms(pathTemplate: string, method: string, res: JsonResponse): void {
+    const response = deref(doc.paths[pathTemplate]?.[method]?.responses?.[String(res.status)]);
+    expect([pathTemplate, method, res.status, response !== undefined]).toEqual([pathTemplate, method, res.status, true]);
+    const schema: Schema | undefined = response.content?.['application/json']?.schema;
+    if (schema === undefined) {
+      expect(res.text).toBe('');
+      return;
+    }
+    expect(validate(schema, res.body, doc)).toEqual([]);
+    if (res.status >= 400) expect(response['x-error-codes']).toContain(res.body.error);
+  }
+
+  test('KV: put, get (found, not found, 304), a batch, a lost required, delete, and refusals', async () => {
+    const url = api.url;
+    conforms('/api/v1/kv/{ns}/{key}', 'put', await call(url, 'PUT', '/api/v1/kv/oa/k1', { value: { a: 1 }, ttlSeconds: 60 }));
+    const got = await call(url, 'GET', '/api/v1/kv/oa/k1');
+    conforms('/api/v1/kv/{ns}/{key}', 'get', got);
+    expect(got.body.found).toBe(true);
+    conforms('/api/v1/kv/{ns}/{key}', 'get', await call(url, 'GET', '/api/v1/kv/oa/none'));
+    conforms('/api/v1/kv/{ns}/{key}', 'get', await call(url, 'GET', '/api/v1/kv/oa/k1', undefined, { 'if-none-match': got.headers.get('etag')! }));
+    conforms('/api/v1/kv/{ns}/{key}', 'put', await call(url, 'PUT', '/api/v1/kv/oa/k1', { value: 2, ttlSeconds: 60, expect: 0 }));
+    conforms('/api/v1/kv', 'post', await call(url, 'POST', '/api/v1/kv', { operations: [
+      { op: 'getMany', ns: 'oa', keys: ['k1', 'k2'] }, { op: 'getPrefix', ns: 'ob', prefix: 'k' },
+      { op: 'incr', ns: 'oc', key: 'n', delta: 2, forever: true }, { op: 'put', ns: 'od', key: 'x', value: 1, forever: true },
+    ] }));
+    const lost = await call(url, 'POST', '/api/v1/kv', { operations: [{ op: 'putIfAbsent', ns: 'oa', key: 'k1', value: 3, forever: true, required: true }] });
+    expect(lost.body.reason).toBe('kv_precondition');
+    conforms('/api/v1/kv', 'post', lost);
+    conforms('/api/v1/kv/{ns}/{key}', 'delete', await call(url, 'DELETE', '/api/v1/kv/oa/k1'));
+    const refused = await call(url, 'PUT', '/api/v1/kv/oa/k1', { value: 1 });
+    expect([refused.status, refused.body.error]).toEqual([400, 'kv_expiry_not_specified']);
+    conforms('/api/v1/kv/{ns}/{key}', 'put', refused);
+    conforms('/api/v1/kv', 'post', await call(url, 'POST', '/api/v1/kv', { operations: [{ op: 'nope', ns: 'oa' }] }));
+  });
+
+  test('the log: configure, push, pop (200 and 204), ack, ack batch, lease extend, dead letters, queue delete, and refusals', async () => {
+    const url = api.url;
+    conforms('/api/v1/configure', 'post', await call(url, 'POST', '/api/v1/configure', { queue: 'oa-q', options: { leaseTime: 30, retryLimit: 0 } }));
+    conforms('/api/v1/push', 'post', await call(url, 'POST', '/api/v1/push', { items: [
+      { queue: 'oa-q', payload: { n: 1 }, transactionId: 't1' }, { queue: 'oa-q', payload: { n: 2 }, transactionId: 't2' },
+      { queue: 'oa-q', payload: { n: 3 }, transactionId: 't1' },
+    ] }));
+    const popped = await call(url, 'GET', '/api/v1/pop/queue/oa-q?batch=1');
+    conforms('/api/v1/pop/queue/{queue}', 'get', popped);
+    const m = popped.body.messages[0];
+    conforms('/api/v1/lease/{leaseId}/extend', 'post', await call(url, 'POST', `/api/v1/lease/${m.leaseId}/extend`, { seconds: 60 }));
+    conforms('/api/v1/ack', 'post', await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId }));
+    const next = await call(url, 'GET', '/api/v1/pop/queue/oa-q/partition/Default?batch=5');
+    conforms('/api/v1/pop/queue/{queue}/partition/{partition}', 'get', next);
+    const n = next.body.messages[0];
+    conforms('/api/v1/ack/batch', 'post', await call(url, 'POST', '/api/v1/ack/batch', { acknowledgments: [
+      { transactionId: n.transactionId, partitionId: n.partitionId, status: 'failed', error: 'boom' },
+      { transactionId: 'nobody', partitionId: n.partitionId, status: 'completed' },
+    ] }));
+    conforms('/api/v1/pop/queue/{queue}', 'get', await call(url, 'GET', '/api/v1/pop/queue/oa-q?batch=5'));
+    const dead = await call(url, 'GET', '/api/v1/dlq?queue=oa-q');
+    expect(dead.body.messages).toHaveLength(1);
+    conforms('/api/v1/dlq', 'get', dead);
+    conforms('/api/v1/lease/{leaseId}/extend', 'post', await call(url, 'POST', '/api/v1/lease/00000000-0000-4000-8000-000000000000/extend'));
+    conforms('/api/v1/resources/queues/{queue}', 'delete', await call(url, 'DELETE', '/api/v1/resources/queues/oa-q'));
+    conforms('/api/v1/pop/queue/{queue}', 'get', await call(url, 'GET', '/api/v1/pop/queue/oa-q?batch=0'));
+    conforms('/api/v1/push', 'post', await call(url, 'POST', '/api/v1/push', { items: [{ queue: 'oa-q', payload: 1, transactionId: 'timer:x' }] }));
+    conforms('/api/v1/configure', 'post', await call(url, 'POST', '/api/v1/configure', { queue: 'oa-q', options: { priority: 5 } }));
+  });
+
+  test('the transaction wire (committed, a lost required) and the timers', async () => {
+    const url = api.url;
+    conforms('/api/v1/transaction', 'post', await call(url, 'POST', '/api/v1/transaction', {
+      operations: [{ type: 'push', items: [{ queue: 'oa-tx', payload: 1 }] }],
+      kv: [{ op: 'putIfAbsent', ns: 'oa-tx', key: 'once', value: true, forever: true, required: true }],
+      timers: [{ op: 'schedule', queue: 'oa-tx', payload: 2, delaySeconds: 3600 }],
+    }));
+    conforms('/api/v1/transaction', 'post', await call(url, 'POST', '/api/v1/transaction', {
+      kv: [{ op: 'putIfAbsent', ns: 'oa-tx', key: 'once', value: true, forever: true, required: true }],
+    }));
+    conforms('/api/v1/transaction', 'post', await call(url, 'POST', '/api/v1/transaction', {}));
+    const scheduled = await call(url, 'POST', '/api/v1/timers', { queue: 'oa-t', payload: { x: 1 }, delaySeconds: 3600, timerKey: 'k' });
+    conforms('/api/v1/timers', 'post', scheduled);
+    const id = scheduled.body.timerId;
+    conforms('/api/v1/timers', 'get', await call(url, 'GET', '/api/v1/timers?limit=1'));
+    conforms('/api/v1/timers/{id}', 'get', await call(url, 'GET', `/api/v1/timers/${id}`));
+    conforms('/api/v1/timers/{id}/reschedule', 'post', await call(url, 'POST', `/api/v1/timers/${id}/reschedule`, { delaySeconds: 60 }));
+    conforms('/api/v1/timers/{id}', 'delete', await call(url, 'DELETE', `/api/v1/timers/${id}`));
+    conforms('/api/v1/timers/{id}', 'get', await call(url, 'GET', `/api/v1/timers/${id}`));
+    conforms('/api/v1/timers/{id}', 'get', await call(url, 'GET', '/api/v1/timers/not-a-uuid'));
+    conforms('/api/v1/timers', 'post', await call(url, 'POST', '/api/v1/timers', { queue: 'oa-t', payload: 1 }));
+  });
+
+  test('the probes, the operator routes, and an unknown route', async () => {
+    const url = api.url;
+    conforms('/health', 'get', await call(url, 'GET', '/health'));
+    conforms('/ready', 'get', await call(url, 'GET', '/ready'));
+    conforms('/api/v1/system/kv-timers', 'get', await call(url, 'GET', '/api/v1/system/kv-timers'));
+    conforms('/api/v1/system/kv-timers', 'post', await call(url, 'POST', '/api/v1/system/kv-timers', { kv: true }));
+    conforms('/api/v1/system/kv-timers', 'post', await call(url, 'POST', '/api/v1/system/kv-timers', { colour: true }));
+    conforms('/api/v1/system/cluster', 'get', await call(url, 'GET', '/api/v1/system/cluster'));
+    const missing = await call(url, 'GET', '/api/v1/nothing-here');
+    expect(missing.status).toBe(404);
+    expect(validate(doc.components.responses.NotFound.content['application/json'].schema, missing.body, doc)).toEqual([]);
+    expect(doc.components.responses.NotFound['x-error-codes']).toContain(missing.body.error);
+  });
+});
+
+test('the validator refuses what the schemas exclude (so a pass above means something)', () => {
+  const popped = doc.components.schemas.Popped;
+  expect(validate(popped, {}, doc)).toContain('$: success is required');
+  const message = { ...validPopped().messages[0], retryCount: -1 };
+  expect(validate(popped, { ...validPopped(), messages: [message] }, doc)).toEqual(['$.messages[0].retryCount: -1 is below 0']);
+  expect(validate(popped, { ...validPopped(), partitionsClaimed: 0 }, doc)).toEqual(['$.partitionsClaimed: 0 is below 1']);
+  expect(validate(popped, validPopped(), doc)).toEqual([]);
+  expect(validate(doc.components.schemas.Name, '-x', doc)).toHaveLength(1);
+  expect(validate(doc.components.schemas.PushEntry, { ...pushEntry(), status: 'kept' }, doc)).toHaveLength(1);
+  expect(validate({ oneOf: [{ type: 'integer' }, { type: 'number' }] }, 1, doc)).toHaveLength(1);
+  expect(validate({ type: ['string', 'null'] }, 3, doc)).toEqual(['$: integer where string or null is expected']);
+});
+
+function pushEntry() {
+  const id = '0a3fe421-b988-4914-a1f2-054cd036e533';
+  return { index: 0, transaction_id: 't', status: 'queued', message_id: id, partition_id: id, trace_id: null, queueName: 'q', partition: 'Default' };
+}
+
+function validPopped() {
+  const id = '0a3fe421-b988-4914-a1f2-054cd036e533';
+  const at = '2026-12-01T19:01:17.042Z';
+  return {
+    success: true, queue: 'q', partition: 'Default', partitionId: id, leaseId: id, consumerGroup: 'g', partitionsClaimed: 1,
+    messages: [{ id, transactionId: 't', traceId: null, data: 1, producerSub: null, partitionId: id, partition: 'Default', queue: 'q',
+      leaseId: id, leaseExpiresAt: at, consumerGroup: 'g', createdAt: at, retryCount: 0 }],
+  };
+}
