@@ -18,6 +18,9 @@ COPY tsconfig.json ./
 COPY client ./client
 COPY shared ./shared
 COPY services ./services
+# The API description, turned into dist/openapi.json by the build (GET /api/v1/openapi.json).
+COPY docs/openapi.yaml ./docs/
+COPY scripts/openapi-json.mjs ./scripts/
 # The processes only: tsconfig's test/ and bench/ globs match nothing here, so they are not compiled.
 RUN npm run build
 
@@ -31,6 +34,7 @@ COPY client/package.json ./client/
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist/shared ./dist/shared
 COPY --from=build /app/dist/services ./dist/services
+COPY --from=build /app/dist/openapi.json ./dist/
 COPY sql ./sql
 # The base image's `node` user, by number so that runAsNonRoot can verify it; the files stay
 # root's and read-only to it (the pods run with readOnlyRootFilesystem).

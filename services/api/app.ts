@@ -9,6 +9,7 @@ import type { Metrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './http';
 import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
+import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
 import type { Guards } from './guards';
 import type { Switches } from './switches';
@@ -60,6 +61,7 @@ export function createApp(deps: AppDeps): App {
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
+  app.use(openapiRoutes());
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), config.healthTimeoutMs));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));

@@ -197,6 +197,10 @@ describe('live answers match the schemas', () => {
     conforms('/api/v1/system/kv-timers', 'post', await call(url, 'POST', '/api/v1/system/kv-timers', { kv: true }));
     conforms('/api/v1/system/kv-timers', 'post', await call(url, 'POST', '/api/v1/system/kv-timers', { colour: true }));
     conforms('/api/v1/system/cluster', 'get', await call(url, 'GET', '/api/v1/system/cluster'));
+    // The document itself is served, as the build wrote it from docs/openapi.yaml.
+    const served = await call(url, 'GET', '/api/v1/openapi.json');
+    conforms('/api/v1/openapi.json', 'get', served);
+    expect(served.body).toEqual(doc);
     const missing = await call(url, 'GET', '/api/v1/nothing-here');
     expect(missing.status).toBe(404);
     expect(validate(doc.components.responses.NotFound.content['application/json'].schema, missing.body, doc)).toEqual([]);
