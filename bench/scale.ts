@@ -458,6 +458,16 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   const sweeper = await spawnSweeper(ctx.url, { QUEEN_SWEEPER_INTERVAL_MS: '1000', QUEEN_SWEEPER_USAGE_INTERVAL_MS: '86400000' });
   let lag: SizeFigures['lag'];
   try {
+    // A sweeper runs the usage rollup in its first cycle and then every QUEEN_SWEEPER_USAGE_INTERVAL_MS,
+    // inline: no timer fires while it runs. The lag below is measured after that first rollup, between
+    // rollups; the stall a rollup adds is its duration (the rollup line).
+    const spawned = new Date();
+    for (let i = 0; ; i++) {
+      const { rows } = await ctx.admin.query(`SELECT EXISTS (SELECT 1 FROM queen.kv_usage WHERE computed_at >= $1) AS done`, [spawned]);
+      if (rows[0].done) break;
+      if (i > 1200) throw new Error('the sweeper did not finish its first usage rollup within 120 s');
+      await sleep(100);
+    }
     const lagQueue = `scale-lag-${runId}`;
     const t0 = Date.now();
     let sent = 0;
