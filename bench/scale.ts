@@ -52,6 +52,7 @@ const COUNTERS = 10_000;
 const FIRE_DUE = 20_000;
 const LAG_RATE = 500;
 const LAG_SECONDS = 5;
+const WARM_S = 1;
 const QUEUE = 'scale-q';
 const PARTITIONS = 16;
 const CAP = 1_000_000; // timers and messages stop growing here
@@ -59,15 +60,16 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const log = (s: string) => process.stdout.write(`${new Date().toISOString().slice(11, 19)} ${s}\n`);
 
 /**
- * Seconds a size costs on the 2-core machine of bench/README.md (quick run of 2026-12-01): loading
- * at about LOAD_ROWS_PER_S rows a second of all three tables, the prune backlog drained twice, and
- * the fixed points (eleven lanes of `duration` s, the fire drain, the lag, the rollup).
+ * Seconds a size costs on the 2-core machine of bench/README.md (the --quick run of 2026-12-01, load
+ * average 10-12 from other work): keys load at about 50,000 rows a second, timers and messages (more
+ * indexes) at about 25,000, VACUUM ANALYZE and a checkpoint after each load; the prune backlog
+ * (size/10) drained twice; the fixed points (fourteen lanes of --duration seconds with a checkpoint
+ * each, the fire drains, the lag window, three rollups at about 1 s per million keys).
  */
-const LOAD_ROWS_PER_S = 60_000;
-const PRUNE_ROWS_PER_S = 15_000;
 function expectedSeconds(n: number, loadedBefore: number): number {
-  const rows = (x: number) => x + 2 * Math.min(x, CAP);
-  return (rows(n) - rows(loadedBefore)) / LOAD_ROWS_PER_S + (2 * n) / 10 / PRUNE_ROWS_PER_S + 14 * (DURATION_S + 1) + 20 + LAG_SECONDS + n / 500_000;
+  const capped = (x: number) => Math.min(x, CAP);
+  const load = (n - loadedBefore) / 50_000 + (2 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
+  return load + (2 * n) / 10 / 50_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (3 * n) / 1_000_000;
 }
 
 // ---------------------------------------------------------------- statements of the sql lane
@@ -148,6 +150,9 @@ interface Lane {
   p99Ms: number;
   walBytesPerOp: number;
   pgCpuUsPerOp: number;
+  /** Pages PostgreSQL had to bring into shared_buffers (from the OS), and found there, per operation. */
+  blksReadPerOp?: number;
+  blksHitPerOp?: number;
   apiCpuUsPerOp?: number;
   errors: number;
 }
@@ -201,6 +206,14 @@ interface Point {
 async function measured(ctx: Ctx, point: Point | (() => Promise<PointResult>)): Promise<Lane> {
   const p: Point = typeof point === 'function' ? { run: point } : point;
   await ctx.admin.query('CHECKPOINT');
+  const blks = async () => {
+    // Backends publish their counters when they end or within a second of going idle.
+    await sleep(1100);
+    const { rows } = await ctx.admin.query(`SELECT blks_read::float8 AS r, blks_hit::float8 AS h FROM pg_stat_database WHERE datname = current_database()`);
+    return { r: rows[0].r as number, h: rows[0].h as number };
+  };
+  const b0 = await blks();
+  let lane: Lane | undefined;
   await p.setup?.();
   try {
     const pg = new TreeCpu(() => (ctx.pgPid ? [ctx.pgPid] : []));
@@ -213,7 +226,7 @@ async function measured(ctx: Ctx, point: Point | (() => Promise<PointResult>)): 
     const apiUs = api.stop();
     const w1 = await walAt(ctx.admin);
     const per = (x: number) => (r.ops > 0 ? x / r.ops : NaN);
-    return {
+    lane = {
       opsPerSec: r.ops / r.seconds,
       p50Ms: r.p50Us / 1000,
       p99Ms: r.p99Us / 1000,
@@ -222,9 +235,14 @@ async function measured(ctx: Ctx, point: Point | (() => Promise<PointResult>)): 
       apiCpuUsPerOp: per(apiUs),
       errors: r.errors,
     };
+    (lane as { ops?: number }).ops = r.ops;
   } finally {
     await p.teardown?.();
   }
+  const b1 = await blks();
+  const ops = (lane as { ops?: number }).ops ?? 0;
+  delete (lane as { ops?: number }).ops;
+  return { ...lane, blksReadPerOp: ops > 0 ? (b1.r - b0.r) / ops : NaN, blksHitPerOp: ops > 0 ? (b1.h - b0.h) / ops : NaN };
 }
 
 function httpLoop(ctx: Ctx, gen: (c: number) => { method: string; path: string; body?: string; ops?: number }, check: RegExp, seconds: number): Point {
@@ -318,35 +336,42 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   const runId = Date.now().toString(36);
   const ops: SizeFigures['ops'] = {};
   const T = DURATION_S;
-  const both = async (name: string, api: Point | (() => Promise<PointResult>), sql: Point) => {
+  const both = async (name: string, api: Point | (() => Promise<PointResult>), sql: Point, warm?: [Point, Point]) => {
+    // Each lane warmed first, unmeasured (a worker that just started answers its first second or two
+    // at a fraction of its speed: JIT, plans, pool connections).
+    for (const w of warm ?? []) await once(w);
     const a = await measured(ctx, api);
     const s = await measured(ctx, sql);
     ops[name] = { api: a, sql: s };
-    log(`  ${name.padEnd(12)} api ${Math.round(a.opsPerSec)}/s p50 ${a.p50Ms.toFixed(2)} ms  sql ${Math.round(s.opsPerSec)}/s p50 ${s.p50Ms.toFixed(2)} ms  api÷sql ${(a.opsPerSec / s.opsPerSec).toFixed(2)}  pg µs/op ${a.pgCpuUsPerOp.toFixed(0)} / ${s.pgCpuUsPerOp.toFixed(0)}  api µs/op ${(a.apiCpuUsPerOp ?? NaN).toFixed(0)}`);
+    log(`  ${name.padEnd(12)} api ${Math.round(a.opsPerSec)}/s p50 ${a.p50Ms.toFixed(2)} ms  sql ${Math.round(s.opsPerSec)}/s p50 ${s.p50Ms.toFixed(2)} ms  api÷sql ${(a.opsPerSec / s.opsPerSec).toFixed(2)}  pg µs/op ${a.pgCpuUsPerOp.toFixed(0)} / ${s.pgCpuUsPerOp.toFixed(0)}  reads/op ${(a.blksReadPerOp ?? NaN).toFixed(2)} / ${(s.blksReadPerOp ?? NaN).toFixed(2)}  api µs/op ${(a.apiCpuUsPerOp ?? NaN).toFixed(0)}`);
   };
   const q = (text: string, values: unknown[]) => ({ text, values });
   const named = (name: string, text: string, values: unknown[]) => ({ name, text, values });
 
-  // A short warm-up of both lanes (caches, plans), not measured.
-  await once(httpLoop(ctx, () => ({ method: 'GET', path: `/api/v1/kv/${NS}/${key()}` }), /"found":\s?true/, 0.5));
-  await once(sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_get', SQL.get, [TENANT, NS, key()]))).rowCount === 1 ? 1 : 0), 0.5));
-
-  await both('get',
-    httpLoop(ctx, () => ({ method: 'GET', path: `/api/v1/kv/${NS}/${key()}` }), /"found":\s?true/, T),
-    sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_get', SQL.get, [TENANT, NS, key()]))).rowCount === 1 ? 1 : 0), T));
-  await both('put',
-    httpLoop(ctx, () => ({ method: 'PUT', path: `/api/v1/kv/${NS}/${key()}`, body: `{"value":${VALUE},"forever":true}` }), /"applied":\s?true/, T),
-    sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_put', SQL.put, [TENANT, NS, key(), VALUE]))).rowCount === 1 ? 1 : 0), T));
-  await both('putIfAbsent',
-    httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"putIfAbsent","ns":"${NS}","key":"f-${runId}-a-${fresh++}","value":${VALUE},"forever":true}]}` }), /"applied":\s?true/, T),
-    sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_pia', SQL.putIfAbsent, [TENANT, NS, `f-${runId}-s-${fresh++}`, VALUE]))).rowCount === 1 ? 1 : 0), T));
-  await both('incr',
-    httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"incr","ns":"ctr","key":"c${rnd(COUNTERS)}","delta":1,"forever":true}]}` }), /"applied":\s?true/, T),
-    sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_incr', SQL.incr, [TENANT, 'ctr', `c${rnd(COUNTERS)}`, 1]))).rowCount === 1 ? 1 : 0), T));
-  // A page of 100 from a random place under the prefix "k" (every loaded key).
-  await both('getPrefix100',
-    httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"getPrefix","ns":"${NS}","prefix":"k","limit":100,"after":"${key()}"}]}` }), /"rows":\s?\[\{/, T),
-    sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_prefix', SQL.prefix, [TENANT, NS, key()]))).rowCount! > 0 ? 1 : 0), T));
+  const kvLanes: Record<string, [(t: number) => Point, (t: number) => Point]> = {
+    get: [
+      (t) => httpLoop(ctx, () => ({ method: 'GET', path: `/api/v1/kv/${NS}/${key()}` }), /"found":\s?true/, t),
+      (t) => sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_get', SQL.get, [TENANT, NS, key()]))).rowCount === 1 ? 1 : 0), t),
+    ],
+    put: [
+      (t) => httpLoop(ctx, () => ({ method: 'PUT', path: `/api/v1/kv/${NS}/${key()}`, body: `{"value":${VALUE},"forever":true}` }), /"applied":\s?true/, t),
+      (t) => sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_put', SQL.put, [TENANT, NS, key(), VALUE]))).rowCount === 1 ? 1 : 0), t),
+    ],
+    putIfAbsent: [
+      (t) => httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"putIfAbsent","ns":"${NS}","key":"f-${runId}-a-${fresh++}","value":${VALUE},"forever":true}]}` }), /"applied":\s?true/, t),
+      (t) => sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_pia', SQL.putIfAbsent, [TENANT, NS, `f-${runId}-s-${fresh++}`, VALUE]))).rowCount === 1 ? 1 : 0), t),
+    ],
+    incr: [
+      (t) => httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"incr","ns":"ctr","key":"c${rnd(COUNTERS)}","delta":1,"forever":true}]}` }), /"applied":\s?true/, t),
+      (t) => sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_incr', SQL.incr, [TENANT, 'ctr', `c${rnd(COUNTERS)}`, 1]))).rowCount === 1 ? 1 : 0), t),
+    ],
+    // A page of 100 from a random place under the prefix "k" (every loaded key).
+    getPrefix100: [
+      (t) => httpLoop(ctx, () => ({ method: 'POST', path: '/api/v1/kv', body: `{"operations":[{"op":"getPrefix","ns":"${NS}","prefix":"k","limit":100,"after":"${key()}"}]}` }), /"rows":\s?\[\{/, t),
+      (t) => sqlLoop(ctx, (pool) => async () => ((await pool.query(named('s_prefix', SQL.prefix, [TENANT, NS, key()]))).rowCount! > 0 ? 1 : 0), t),
+    ],
+  };
+  for (const [name, [api, sql]] of Object.entries(kvLanes)) await both(name, api(T), sql(T), [api(WARM_S), sql(WARM_S)]);
 
   // Pop + ack, batches of 10, one partition per client, behind the backlog: operations are messages.
   const groupApi = `g-api-${runId}`;
@@ -455,12 +480,13 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
 
   // Fire lag: a real sweeper process, timers scheduled (inserted) at LAG_RATE a second, each due 1 s
   // later; lag = the fired message's created_at (the fire's transaction) - deliverAt.
-  const sweeper = await spawnSweeper(ctx.url, { QUEEN_SWEEPER_INTERVAL_MS: '1000', QUEEN_SWEEPER_USAGE_INTERVAL_MS: '86400000' });
+  // The rollup every LAG_SECONDS/2: at least one lands inside the window, so the max shows its stall.
+  const sweeper = await spawnSweeper(ctx.url, { QUEEN_SWEEPER_INTERVAL_MS: '1000', QUEEN_SWEEPER_USAGE_INTERVAL_MS: String((LAG_SECONDS * 1000) / 2) });
   let lag: SizeFigures['lag'];
   try {
     // A sweeper runs the usage rollup in its first cycle and then every QUEEN_SWEEPER_USAGE_INTERVAL_MS,
-    // inline: no timer fires while it runs. The lag below is measured after that first rollup, between
-    // rollups; the stall a rollup adds is its duration (the rollup line).
+    // inline: no timer fires while it runs. The window starts after that first rollup; p50 is the lag
+    // between rollups, the max the stall of the rollup that ran inside the window.
     const spawned = new Date();
     for (let i = 0; ; i++) {
       const { rows } = await ctx.admin.query(`SELECT EXISTS (SELECT 1 FROM queen.kv_usage WHERE computed_at >= $1) AS done`, [spawned]);
@@ -502,7 +528,7 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
     sweeper.child.kill('SIGTERM');
     await sweeper.exited;
   }
-  log(`  fire lag     ${LAG_RATE}/s beside ${Math.min(n, CAP)} pending: p50 ${lag.p50Ms.toFixed(0)} ms p99 ${lag.p99Ms.toFixed(0)} ms`);
+  log(`  fire lag     ${LAG_RATE}/s beside ${Math.min(n, CAP)} pending: p50 ${lag.p50Ms.toFixed(0)} ms p99 ${lag.p99Ms.toFixed(0)} ms max ${lag.maxMs.toFixed(0)} ms`);
 
   // The usage rollup, the sweeper's statement, three times (the first reads cold pages).
   const rollupMs: number[] = [];
@@ -567,10 +593,15 @@ export function report(results: Results): string {
   row('fire, timers/s (pass / bare DELETE+INSERT)', (s) => `${fmt(s.fire.api.opsPerSec)} / ${fmt(s.fire.sql.opsPerSec)} (${fmt(s.fire.api.opsPerSec / s.fire.sql.opsPerSec, 2)})`);
   lines.push('', 'Latency p50 / p99 (ms), API:', '', head, rule);
   for (const o of opNames) row(o, (s) => (s.ops[o] ? `${fmt(s.ops[o].api.p50Ms, 2)} / ${fmt(s.ops[o].api.p99Ms, 2)}` : ''));
-  row('fire lag at 500 timers/s, real sweeper', (s) => `${fmt(s.lag.p50Ms)} / ${fmt(s.lag.p99Ms)}`);
+  row('fire lag at 500 timers/s, real sweeper, a usage rollup inside the window (p50 / p99 / max)', (s) => `${fmt(s.lag.p50Ms)} / ${fmt(s.lag.p99Ms)} / ${fmt(s.lag.maxMs)}`);
   lines.push('', 'PostgreSQL CPU µs per operation, API / SQL, and WAL bytes per operation, API / SQL:', '', head, rule);
   for (const o of opNames) {
     row(o, (s) => (s.ops[o] ? `${fmt(s.ops[o].api.pgCpuUsPerOp)} / ${fmt(s.ops[o].sql.pgCpuUsPerOp)} µs; ${fmt(s.ops[o].api.walBytesPerOp)} / ${fmt(s.ops[o].sql.walBytesPerOp)} B` : ''));
+  }
+  lines.push('', 'Pages read into shared_buffers (from the OS) / found there, per operation, API / SQL:', '', head, rule);
+  const pg2 = (x?: number) => fmt(x ?? NaN, 2);
+  for (const o of opNames) {
+    row(o, (s) => (s.ops[o] ? `${pg2(s.ops[o].api.blksReadPerOp)} / ${pg2(s.ops[o].api.blksHitPerOp)}; ${pg2(s.ops[o].sql.blksReadPerOp)} / ${pg2(s.ops[o].sql.blksHitPerOp)}` : ''));
   }
   lines.push('', 'API process CPU µs per operation (the HTTP worker and its primary):', '', head, rule);
   for (const o of opNames) row(o, (s) => (s.ops[o] ? fmt(s.ops[o].api.apiCpuUsPerOp ?? NaN) : ''));
@@ -601,7 +632,7 @@ async function main(): Promise<void> {
   let est = 0;
   let prev = 0;
   for (const n of needed) {
-    est += todo.includes(n) ? expectedSeconds(n, prev) : expectedSeconds(n, prev) - expectedSeconds(n, n);
+    est += todo.includes(n) ? expectedSeconds(n, prev) : expectedSeconds(n, prev) - expectedSeconds(n, n) + n / 150_000;
     prev = n;
   }
   log(`sizes ${needed.map(sizeLabel).join(', ')} (measuring ${todo.map(sizeLabel).join(', ')}); expected runtime on a quiet 2-core machine: about ${Math.ceil(est / 60)} min`);

@@ -4,7 +4,8 @@
 // `shardsPerPass` shards not yet swept in this cycle (least recently swept first, FOR UPDATE SKIP
 // LOCKED), prunes their expired keys and marks them swept. The cycle ends when no shard is left to
 // claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then, on its slower
-// cadence, the usage rollup; then the gauges; then sleep, unless a pass hit its batch ceiling (a
+// cadence, the usage rollup is started beside the loop (its own connection; the next passes do not
+// wait for it); then the gauges; then sleep, unless a pass hit its batch ceiling (a
 // backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
 //
 // Test signals: `cycleDone()` resolves after the next complete cycle, and the 'pass' and 'cycle'
