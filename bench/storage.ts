@@ -1,4 +1,4 @@
-// node dist/bench/seeds.js — the two storage settings bench:scale leaves open, measured on an
+// node dist/bench/storage.js — the two storage settings bench:scale leaves open, measured on an
 // embedded PostgreSQL of its own (durability on):
 //   fillfactor   copies of queen.kv (same columns, generated shard, primary key and partial expiry
 //                index) at fillfactor 70, 90 and 100, loaded with --keys rows, then for each, in
@@ -185,7 +185,7 @@ async function autovacuum(url: string, admin: Pool, pgPid: number): Promise<stri
 }
 
 async function main(): Promise<void> {
-  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-seeds-'));
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-storage-'));
   fs.chmodSync(scratch, 0o755);
   const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
   const admin = new Pool({ connectionString: pg.url, max: 2 });
@@ -193,7 +193,7 @@ async function main(): Promise<void> {
     await applySchema(pg.url);
     const version = (await admin.query('SHOW server_version')).rows[0].server_version as string;
     const pgPid = Number(fs.readFileSync(path.join(pg.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-    const out: string[] = [`machine: ${machineLine(`PostgreSQL ${version}`)}; ${new Date().toISOString()}; command: node dist/bench/seeds.js ${argv.join(' ')}`.trim()];
+    const out: string[] = [`machine: ${machineLine(`PostgreSQL ${version}`)}; ${new Date().toISOString()}; command: node dist/bench/storage.js ${argv.join(' ')}`.trim()];
     if (ONLY.includes('fillfactor')) out.push('', await fillfactor(pg.url, admin));
     if (ONLY.includes('autovacuum')) out.push('', await autovacuum(pg.url, admin, pgPid));
     process.stdout.write(`\n${out.join('\n')}\n`);
@@ -205,6 +205,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  process.stderr.write(`bench seeds failed: ${err?.stack ?? err}\n`);
+  process.stderr.write(`bench storage failed: ${err?.stack ?? err}\n`);
   process.exit(1);
 });
