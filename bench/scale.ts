@@ -63,13 +63,13 @@ const log = (s: string) => process.stdout.write(`${new Date().toISOString().slic
  * Seconds a size costs on the 2-core machine of bench/README.md (the --quick run of 2026-12-01, load
  * average 10-12 from other work): keys load at about 50,000 rows a second, timers and messages (more
  * indexes) at about 25,000, VACUUM ANALYZE and a checkpoint after each load; the prune backlog
- * (size/10) drained twice; the fixed points (fourteen lanes of --duration seconds with a checkpoint
+ * (size/10) loaded and drained twice, about 15,000 rows a second in all; the fixed points (fourteen lanes of --duration seconds with a checkpoint
  * each, the fire drains, the lag window, three rollups at about 1 s per million keys).
  */
 function expectedSeconds(n: number, loadedBefore: number): number {
   const capped = (x: number) => Math.min(x, CAP);
   const load = (n - loadedBefore) / 50_000 + (2 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
-  return load + (2 * n) / 10 / 50_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
+  return load + (2 * n) / 10 / 15_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
 }
 
 // ---------------------------------------------------------------- statements of the sql lane
