@@ -225,6 +225,9 @@ async function startCell(databaseUrl: string): Promise<Cell> {
   const port = await freePort();
   const main = path.resolve(__dirname, '..', 'services', 'api', 'main.js');
   const execArgv = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${path.resolve(CPU_PROF)}`] : [];
+  // Node flags for the cell alone, which its workers inherit (--trace-gc, --heapsnapshot-signal=SIGUSR2,
+  // --max-semi-space-size=N ...): where its memory goes.
+  execArgv.push(...(process.env.BENCH_CELL_NODE_ARGS ?? '').split(' ').filter(Boolean));
   const proc = spawn(process.execPath, [...execArgv, main], {
     env: {
       ...process.env,
@@ -584,7 +587,8 @@ async function main(): Promise<void> {
           results.set(k, [...(results.get(k) ?? []), r]);
           log(
             `round ${round + 1}/${ROUNDS} ${w.name.padEnd(12)} c=${String(c).padEnd(3)} ${lane.padEnd(5)} ${fmt(r.opsPerSec).padStart(8)} ops/s  ` +
-              `p50 ${fmt(r.p50Us / 1000, 2)} ms  p99 ${fmt(r.p99Us / 1000, 2)} ms  cpu/op client ${fmt(r.cpuClientUs, 0)} http ${fmt(r.cpuAppUs, 0)} pg ${fmt(r.cpuPgUs, 0)} µs  other ${fmt(r.cpuOtherUs, 2)}`,
+              `p50 ${fmt(r.p50Us / 1000, 2)} ms  p99 ${fmt(r.p99Us / 1000, 2)} ms  cpu/op client ${fmt(r.cpuClientUs, 0)} http ${fmt(r.cpuAppUs, 0)} pg ${fmt(r.cpuPgUs, 0)} µs  other ${fmt(r.cpuOtherUs, 2)}` +
+              (r.rssMaxMb.length ? `  peak RSS ${r.rssMaxMb.map((v) => fmt(v)).join(' / ')} MB` : ''),
           );
         }
       }

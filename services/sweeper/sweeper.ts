@@ -4,7 +4,8 @@
 // `shardsPerPass` shards not yet swept in this cycle (least recently swept first, FOR UPDATE SKIP
 // LOCKED), prunes their expired keys and marks them swept. The cycle ends when no shard is left to
 // claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then, on its slower
-// cadence, the usage rollup; then the gauges; then sleep, unless a pass hit its batch ceiling (a
+// cadence, the usage rollup is started beside the loop (its own connection; the next passes do not
+// wait for it); then the gauges; then sleep, unless a pass hit its batch ceiling (a
 // backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
 //
 // Test signals: `cycleDone()` resolves after the next complete cycle, and the 'pass' and 'cycle'
@@ -88,6 +89,10 @@ export class Sweeper extends EventEmitter {
   private cycles = 0;
   private inCycle = false;
   private lastUsageAt = 0;
+  /** The usage rollup in flight, on its own connection; firing does not wait for it. */
+  private usageRun: Promise<void> | undefined;
+  /** Tenants written by a rollup that finished since the last cycle report. */
+  private usageFinished: number | undefined;
   private lastGaugesAt = 0;
   private lastPruneAt = -Infinity;
   private pruneBacklog = false;
@@ -125,7 +130,13 @@ export class Sweeper extends EventEmitter {
     this.stopping = true;
     this.wakeSleep?.();
     await this.loop;
+    await this.usageRun;
     await this.listener?.close();
+  }
+
+  /** Resolves when no usage rollup is in flight (a test that wants the measurement a cycle started). */
+  async usageSettled(): Promise<void> {
+    while (this.usageRun) await this.usageRun;
   }
 
   /** Ends the sleep now (a switch flip, a test that has just scheduled work). */
@@ -224,14 +235,31 @@ export class Sweeper extends EventEmitter {
     }
     if (fireEnabled !== undefined) metrics.switchState.set({ switch: 'timersFire' }, fireEnabled ? 1 : 0);
 
-    let usageTenants: number | undefined;
+    // The usage rollup counts every live key and pending timer, so it lasts longer the more there are
+    // (about 1 s at a million keys, bench:scale 2026-12-01). Awaited here, it held up every timer due
+    // meanwhile by that long: it runs on its own pool connection instead, one at a time, and its
+    // result is reported by the first cycle that ends after it.
     const now = Date.now();
-    if (!this.stopping && !this.pressure.suspended('usage') && now - this.lastUsageAt >= this.o.usageIntervalMs) {
+    if (!this.stopping && !this.usageRun && !this.pressure.suspended('usage') && now - this.lastUsageAt >= this.o.usageIntervalMs) {
       const t0 = performance.now();
-      usageTenants = await rollupUsage(this.o.pool);
       this.lastUsageAt = now;
-      metrics.sweeperCycleSeconds.observe({ phase: 'usage' }, (performance.now() - t0) / 1000);
+      this.usageRun = rollupUsage(this.o.pool)
+        .then(
+          (tenants) => {
+            this.usageFinished = tenants;
+            metrics.sweeperCycleSeconds.observe({ phase: 'usage' }, (performance.now() - t0) / 1000);
+          },
+          (err: unknown) => {
+            this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper usage rollup failed');
+            this.emit('fault', err);
+          },
+        )
+        .finally(() => {
+          this.usageRun = undefined;
+        });
     }
+    const usageTenants = this.usageFinished;
+    this.usageFinished = undefined;
     if (!this.stopping && now - this.lastGaugesAt >= Math.min(GAUGE_INTERVAL_MS, this.o.intervalMs)) {
       const g = await readGauges(this.o.pool);
       this.lastGaugesAt = now;

@@ -49,6 +49,8 @@ export function startTestSweeper(
       for (let i = 0; i < n; i++) {
         sweeper.wake();
         reports.push(await sweeper.cycleDone());
+        // The usage rollup a cycle started runs beside the loop; a test awaiting a cycle awaits it too.
+        await sweeper.usageSettled();
       }
       return reports;
     },

