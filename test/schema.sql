@@ -1592,6 +1592,40 @@ CREATE OR REPLACE FUNCTION queen.log_fast_transaction_id_v1(p_item jsonb)
 AS $function$
   SELECT CASE coalesce(jsonb_typeof(p_item->'transactionId'), 'null') WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_item->>'transactionId', '') END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  WITH groups AS (
+    SELECT DISTINCT p.queue_id, c.consumer_group
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+    UNION ALL
+    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                        WHERE p.queue_id = q.id)
+  ),
+  behind AS (
+    SELECT g.queue_id, g.consumer_group, p.id AS partition_id,
+           p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0) AS backlog,
+           coalesce(c.cursor_seq, 0) + 1 AS first_seq
+      FROM groups g
+      JOIN queen.partitions p ON p.queue_id = g.queue_id
+      LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+     WHERE p.last_seq > coalesce(c.cursor_seq, 0)
+  ),
+  per_group AS (
+    SELECT sum(b.backlog) AS backlog FROM behind b GROUP BY b.queue_id, b.consumer_group
+  )
+  SELECT jsonb_build_object(
+    'backlog', (SELECT coalesce(sum(backlog), 0) FROM per_group),
+    'maxGroupBacklog', (SELECT coalesce(max(backlog), 0) FROM per_group),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(m.created_at) FROM behind b
+          JOIN queen.messages m ON m.partition_id = b.partition_id AND m.seq = b.first_seq))::double precision, 0),
+    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
+                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+$function$
 CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(p_partition uuid, p_group text, p_retry_limit integer, p_now timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql

@@ -1,0 +1,52 @@
+-- 040: the message log's gauges for operators, read by the sweeper on its slow cadence
+-- (services/sweeper/sweeper.ts, every LOG_GAUGE_INTERVAL_MS), never on a request's path.
+--
+-- One statement answers four cell-wide figures (docs/operations.md, "What to watch"):
+--  * backlog: messages not yet finished (completed, or set aside as dead letters) by a consumer
+--    group, summed over every group of every queue. A group's backlog on a partition is what lies
+--    past its cursor minus what it finished ahead of the cursor (done_seqs). A group that has a row
+--    on some partitions of a queue owes the others from their first message (its next pop there
+--    starts at the beginning). A queue no group has ever popped counts once, for queue mode, the
+--    group a plain pop uses.
+--  * maxGroupBacklog: the largest backlog of one (queue, group): one stuck consumer, or everybody.
+--  * oldestUnconsumedSeconds: the age of the oldest such message, 0 when there is none. A group's
+--    oldest unfinished message on a partition is the one right after its cursor (the cursor moves
+--    past every finished message at once), so this is one primary-key probe per (partition, group)
+--    that is behind, never a scan of the messages.
+--  * deadLetters: (message, group) pairs set aside and still stored, counted up to 1,000,000 through
+--    the partial index on dead letters.
+-- No queue, group or tenant name leaves this function: labels named after them would grow with
+-- the cell (docs/runbook.md has the query that names the worst queues). The cost is a pass over
+-- queen.partition_consumers and queen.partitions (one row per partition and group), which is why
+-- the sweeper reads it every 15 s rather than every second.
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  WITH groups AS (
+    SELECT DISTINCT p.queue_id, c.consumer_group
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+    UNION ALL
+    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                        WHERE p.queue_id = q.id)
+  ),
+  behind AS (
+    SELECT g.queue_id, g.consumer_group, p.id AS partition_id,
+           p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0) AS backlog,
+           coalesce(c.cursor_seq, 0) + 1 AS first_seq
+      FROM groups g
+      JOIN queen.partitions p ON p.queue_id = g.queue_id
+      LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+     WHERE p.last_seq > coalesce(c.cursor_seq, 0)
+  ),
+  per_group AS (
+    SELECT sum(b.backlog) AS backlog FROM behind b GROUP BY b.queue_id, b.consumer_group
+  )
+  SELECT jsonb_build_object(
+    'backlog', (SELECT coalesce(sum(backlog), 0) FROM per_group),
+    'maxGroupBacklog', (SELECT coalesce(max(backlog), 0) FROM per_group),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(m.created_at) FROM behind b
+          JOIN queen.messages m ON m.partition_id = b.partition_id AND m.seq = b.first_seq))::double precision, 0),
+    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
+                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+$$;
