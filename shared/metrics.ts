@@ -14,6 +14,13 @@ export function createMetrics(register = new client.Registry()) {
   const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = [], aggregator: client.Aggregator = 'sum') =>
     new client.Gauge<L>({ name, help, labelNames, registers: r, aggregator });
 
+  // The log's gauges carry no sample until the sweeper's first reading (see below).
+  const reading = (name: string, help: string) => {
+    const g = gauge(name, help, [], 'max');
+    g.remove();
+    return g;
+  };
+
   return {
     register,
     // KV surface (API)
@@ -58,10 +65,14 @@ export function createMetrics(register = new client.Registry()) {
     // The log's state (sweeper, sql/040_broker_gauges.sql), read on its own slower cadence
     // (services/sweeper/sweeper.ts LOG_GAUGE_INTERVAL_MS). Cell-wide figures, no names: a queue or
     // tenant label would grow with the cell; docs/runbook.md has the query that names the queues.
-    logBacklog: gauge('queen_log_backlog_messages', 'Messages not yet finished (completed or dead-lettered), summed over every consumer group of every queue; a queue no group has popped counts once.', [], 'max'),
-    logBacklogMaxGroup: gauge('queen_log_backlog_max_group_messages', 'The largest backlog of any one consumer group on one queue (the worst group, unnamed).', [], 'max'),
-    logOldestUnconsumed: gauge('queen_log_oldest_unconsumed_age_seconds', 'Age of the oldest message some consumer group has not finished, in seconds (0 when none).', [], 'max'),
-    logDeadLetters: gauge('queen_log_dead_letters', 'Messages set aside as dead letters (per consumer group) and still stored.', [], 'max'),
+    // Unlike the other gauges they have no sample until a reading: a 0 served between a sweeper's
+    // boot and its first cycle would be a backlog that vanished and came back (a false step for
+    // deriv() and offset rules at every rollout), and the API, which never reads them, would say 0
+    // about a log it did not look at.
+    logBacklog: reading('queen_log_backlog_messages', 'Messages not yet finished (completed or dead-lettered), summed over every consumer group of every queue; a queue no group has popped counts once.'),
+    logBacklogMaxGroup: reading('queen_log_backlog_max_group_messages', 'The largest backlog of any one consumer group on one queue (the worst group, unnamed).'),
+    logOldestUnconsumed: reading('queen_log_oldest_unconsumed_age_seconds', 'Age of the oldest message some consumer group has not finished, in seconds (0 when none).'),
+    logDeadLetters: reading('queen_log_dead_letters', 'Messages set aside as dead letters (per consumer group) and still stored.'),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rateStore.ts).

@@ -2,6 +2,7 @@
 // every consumer group, the worst single group, the oldest unfinished message's age and the dead
 // letters, driven by real traffic through the API and read from the sweeper's /metrics.
 import { Pool } from 'pg';
+import { createMetrics } from '../../shared/metrics';
 import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
 import { call, startTestApi, TestApi } from '../support/api';
 import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper } from '../support/sweeper';
@@ -92,4 +93,12 @@ test('backlog, worst group, oldest unfinished age and dead letters follow pushes
     queen_log_oldest_unconsumed_age_seconds: 0,
     queen_log_dead_letters: 0,
   });
+});
+
+test('before a sweeper has read them, the families are declared but carry no sample (never a 0 it did not measure)', async () => {
+  const text = await createMetrics().register.metrics();
+  for (const name of FAMILIES) {
+    expect(text).toContain(`# TYPE ${name} gauge`);
+    expect(text).not.toMatch(new RegExp(`^${name} `, 'm'));
+  }
 });
