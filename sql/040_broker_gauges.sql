@@ -15,11 +15,16 @@
 --    that is behind, never a scan of the messages.
 --  * deadLetters: (message, group) pairs set aside and still stored, counted up to 1,000,000 through
 --    the partial index on dead letters.
--- No queue, group or tenant name leaves this function: labels named after them would grow with
--- the cell (docs/runbook.md has the query that names the worst queues). The cost is a pass over
+-- No queue, group or tenant name leaves log_gauges_v1: labels named after them would grow with the
+-- cell. queen.log_backlog_v1 is the same reading by (tenant, queue, group), for an operator at a
+-- psql prompt (docs/runbook.md: SELECT * FROM queen.log_backlog_v1() ORDER BY backlog DESC LIMIT 10).
+-- The cost is a pass over
 -- queen.partition_consumers and queen.partitions (one row per partition and group), which is why
 -- the sweeper reads it every 15 s rather than every second.
-CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
+-- One row per (queue, consumer group) that has messages to finish: how many, and when the oldest
+-- of them was pushed. A group with rows on some partitions of a queue owes the others from seq 1.
+CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
+RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
 LANGUAGE sql STABLE AS $$
   WITH groups AS (
     SELECT DISTINCT p.queue_id, c.consumer_group
@@ -28,25 +33,27 @@ LANGUAGE sql STABLE AS $$
     SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
      WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
                         WHERE p.queue_id = q.id)
-  ),
-  behind AS (
-    SELECT g.queue_id, g.consumer_group, p.id AS partition_id,
-           p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0) AS backlog,
-           coalesce(c.cursor_seq, 0) + 1 AS first_seq
-      FROM groups g
-      JOIN queen.partitions p ON p.queue_id = g.queue_id
-      LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
-     WHERE p.last_seq > coalesce(c.cursor_seq, 0)
-  ),
-  per_group AS (
-    SELECT sum(b.backlog) AS backlog FROM behind b GROUP BY b.queue_id, b.consumer_group
   )
+  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
+         sum(p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0))::bigint,
+         min(m.created_at)
+    FROM groups g
+    JOIN queen.queues q ON q.id = g.queue_id
+    JOIN queen.partitions p ON p.queue_id = g.queue_id
+    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+    -- The group's oldest unfinished message on the partition: the one right after its cursor.
+    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
+   WHERE p.last_seq > coalesce(c.cursor_seq, 0)
+   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
+$$;
+
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
+LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object(
-    'backlog', (SELECT coalesce(sum(backlog), 0) FROM per_group),
-    'maxGroupBacklog', (SELECT coalesce(max(backlog), 0) FROM per_group),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - (
-        SELECT min(m.created_at) FROM behind b
-          JOIN queen.messages m ON m.partition_id = b.partition_id AND m.seq = b.first_seq))::double precision, 0),
+    'backlog', coalesce(sum(b.backlog), 0),
+    'maxGroupBacklog', coalesce(max(b.backlog), 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
     'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+    FROM queen.log_backlog_v1() b
 $$;

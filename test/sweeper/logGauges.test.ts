@@ -75,6 +75,11 @@ test('backlog, worst group, oldest unfinished age and dead letters follow pushes
   expect((await ack(api.url, audit[2])).status).toBe(200);
   g = await gauges();
   expect([g.queen_log_backlog_messages, g.queen_log_backlog_max_group_messages]).toEqual([3 + 4 + 2, 4]);
+  // The runbook's query names them (queen.log_backlog_v1, the same reading by queue and group).
+  const named = await pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v1() ORDER BY queue, consumer_group`);
+  expect(named.rows.map((r) => [r.queue, r.consumer_group, r.backlog])).toEqual([
+    ['idle', '__QUEUE_MODE__', 2], ['orders', '__QUEUE_MODE__', 3], ['orders', 'audit', 4],
+  ]);
 
   // The oldest unfinished message is the first of `idle`: made two hours old, the gauge says so.
   await pool.query(
