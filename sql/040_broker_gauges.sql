@@ -19,8 +19,11 @@
 -- cell. queen.log_backlog_v1 is the same reading by (tenant, queue, group), for an operator at a
 -- psql prompt (docs/runbook.md: SELECT * FROM queen.log_backlog_v1() ORDER BY backlog DESC LIMIT 10).
 -- The cost is a pass over
--- queen.partition_consumers and queen.partitions (one row per partition and group), which is why
--- the sweeper reads it every 15 s rather than every second.
+-- queen.partition_consumers and queen.partitions (one row per partition and group) plus one probe
+-- per (partition, group) that is behind, which is why the sweeper reads it every 15 s rather than
+-- every second. Measured (2026-12-01, a shared 2-core machine at load 16, every partition of two
+-- groups behind): 0.4 s at 10,000 partitions, 1.5 to 2.5 s at 40,000.
+
 -- One row per (queue, consumer group) that has messages to finish: how many, and when the oldest
 -- of them was pushed. A group with rows on some partitions of a queue owes the others from seq 1.
 CREATE OR REPLACE FUNCTION queen.log_backlog_v1()

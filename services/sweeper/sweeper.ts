@@ -236,12 +236,18 @@ export class Sweeper extends EventEmitter {
       metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
     }
     if (!this.stopping && now - this.lastLogGaugesAt >= (this.o.logGaugesIntervalMs ?? LOG_GAUGE_INTERVAL_MS)) {
-      const g = await readLogGauges(this.o.pool);
+      // A reading that fails waits for the next interval and never fails the cycle: the fire and
+      // prune above are what the sweeper is for.
       this.lastLogGaugesAt = now;
-      metrics.logBacklog.set(Number(g.backlog));
-      metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
-      metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
-      metrics.logDeadLetters.set(Number(g.deadLetters));
+      try {
+        const g = await readLogGauges(this.o.pool);
+        metrics.logBacklog.set(Number(g.backlog));
+        metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
+        metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
+        metrics.logDeadLetters.set(Number(g.deadLetters));
+      } catch (err) {
+        this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the log gauges could not be read; trying again next interval');
+      }
     }
 
     this.pressure.observe(slowest);
