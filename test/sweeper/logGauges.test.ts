@@ -107,3 +107,23 @@ test('before a sweeper has read them, the families are declared but carry no sam
     expect(text).not.toMatch(new RegExp(`^${name} `, 'm'));
   }
 });
+
+test('a reading that fails leaves the cycle whole: timers still fire, the last figures stay', async () => {
+  const before = await gauges();
+  // This test's own database: the reading now fails as a statement on a sick database would.
+  await pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'gauges unavailable'; END $$`);
+  const faults: unknown[] = [];
+  sweeper.sweeper.on('fault', (err) => faults.push(err));
+  await pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
+    JSON.stringify([{ op: 'schedule', queue: 'after-fault', payload: 1, delaySeconds: 0 }]),
+  ]);
+  await sweeper.cycles(1);
+  const fired = await pool.query(
+    `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'after-fault'`,
+  );
+  expect(fired.rows[0].n).toBe(1);
+  expect(faults).toEqual([]);
+  expect(await gauges()).toEqual(before);
+});
