@@ -14,13 +14,20 @@ export function createMetrics(register = new client.Registry()) {
   const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = [], aggregator: client.Aggregator = 'sum') =>
     new client.Gauge<L>({ name, help, labelNames, registers: r, aggregator });
 
+  // The log's gauges carry no sample until the sweeper's first reading (see below).
+  const reading = (name: string, help: string) => {
+    const g = gauge(name, help, [], 'max');
+    g.remove();
+    return g;
+  };
+
   return {
     register,
     // KV surface (API)
     kvOps: counter('queen_kv_ops_total', 'KV operations answered, by op and outcome (ok, precondition, refused, error).', ['op', 'outcome'] as const),
     kvDuration: new client.Histogram<'route'>({
       name: 'queen_kv_op_duration_seconds',
-      help: 'Time to answer one KV request, from routing to the response, by route (batch, get, put, delete, transaction).',
+      help: 'Time to answer one KV request, from routing to the response, by route (batch, get, put, delete).',
       labelNames: ['route'],
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers: r,
@@ -44,6 +51,28 @@ export function createMetrics(register = new client.Registry()) {
       buckets: [1, 2, 4, 8, 16, 32, 64, 100],
       registers: r,
     }),
+    // The message path's latency (API): push, pop, ack and the transaction wire, from the body read to
+    // the answer, refusals included. A long poll (pop with wait=true) waits for a message by design,
+    // so it is its own route (pop_wait) and its time says how long consumers sat idle, not how slow
+    // the cell is. The route set is closed (LOG_ROUTES): no queue, partition or tenant as a label.
+    logDuration: new client.Histogram<'route'>({
+      name: 'queen_log_request_duration_seconds',
+      help: 'Time to answer one push, pop, ack or transaction-wire request, from routing to the response, by route (push, pop, pop_wait, ack, ack_batch, transaction).',
+      labelNames: ['route'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
+      registers: r,
+    }),
+    // The log's state (sweeper, sql/040_broker_gauges.sql), read on its own slower cadence
+    // (services/sweeper/sweeper.ts LOG_GAUGE_INTERVAL_MS). Cell-wide figures, no names: a queue or
+    // tenant label would grow with the cell; docs/runbook.md has the query that names the queues.
+    // Unlike the other gauges they have no sample until a reading: a 0 served between a sweeper's
+    // boot and its first cycle would be a backlog that vanished and came back (a false step for
+    // deriv() and offset rules at every rollout), and the API, which never reads them, would say 0
+    // about a log it did not look at.
+    logBacklog: reading('queen_log_backlog_messages', 'Messages not yet finished (completed or dead-lettered), summed over every consumer group of every queue; a queue no group has popped counts once.'),
+    logBacklogMaxGroup: reading('queen_log_backlog_max_group_messages', 'The largest backlog of any one consumer group on one queue (the worst group, unnamed).'),
+    logOldestUnconsumed: reading('queen_log_oldest_unconsumed_age_seconds', 'Age of the oldest message some consumer group has not finished, in seconds (0 when none).'),
+    logDeadLetters: reading('queen_log_dead_letters', 'Messages set aside as dead letters (per consumer group) and still stored.'),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rateStore.ts).
@@ -75,6 +104,12 @@ export function createMetrics(register = new client.Registry()) {
 
 export type Metrics = ReturnType<typeof createMetrics>;
 
+/** The routes of queen_log_request_duration_seconds: a closed set, every one primed at boot. */
+export const LOG_ROUTES = ['push', 'pop', 'pop_wait', 'ack', 'ack_batch', 'transaction'] as const;
+export type LogRoute = (typeof LOG_ROUTES)[number];
+/** The routes of queen_kv_op_duration_seconds (routes/kv.ts). */
+export const KV_ROUTES = ['batch', 'get', 'put', 'delete'] as const;
+
 /** Zero every labelled series we know of, so the families show values from the first scrape. */
 export function primeMetrics(m: Metrics): void {
   for (const s of ['kv', 'timersSchedule', 'timersFire']) m.switchState.set({ switch: s }, 1);
@@ -82,4 +117,8 @@ export function primeMetrics(m: Metrics): void {
   for (const op of ['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']) m.kvOps.inc({ op, outcome: 'ok' }, 0);
   m.kvRefusals.inc({ code: 'rate_limited' }, 0);
   m.kvRefusals.inc({ code: 'kv_unavailable' }, 0);
+  // Histograms too: a labelled histogram has no series until its first observation, so a latency
+  // panel was empty and a rule on it could not fire after a restart.
+  for (const route of KV_ROUTES) m.kvDuration.zero({ route });
+  for (const route of LOG_ROUTES) m.logDuration.zero({ route });
 }

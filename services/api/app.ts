@@ -65,7 +65,7 @@ export function createApp(deps: AppDeps): App {
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), config.healthTimeoutMs));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
-  const logSurface = logRoutes({ config, messagePool: pools.message, log });
+  const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });
   app.use(logSurface.router);
   app.use(transactionRoutes({ config, messagePool: pools.message, metrics, guards: ops.guards }));
   const metricsText = deps.metricsText ?? (() => metrics.register.metrics());

@@ -1,7 +1,7 @@
 // The sweeper's statements, one function each. The rules are in SQL (sql/031): a pass claims,
 // fires, prunes and marks in one transaction; here we only send it and read its answer.
 import type { Pool } from 'pg';
-import { KV_USAGE_ROLLUP, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
+import { KV_USAGE_ROLLUP, LOG_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
 
 export interface PassResult {
   /** The cycle's start on the server's clock; passed back to every later pass of the cycle. */
@@ -65,6 +65,18 @@ export interface Gauges {
 export async function readGauges(pool: Pool): Promise<Gauges> {
   const { rows } = await pool.query(SWEEPER_GAUGES);
   return rows[0].gauges as Gauges;
+}
+
+export interface LogGauges {
+  backlog: number;
+  maxGroupBacklog: number;
+  oldestUnconsumedSeconds: number;
+  deadLetters: number;
+}
+
+export async function readLogGauges(pool: Pool): Promise<LogGauges> {
+  const { rows } = await pool.query(LOG_GAUGES);
+  return rows[0].gauges as LogGauges;
 }
 
 /** Overwrites queen.kv_usage per tenant; answers how many tenants were written. */

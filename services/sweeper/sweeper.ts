@@ -17,7 +17,7 @@ import type { Pool } from 'pg';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { PassResult, readGauges, rollupUsage, runPass } from './phases';
+import { PassResult, readGauges, readLogGauges, rollupUsage, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
@@ -26,6 +26,12 @@ export const DEFAULT_SHARDS_PER_PASS = 8;
 export const FIRE_PASSES_PER_CYCLE = 8;
 /** The gauges' queries scan indexes across all shards; once a second is fresh enough for an alert. */
 const GAUGE_INTERVAL_MS = 1000;
+/**
+ * The message log's gauges (backlog, oldest unfinished message, dead letters) pass over every
+ * (partition, group) row, so they are read on a slower cadence: Prometheus's scrape interval in
+ * deploy/prometheus (15 s), faster than which no reading would be seen.
+ */
+export const LOG_GAUGE_INTERVAL_MS = 15_000;
 /**
  * The shortest sleep when a timer is about to fall due: a timer due sooner than the interval fires
  * on time (within this) instead of an interval late, without spinning on the database.
@@ -46,6 +52,8 @@ export interface SweeperOptions {
   /** Due timers fired per pass, cell-wide; the prune batch when omitted. */
   fireBatch?: number;
   usageIntervalMs: number;
+  /** How often the log's gauges are read; LOG_GAUGE_INTERVAL_MS unless a test asks for every cycle (0). */
+  logGaugesIntervalMs?: number;
   shardsPerPass?: number;
   slowPassMs?: number;
   id?: string;
@@ -94,6 +102,7 @@ export class Sweeper extends EventEmitter {
   /** Tenants written by a rollup that finished since the last cycle report. */
   private usageFinished: number | undefined;
   private lastGaugesAt = 0;
+  private lastLogGaugesAt = 0;
   private lastPruneAt = -Infinity;
   private pruneBacklog = false;
 
@@ -267,6 +276,20 @@ export class Sweeper extends EventEmitter {
       metrics.timersOldestLate.set(Math.max(0, Number(g.timersOldestLateSeconds)));
       metrics.kvExpiredNotPruned.set(Number(g.kvExpiredNotPruned));
       metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
+    }
+    if (!this.stopping && now - this.lastLogGaugesAt >= (this.o.logGaugesIntervalMs ?? LOG_GAUGE_INTERVAL_MS)) {
+      // A reading that fails waits for the next interval and never fails the cycle: the fire and
+      // prune above are what the sweeper is for.
+      this.lastLogGaugesAt = now;
+      try {
+        const g = await readLogGauges(this.o.pool);
+        metrics.logBacklog.set(Number(g.backlog));
+        metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
+        metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
+        metrics.logDeadLetters.set(Number(g.deadLetters));
+      } catch (err) {
+        this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the log gauges could not be read; trying again next interval');
+      }
     }
 
     this.pressure.observe(slowest);

@@ -16,3 +16,9 @@ export const KV_USAGE_ROLLUP = {
   name: 'kv_usage_rollup_v1',
   text: `SELECT queen.kv_usage_rollup_v1() AS tenants`,
 };
+
+/** The message log's gauges (sql/040_broker_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */
+export const LOG_GAUGES = {
+  name: 'log_gauges_v1',
+  text: `SELECT queen.log_gauges_v1() AS gauges`,
+};

@@ -59,11 +59,31 @@ test('the panels the operations seed asks for are there', () => {
     'queen_timers_due', 'queen_timers_oldest_late_seconds', 'queen_timers_fired_total',
     'queen_sweeper_cycle_seconds_bucket', 'queen_sweeper_batch_size', 'queen_sweeper_phase_suspended',
     'queen_kv_timers_switch', 'queen_kv_expired_not_pruned', 'queen_kv_expiry_lag_seconds', 'queen_http_responses_total',
+    // The message log's rows and the rate limits' (issue 15's broker metrics, issue 19's fallback).
+    'queen_log_request_duration_seconds_bucket', 'queen_log_request_duration_seconds_count', 'queen_log_backlog_messages',
+    'queen_log_backlog_max_group_messages', 'queen_log_oldest_unconsumed_age_seconds', 'queen_log_dead_letters',
+    'queen_kv_rate_store_fallback', 'queen_kv_rate_processes',
   ]) {
     expect(exprs).toContain(family);
   }
   expect(exprs).toMatch(/sum by \(op, outcome\) \(rate\(queen_kv_ops_total/);
   expect(exprs).toMatch(/sum by \(code\) \(rate\(queen_kv_refusals_total/);
+});
+
+test('one cell at a time: every query reads the namespace chosen in the cell picker', () => {
+  const dashboard = JSON.parse(fs.readFileSync(DASHBOARD, 'utf8'));
+  const picker = dashboard.templating.list.find((v: { name: string }) => v.name === 'namespace');
+  expect(picker?.query?.query).toMatch(/^label_values\(up\{[^}]*\}, namespace\)$/);
+  const unscoped: string[] = [];
+  for (const p of panels()) {
+    for (const t of p.targets ?? []) {
+      // Every selector of a metric, with its matchers: each must carry namespace="$namespace".
+      for (const m of t.expr.matchAll(/\b((?:queen|process|nodejs)_[A-Za-z0-9_:]*)(\{[^}]*\})?/g)) {
+        if (!(m[2] ?? '').includes('namespace="$namespace"')) unscoped.push(`${p.title}: ${m[0]}`);
+      }
+    }
+  }
+  expect(unscoped).toEqual([]);
 });
 
 test('the name extractor sees through functions, matchers, ranges and grouping', () => {

@@ -53,6 +53,12 @@ test('the alerts cover the gauges docs/operations.md says to watch, each with a 
     ['QueenSweeperStopped', /queen_sweeper_cycles_total/],
     ['QueenDatabaseUnavailable', /queen_http_responses_total\{code="db_unavailable"\}/],
     ['QueenApiInternalErrors', /queen_http_responses_total\{code="internal"\}/],
+    ['QueenApiDown', /\(up\{job="queen-api"\}\) == 0 or absent\(up\{job="queen-api"\}\)/],
+    ['QueenApiTargetDown', /^up\{job="queen-api"\} == 0$/],
+    ['QueenRateLimitsLocalFallback', /queen_kv_rate_store_fallback/],
+    ['QueenLogBacklogGrowing', /queen_log_backlog_messages/],
+    ['QueenLogOldestUnconsumedOld', /queen_log_oldest_unconsumed_age_seconds/],
+    ['QueenLogDeadLetters', /queen_log_dead_letters/],
   ];
   for (const [name, expr] of expectations) {
     expect(byName.get(name)?.expr).toMatch(expr);
@@ -62,6 +68,42 @@ test('the alerts cover the gauges docs/operations.md says to watch, each with a 
     expect(['warning', 'critical']).toContain(r.labels?.severity);
     expect(r.annotations?.summary).toBeTruthy();
     expect(r.for).toMatch(/^\d+[smh]$/);
+  }
+});
+
+/** GitHub's heading anchor: lower case, punctuation other than - and _ dropped, spaces to -. */
+const anchor = (heading: string) => heading.trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-');
+
+test('every alert links its own section of docs/runbook.md, and every section there is an alert', () => {
+  const runbook = fs.readFileSync(path.join(REPO, 'docs', 'runbook.md'), 'utf8');
+  const anchors = [...runbook.matchAll(/^##+ (.+)$/gm)].map((m) => anchor(m[1]));
+  const alertSections = [...runbook.matchAll(/^## (Queen[A-Za-z]+)$/gm)].map((m) => m[1]);
+  const wrong = rules()
+    .filter((r) => r.annotations?.runbook_url !== `docs/runbook.md#${anchor(r.alert!)}` || !anchors.includes(anchor(r.alert!)))
+    .map((r) => `${r.alert}: ${r.annotations?.runbook_url}`);
+  expect(wrong).toEqual([]);
+  expect(alertSections.sort()).toEqual(rules().map((r) => r.alert!).sort());
+  // Each section says what it means, what to check and what to do.
+  for (const section of runbook.split(/^## (?=Queen)/m).slice(1)) {
+    expect([section.split('\n')[0], /\*\*What it means\*\*/.test(section), /\*\*What to check\*\*/.test(section), /\*\*What to do\*\*/.test(section)])
+      .toEqual([section.split('\n')[0], true, true, true]);
+  }
+});
+
+test('two cells in one Prometheus never merge: every aggregation keeps the namespace', () => {
+  const merging: string[] = [];
+  for (const r of rules()) {
+    // sum/max/min/avg/count over series, with or without `by (...)`; absent() has no cell to keep.
+    for (const m of r.expr.matchAll(/\b(sum|max|min|avg|count)\s*(?:by\s*\(([^)]*)\)\s*)?\(/g)) {
+      const by = (m[2] ?? '').split(',').map((l) => l.trim());
+      if (!by.includes('namespace')) merging.push(`${r.alert}: ${m[0]}`);
+    }
+  }
+  expect(merging).toEqual([]);
+  // And the static scrape config names the cell on each target, as the Kubernetes one does from the pod's namespace.
+  for (const job of read('prometheus.static.yml').scrape_configs) expect(job.static_configs[0].labels?.namespace).toBeTruthy();
+  for (const job of read('prometheus.yml').scrape_configs) {
+    expect(job.relabel_configs).toContainEqual({ source_labels: ['__meta_kubernetes_namespace'], target_label: 'namespace' });
   }
 });
 

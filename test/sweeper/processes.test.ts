@@ -61,6 +61,10 @@ test('the metrics families answer from the first second, before any work', async
     'queen_sweeper_batch_size',
     'queen_sweeper_phase_suspended',
     'queen_sweeper_cycle_seconds',
+    'queen_log_backlog_messages',
+    'queen_log_backlog_max_group_messages',
+    'queen_log_oldest_unconsumed_age_seconds',
+    'queen_log_dead_letters',
   ]) {
     expect(text).toContain(`# TYPE ${name} `);
   }

@@ -7,7 +7,7 @@ import type { Pool } from 'pg';
 import { ApiError, SQLSTATE } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
-import type { Metrics } from '../../../shared/metrics';
+import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
 import { PushCoalescer } from '../pushCoalescer';
@@ -17,7 +17,33 @@ export interface LogRouteDeps {
   config: Config;
   messagePool: Pool;
   log: Logger;
+  metrics: Metrics;
 }
+
+/**
+ * A handler whose time, from routing to the answer (a refusal included), goes to
+ * queen_log_request_duration_seconds under the route `routeOf` names once it is done.
+ */
+export function timed<Req, Res>(
+  metrics: Metrics,
+  routeOf: LogRoute | ((req: Req) => LogRoute),
+  handler: (req: Req, res: Res) => Promise<void>,
+): (req: Req, res: Res) => Promise<void> {
+  return async (req, res) => {
+    const stop = metrics.logDuration.startTimer();
+    try {
+      await handler(req, res);
+    } finally {
+      stop({ route: typeof routeOf === 'string' ? routeOf : routeOf(req) });
+    }
+  };
+}
+
+/** A pop that may wait (wait=true): its time is mostly the wait, so it is counted apart (pop_wait). */
+const popRoute = (req: Request): LogRoute => {
+  const wait = (req.query as Record<string, unknown>).wait;
+  return wait === 'true' || wait === '1' ? 'pop_wait' : 'pop';
+};
 
 export const POP_DEFAULTS = {
   batch: 1,
@@ -90,7 +116,7 @@ function objectBody(req: IncomingMessage): { text: string; body: Record<string, 
   return { text, body };
 }
 
-export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes {
+export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): LogRoutes {
   const router = Router();
   const body = rawBody(config);
   const signal = new PushSignal(config.databaseUrl, log);
@@ -101,7 +127,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
     sendJsonText(res, 200, rows[0].body);
   });
 
-  const pop = async (req: Request, res: Response) => {
+  const pop = timed(metrics, popRoute, async (req: Request, res: Response) => {
     const tenant = tenantOf(config, req);
     const params = req.params as Record<string, string>;
     const batch = wholeNumber(queryString(req, 'batch'), POP_DEFAULTS.batch, 1, POP_DEFAULTS.maxBatch, 'log_invalid_batch', 'batch');
@@ -169,7 +195,7 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
         armed?.cancel();
       }
     }
-  };
+  });
   // Express answers HEAD with the GET handler, and a pop is not safe: a HEAD (a monitor, a link
   // checker, a proxy's probe) leased messages and threw them away; each lapse counted as a failed
   // delivery, so a few HEADs dead-lettered a message no consumer ever saw. A pop has no HEAD.
@@ -177,18 +203,18 @@ export function logRoutes({ config, messagePool, log }: LogRouteDeps): LogRoutes
   router.get('/api/v1/pop/queue/:queue', pop);
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
-  router.post('/api/v1/ack', body, async (req, res) => {
+  router.post('/api/v1/ack', body, timed(metrics, 'ack', async (req: Request, res: Response) => {
     const tenant = tenantOf(config, req);
     const { rows } = await messagePool.query({ ...LOG_ACK_ONE, values: [tenant, objectBody(req).text] });
     sendJsonText(res, 200, rows[0].body);
-  });
+  }));
 
-  router.post('/api/v1/ack/batch', body, async (req, res) => {
+  router.post('/api/v1/ack/batch', body, timed(metrics, 'ack_batch', async (req: Request, res: Response) => {
     const tenant = tenantOf(config, req);
     const { rows } = await messagePool.query({ ...LOG_ACK_BATCH, values: [tenant, objectBody(req).text] });
     // ok is true only when every ack applied; each element says how its own ack went.
     sendJsonText(res, 200, `{"ok":${rows[0].ok === true},"results":${rows[0].results}}`);
-  });
+  }));
 
   // Queen's queue delete: the queue and everything in it, for this tenant.
   router.delete('/api/v1/resources/queues/:queue', async (req, res) => {
@@ -263,12 +289,11 @@ export function refuseTraceIds(items: unknown[]): void {
  * spelling is 404 there, as for the KV paths.
  */
 export function pushRoute({ config, messagePool, log, metrics, logRequest }: LogRouteDeps & {
-  metrics: Metrics;
   logRequest: (req: IncomingMessage, res: ServerResponse) => void;
 }): (req: IncomingMessage, res: ServerResponse) => boolean {
   const withBody = answerWithBody(config, log);
   const coalescer = new PushCoalescer(messagePool, (pushes) => metrics.logPushGathering.observe(pushes));
-  const push = async (req: IncomingMessage, res: ServerResponse) => {
+  const push = timed(metrics, 'push', async (req: IncomingMessage, res: ServerResponse) => {
     const tenant = tenantOf(config, req);
     const { text, body } = objectBody(req);
     // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
@@ -277,7 +302,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
       refuseTraceIds(body.items);
     }
     sendJsonText(res, 201, await coalescer.push(tenant, text, body));
-  };
+  });
   return (req, res) => {
     const url = req.url ?? '';
     if (req.method !== 'POST' || !url.startsWith(PUSH) || (url.length > PUSH.length && url[PUSH.length] !== '?')) return false;

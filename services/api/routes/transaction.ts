@@ -14,7 +14,7 @@
 //    leased): nothing commits, not even an unconditional KV write beside it:
 //    {"ok": false, "reason": "ack_failed", "failedIndex", "ackReason"};
 //  - getPrefix inside: 400 kv_get_prefix_not_allowed_in_transaction (kv_apply_v1 refuses it).
-import { Router } from 'express';
+import { Router, Request, Response } from 'express';
 import type { Pool } from 'pg';
 import { AckFailed, ApiError, answerTooLarge, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
@@ -24,7 +24,7 @@ import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../guards';
 import { refuseNulKeys } from './kv';
-import { refuseTraceIds } from './log';
+import { refuseTraceIds, timed } from './log';
 import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, sendJsonText, tenantOf } from '../http';
 
 export interface TransactionRouteDeps {
@@ -87,7 +87,7 @@ function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatemen
 export function transactionRoutes({ config, messagePool, metrics, guards }: TransactionRouteDeps): Router {
   const router = Router();
 
-  router.post('/api/v1/transaction', rawBody(config), async (req, res) => {
+  router.post('/api/v1/transaction', rawBody(config), timed(metrics, 'transaction', async (req: Request, res: Response) => {
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
     const body = parseJson(text, false);
@@ -143,7 +143,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         throw err;
       }
     });
-  });
+  }));
 
   return router;
 }

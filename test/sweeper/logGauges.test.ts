@@ -1,0 +1,129 @@
+// The message log's gauges, read by the sweeper (sql/040_broker_gauges.sql): backlog summed over
+// every consumer group, the worst single group, the oldest unfinished message's age and the dead
+// letters, driven by real traffic through the API and read from the sweeper's /metrics.
+import { Pool } from 'pg';
+import { createMetrics } from '../../shared/metrics';
+import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
+import { call, startTestApi, TestApi } from '../support/api';
+import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper } from '../support/sweeper';
+import { ack, configure, pop, push } from '../log/helpers';
+
+let api: TestApi;
+let pool: Pool;
+let sweeper: TestSweeper;
+let server: MetricsServer;
+beforeAll(async () => {
+  api = await startTestApi();
+  pool = new Pool({ connectionString: api.databaseUrl, max: 2 });
+  // Every cycle reads the log's gauges (a running sweeper reads them every 15 s).
+  sweeper = startTestSweeper(api.databaseUrl, { logGaugesIntervalMs: 0 });
+  server = await startMetricsServer(sweeper.metrics.register, 0);
+});
+afterAll(async () => {
+  await server.close();
+  await sweeper.close();
+  expect(await closeLeakedSweepers()).toBe(0);
+  await pool.end();
+  await api.close();
+});
+
+const FAMILIES = [
+  'queen_log_backlog_messages',
+  'queen_log_backlog_max_group_messages',
+  'queen_log_oldest_unconsumed_age_seconds',
+  'queen_log_dead_letters',
+] as const;
+
+/** The four gauges as the sweeper's /metrics serves them after a cycle that began after the caller's writes. */
+async function gauges(): Promise<Record<(typeof FAMILIES)[number], number>> {
+  await sweeper.cycles(1);
+  const out = {} as Record<(typeof FAMILIES)[number], number>;
+  for (const name of FAMILIES) out[name] = await scrape(server.port, name);
+  return out;
+}
+
+test('backlog, worst group, oldest unfinished age and dead letters follow pushes, pops, acks and queue deletes', async () => {
+  // An empty cell: every gauge is there and reads 0.
+  expect(await gauges()).toEqual({
+    queen_log_backlog_messages: 0,
+    queen_log_backlog_max_group_messages: 0,
+    queen_log_oldest_unconsumed_age_seconds: 0,
+    queen_log_dead_letters: 0,
+  });
+
+  // Five on `orders`, two on `idle`; nobody has popped either: each counts once (queue mode).
+  expect((await push(api.url, [1, 2, 3, 4, 5].map((n) => ({ queue: 'orders', payload: { n } })))).status).toBe(201);
+  expect((await push(api.url, [1, 2].map((n) => ({ queue: 'idle', payload: { n } })))).status).toBe(201);
+  let g = await gauges();
+  expect(g.queen_log_backlog_messages).toBe(7);
+  expect(g.queen_log_backlog_max_group_messages).toBe(5);
+  expect(g.queen_log_oldest_unconsumed_age_seconds).toBeGreaterThanOrEqual(0);
+  expect(g.queen_log_dead_letters).toBe(0);
+
+  // Queue mode takes two from `orders`: one completed, one failed past retryLimit 0 (a dead letter).
+  expect((await configure(api.url, 'orders', { retryLimit: 0 })).status).toBe(200);
+  const [done, poisoned] = await pop(api.url, 'orders', { batch: 2 });
+  expect((await ack(api.url, done)).status).toBe(200);
+  expect((await ack(api.url, poisoned, 'failed')).body).toMatchObject({ ok: true, deadLetter: true });
+  g = await gauges();
+  expect([g.queen_log_backlog_messages, g.queen_log_backlog_max_group_messages, g.queen_log_dead_letters]).toEqual([3 + 2, 3, 1]);
+
+  // A second group, `audit`, leases three of `orders` and acks only the third (finished ahead of its
+  // cursor): it still owes four, leased ones included.
+  const audit = await pop(api.url, 'orders', { batch: 3, consumerGroup: 'audit' });
+  expect(audit).toHaveLength(3);
+  expect((await ack(api.url, audit[2])).status).toBe(200);
+  g = await gauges();
+  expect([g.queen_log_backlog_messages, g.queen_log_backlog_max_group_messages]).toEqual([3 + 4 + 2, 4]);
+  // The runbook's query names them (queen.log_backlog_v1, the same reading by queue and group).
+  const named = await pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v1() ORDER BY queue, consumer_group`);
+  expect(named.rows.map((r) => [r.queue, r.consumer_group, r.backlog])).toEqual([
+    ['idle', '__QUEUE_MODE__', 2], ['orders', '__QUEUE_MODE__', 3], ['orders', 'audit', 4],
+  ]);
+
+  // The oldest unfinished message is the first of `idle`: made two hours old, the gauge says so.
+  await pool.query(
+    `UPDATE queen.messages m SET created_at = now() - interval '2 hours'
+       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+      WHERE p.id = m.partition_id AND q.name = 'idle' AND m.seq = 1`,
+  );
+  g = await gauges();
+  expect(g.queen_log_oldest_unconsumed_age_seconds).toBeGreaterThanOrEqual(7200);
+
+  // Deleting the queues takes their messages, cursors and dead letters with them.
+  for (const queue of ['orders', 'idle']) expect((await call(api.url, 'DELETE', `/api/v1/resources/queues/${queue}`)).status).toBe(200);
+  expect(await gauges()).toEqual({
+    queen_log_backlog_messages: 0,
+    queen_log_backlog_max_group_messages: 0,
+    queen_log_oldest_unconsumed_age_seconds: 0,
+    queen_log_dead_letters: 0,
+  });
+});
+
+test('before a sweeper has read them, the families are declared but carry no sample (never a 0 it did not measure)', async () => {
+  const text = await createMetrics().register.metrics();
+  for (const name of FAMILIES) {
+    expect(text).toContain(`# TYPE ${name} gauge`);
+    expect(text).not.toMatch(new RegExp(`^${name} `, 'm'));
+  }
+});
+
+test('a reading that fails leaves the cycle whole: timers still fire, the last figures stay', async () => {
+  const before = await gauges();
+  // This test's own database: the reading now fails as a statement on a sick database would.
+  await pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'gauges unavailable'; END $$`);
+  const faults: unknown[] = [];
+  sweeper.sweeper.on('fault', (err) => faults.push(err));
+  await pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
+    JSON.stringify([{ op: 'schedule', queue: 'after-fault', payload: 1, delaySeconds: 0 }]),
+  ]);
+  await sweeper.cycles(1);
+  const fired = await pool.query(
+    `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'after-fault'`,
+  );
+  expect(fired.rows[0].n).toBe(1);
+  expect(faults).toEqual([]);
+  expect(await gauges()).toEqual(before);
+});
