@@ -11,6 +11,7 @@
 // transaction) and `lockOrderedStatement` (steps that are SQL expressions, one statement: what the
 // transaction wire uses, because its commit is the hot path).
 import type { Pool, PoolClient } from 'pg';
+import { beginOf } from './db';
 
 export const LOCK_SPACES = ['kv', 'timers', 'partitions'] as const;
 export type LockSpace = (typeof LOCK_SPACES)[number];
@@ -61,7 +62,8 @@ export async function inLockOrder<T>(pool: Pool, steps: LockSteps<T>): Promise<P
   const results: Partial<Record<LockSpace, T>> = {};
   let broken = false;
   try {
-    await client.query('BEGIN');
+    // The pool's BEGIN: with its settings under QUEEN_DB_POOLING=transaction (shared/db.ts).
+    await client.query(beginOf(pool));
     for (const space of LOCK_SPACES) {
       const step = steps[space];
       if (step) results[space] = await step(client);
