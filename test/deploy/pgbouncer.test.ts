@@ -3,7 +3,8 @@
 // QUEEN_DB_POOLING=transaction through it, LISTEN on the direct DATABASE_LISTEN_URL. KV, the log,
 // the transaction wire, timers and the kill switches answer as they do on a direct connection, and
 // the limits the SQL reads from its settings hold (they would fall back to defaults if the settings
-// were lost). The default mode through the same PgBouncer is refused, as the last test shows.
+// were lost). The last two tests show what the default (session) mode does there: refused, or, with
+// PgBouncer told to ignore its options, running without its limits and failing on named statements.
 import { Client } from 'pg';
 import { loadConfig } from '../../shared/config';
 import { createPools } from '../../shared/db';
