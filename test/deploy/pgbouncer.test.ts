@@ -58,6 +58,8 @@ const transaction = (base: string, body: unknown) => req(base, 'POST', '/api/v1/
 
 const reason = 'pgbouncer is not installed here (Debian package `pgbouncer`; .ci/run installs it where apt-get works)';
 
+// Said on stderr too: jest shows neither a skipped suite's title (but in a verbose or JSON report) nor its console.
+if (!PGBOUNCER) process.stderr.write(`test/deploy/pgbouncer.test.ts: not run: ${reason}\n`);
 (PGBOUNCER ? describe : describe.skip)(PGBOUNCER ? 'behind PgBouncer, pool_mode=transaction' : `behind PgBouncer: not run, ${reason}`, () => {
   let db: { url: string; drop(): Promise<void> };
   let bouncer: Bouncer;

@@ -8,8 +8,10 @@ import path from 'node:path';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 
-/** The binary, where the package put it or on PATH; undefined when it is not installed. */
+/** The binary: PGBOUNCER_BIN, else where the package put it or on PATH; undefined when it is not installed. */
 export const PGBOUNCER: string | undefined = (() => {
+  const asked = process.env.PGBOUNCER_BIN;
+  if (asked !== undefined) return fs.existsSync(asked) ? asked : undefined;
   if (fs.existsSync('/usr/sbin/pgbouncer')) return '/usr/sbin/pgbouncer';
   try {
     return execFileSync('sh', ['-c', 'command -v pgbouncer'], { encoding: 'utf8' }).trim() || undefined;
