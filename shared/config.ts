@@ -88,6 +88,11 @@ export interface Config {
   adminToken: string | undefined;
   /** Variables retired by the kill switches; set, they do nothing and the boot log says so. */
   retiredVariablesSet: string[];
+  // PgBouncer (docs/deploy.md): how the pools send their settings, and where LISTEN connects.
+  /** `session`: settings sent at connect, named statements. `transaction`: per transaction, unnamed. */
+  dbPooling: DbPooling;
+  /** DATABASE_LISTEN_URL: a direct (not pooled) connection for LISTEN; unset, DATABASE_URL (listenUrl()). */
+  databaseListenUrl: string | undefined;
 }
 
 export class ConfigError extends Error {
@@ -98,6 +103,14 @@ export class ConfigError extends Error {
 }
 
 type Env = Record<string, string | undefined>;
+
+export const DB_POOLING = ['session', 'transaction'] as const;
+export type DbPooling = (typeof DB_POOLING)[number];
+
+/** Where LISTEN connects: DATABASE_LISTEN_URL, else DATABASE_URL (read late: an embedded start sets it after the parse). */
+export function listenUrl(config: Config): string | undefined {
+  return config.databaseListenUrl ?? config.databaseUrl;
+}
 
 function int(env: Env, name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number {
   const raw = env[name];
@@ -177,7 +190,19 @@ export function loadConfig(env: Env = process.env): Config {
   }
   const retired = ['QUEEN_KV_ENABLED', 'QUEEN_TIMERS_ENABLED'].filter((name) => env[name] !== undefined);
 
+  // PgBouncer: QUEEN_DB_POOLING and DATABASE_LISTEN_URL (docs/configuration.md, docs/deploy.md).
+  const dbPooling = (env.QUEEN_DB_POOLING?.trim().toLowerCase() || 'session') as DbPooling;
+  if (!DB_POOLING.includes(dbPooling)) {
+    throw new ConfigError('QUEEN_DB_POOLING', `must be one of ${DB_POOLING.join(', ')}, got ${JSON.stringify(env.QUEEN_DB_POOLING)}.`);
+  }
+  const databaseListenUrl = env.DATABASE_LISTEN_URL?.trim() || undefined;
+  if (databaseListenUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseListenUrl)) {
+    throw new ConfigError('DATABASE_LISTEN_URL', 'must start with postgres:// or postgresql://.');
+  }
+
   return {
+    dbPooling,
+    databaseListenUrl,
     databaseUrl,
     port: int(env, 'PORT', DEFAULTS.port, 0, 65535),
     workers: int(env, 'QUEEN_WORKERS', defaultWorkers(env), 1, 256),

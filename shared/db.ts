@@ -28,28 +28,17 @@ export interface PoolSizes {
 
 export function createPools(config: Config, sizes: PoolSizes, applicationName: string): Pools {
   const base: PoolConfig = { connectionString: config.databaseUrl, application_name: applicationName };
-  const message = new Pool({
-    ...base,
-    max: sizes.message,
-    connectionTimeoutMillis: config.dbAcquireTimeoutMs,
-    query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs),
-    options: startupOptions({
-      ...kvSessionSettings(config),
-      statement_timeout: String(config.dbStatementTimeoutMs),
-      lock_timeout: String(config.dbLockTimeoutMs),
-    }),
-  });
+  const message = createPool(
+    config,
+    { ...base, max: sizes.message, connectionTimeoutMillis: config.dbAcquireTimeoutMs, query_timeout: queryTimeoutMs(config.dbStatementTimeoutMs) },
+    { ...kvSessionSettings(config), statement_timeout: String(config.dbStatementTimeoutMs), lock_timeout: String(config.dbLockTimeoutMs) },
+  );
   answerTimeouts(message, config);
-  const kv = new Pool({
-    ...base,
-    max: sizes.kv,
-    connectionTimeoutMillis: config.kvAcquireTimeoutMs,
-    query_timeout: queryTimeoutMs(config.kvStatementTimeoutMs),
-    options: startupOptions({
-      ...kvSessionSettings(config),
-      statement_timeout: String(config.kvStatementTimeoutMs),
-    }),
-  });
+  const kv = createPool(
+    config,
+    { ...base, max: sizes.kv, connectionTimeoutMillis: config.kvAcquireTimeoutMs, query_timeout: queryTimeoutMs(config.kvStatementTimeoutMs) },
+    { ...kvSessionSettings(config), statement_timeout: String(config.kvStatementTimeoutMs) },
+  );
   // An idle client that loses its connection emits on the pool; without a listener it would crash
   // the process. A checked-out client emits on itself: a connection the client-side query timeout
   // dropped (a frozen server) ends later, between queries, and that unhandled 'error' killed the
@@ -69,9 +58,85 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
   };
 }
 
+// ---- QUEEN_DB_POOLING (PgBouncer, docs/deploy.md) ----------------------------------------------
+// `session` (the default): a pool's settings go in the startup packet and its statements are named,
+// so each is parsed once per connection and no statement pays for a setting. Behind a transaction
+// pooler (PgBouncer pool_mode=transaction) neither holds: the server connection is another client's
+// at the next transaction, so a startup setting (which PgBouncer refuses, or drops when told to
+// ignore it) and a statement prepared on it are gone. `transaction`: no startup options; a pool with
+// settings runs every `pool.query` as BEGIN; set_config(..., true) ...; <statement>; COMMIT,
+// pipelined (one round trip, one transaction: the settings hold for that statement only, wherever
+// PgBouncer sends it); every statement goes unnamed (PgBouncer 1.18 cannot route a named one). The
+// wrapper costs about 50 us of API CPU a push, which is why it is not the default.
+
+/** Per pool: the BEGIN that opens one of its transactions (with its settings under `transaction`). */
+const begins = new WeakMap<Pool, string>();
+
+/** The statement that opens a transaction on a client of `pool`: a checked-out client's BEGIN. */
+export function beginOf(pool: Pool): string {
+  return begins.get(pool) ?? 'BEGIN';
+}
+
+/** `BEGIN; SELECT set_config(k, v, true), ...`: one simple query, the settings local to the transaction. */
+export function beginWithSettings(settings: Record<string, string>): string {
+  const lit = (v: string) => `'${v.replace(/'/g, "''")}'`;
+  const sets = Object.entries(settings).map(([k, v]) => `set_config(${lit(k)}, ${lit(v)}, true)`);
+  return sets.length === 0 ? 'BEGIN' : `BEGIN; SELECT ${sets.join(', ')}`;
+}
+
+/**
+ * A pool whose `settings` (statement_timeout, the queen.* limits the SQL reads) hold on every
+ * statement, as QUEEN_DB_POOLING says: sent at connect (`session`), or per transaction
+ * (`transaction`). Every pool of the cell but the schema's and LISTEN's comes from here.
+ */
+export function createPool(config: Config, poolConfig: PoolConfig, settings: Record<string, string> = {}): Pool {
+  if (config.dbPooling === 'session') {
+    return new Pool(Object.keys(settings).length === 0 ? poolConfig : { ...poolConfig, options: startupOptions(settings) });
+  }
+  const wrapped = Object.keys(settings).length > 0;
+  // Pipelined: BEGIN, the statement and COMMIT go out in one write and come back in one read.
+  const pool = new Pool({ ...poolConfig, ...(wrapped ? { pipeline: true } : {}) } as PoolConfig);
+  pool.on('connect', (client) => unnamed(client));
+  if (wrapped) perTransaction(pool, beginWithSettings(settings));
+  return pool;
+}
+
+/** This client's statements go unnamed: parsed at each call, routable by a transaction pooler. */
+function unnamed(client: PoolClient): void {
+  const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  (client as unknown as { query: typeof query }).query = (first: unknown, ...rest: unknown[]) => {
+    const named = typeof first === 'object' && first !== null && typeof (first as { submit?: unknown }).submit !== 'function' && (first as { name?: unknown }).name !== undefined;
+    return query(named ? { ...(first as object), name: undefined } : first, ...rest);
+  };
+}
+
+/**
+ * Every `pool.query` in its own transaction that begins with the pool's settings. A statement that
+ * fails aborts the transaction and the COMMIT behind it ends it as a rollback; nothing is written.
+ * A connection that failed, or whose BEGIN or COMMIT failed, is dropped, never handed back.
+ */
+function perTransaction(pool: Pool, begin: string): void {
+  begins.set(pool, begin);
+  const acquire = pool.connect.bind(pool) as () => Promise<PoolClient>;
+  const inTransaction = async (...args: unknown[]) => {
+    const client = await acquire();
+    const [began, ran, committed] = await Promise.allSettled([
+      client.query(begin),
+      (client.query as (...a: unknown[]) => Promise<unknown>)(...args),
+      client.query('COMMIT'),
+    ]);
+    const failure = [began, ran, committed].find((s): s is PromiseRejectedResult => s.status === 'rejected')?.reason;
+    const broken = failure !== undefined && (isConnectionFailure(failure) || began.status === 'rejected' || committed.status === 'rejected');
+    client.release(broken ? (failure as Error) : undefined);
+    if (failure !== undefined) throw failure;
+    return (ran as PromiseFulfilledResult<unknown>).value;
+  };
+  (pool as unknown as { query: typeof inTransaction }).query = inTransaction;
+}
+
 /**
  * The message pool's time limits are session settings sent at connect (statement_timeout,
- * lock_timeout), so every statement on it, `pool.query` or a checked-out client's, is bounded with
+ * lock_timeout; per transaction under QUEEN_DB_POOLING=transaction), so every statement on it, `pool.query` or a checked-out client's, is bounded with
  * no statement of its own; the acquire waits at most QUEEN_DB_ACQUIRE_TIMEOUT_MS and each statement
  * also has the client-side query_timeout. A limit that fires answers 503 with Retry-After and a code
  * naming it (lock_timeout, statement_timeout, db_unavailable); the statement was rolled back.

@@ -5,8 +5,8 @@
 import cluster, { Worker } from 'node:cluster';
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
-import { applySchemaLogged, checkConnectionBudget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
-import { Config, queryTimeoutMs } from '../../shared/config';
+import { applySchemaLogged, checkConnectionBudget, databaseTarget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
+import { Config, listenUrl, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
@@ -58,6 +58,9 @@ function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void 
       dbAcquireTimeoutMs: config.dbAcquireTimeoutMs,
       queryTimeoutMs: { message: queryTimeoutMs(config.dbStatementTimeoutMs), kv: queryTimeoutMs(config.kvStatementTimeoutMs) },
       healthTimeoutMs: config.healthTimeoutMs,
+      // PgBouncer (docs/deploy.md): settings per connection (session) or per transaction, and where LISTEN goes.
+      dbPooling: config.dbPooling,
+      listenTarget: databaseTarget(listenUrl(config)),
     },
     'config: kv_timers',
   );
@@ -82,7 +85,12 @@ async function primary(): Promise<void> {
   // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
   // the primary's schema connection and one sweeper of the all-in-one start.
   // The primary's one connection to the shared rate buckets (rateStore.ts) opens after the schema's closed.
-  await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
+  // Behind a transaction pooler the pools connect to it, not to the server: its max_client_conn and
+  // default_pool_size are the budget, which the server's max_connections says nothing about.
+  if (config.dbPooling === 'session') await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
+  if (config.dbPooling === 'transaction' && config.databaseListenUrl === undefined) {
+    log.warn('QUEEN_DB_POOLING=transaction without DATABASE_LISTEN_URL: LISTEN goes through DATABASE_URL; behind PgBouncer in transaction mode notifications are lost and switch flips and pushes are seen only by polling. Set DATABASE_LISTEN_URL to a direct connection');
+  }
   const rates = new RateStore(config, log);
   await rates.start();
   logKvTimersConfig(config, log, rates);

@@ -11,7 +11,8 @@
 // works ends the fallback. Never unlimited.
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
+import { createPool } from '../../shared/db';
 import type { Config } from '../../shared/config';
 import type { Logger } from '../../shared/log';
 import { RATE_LEASE } from '../../shared/sql/rate';
@@ -44,14 +45,11 @@ export class RateStore {
 
   constructor(config: Config, private readonly log: Logger) {
     this.limits = cellLimits(config);
-    this.pool = new Pool({
-      connectionString: config.databaseUrl,
-      max: 1,
-      application_name: 'queen-rate',
-      connectionTimeoutMillis: STORE_TIMEOUT_MS * 2,
-      statement_timeout: STORE_TIMEOUT_MS,
-      query_timeout: STORE_TIMEOUT_MS * 2,
-    });
+    this.pool = createPool(
+      config,
+      { connectionString: config.databaseUrl, max: 1, application_name: 'queen-rate', connectionTimeoutMillis: STORE_TIMEOUT_MS * 2, query_timeout: STORE_TIMEOUT_MS * 2 },
+      { statement_timeout: String(STORE_TIMEOUT_MS) },
+    );
     // An idle connection that breaks is reported here; the next statement finds out and falls back.
     this.pool.on('error', () => undefined);
   }

@@ -4,6 +4,8 @@
 // claiming, let the pass in flight commit, exit 0.
 import { Pool } from 'pg';
 import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
+import { listenUrl } from '../../shared/config';
+import { createPool } from '../../shared/db';
 import { createLogger } from '../../shared/log';
 import client from 'prom-client';
 import { createMetrics, primeMetrics } from '../../shared/metrics';
@@ -56,11 +58,11 @@ async function main(): Promise<void> {
 
   await applySchemaLogged(config, log);
   // One connection for the passes, one for the rollup and gauges between them, one spare.
-  pool = new Pool({ connectionString: config.databaseUrl, max: 3, application_name: 'queen-sweeper' });
+  pool = createPool(config, { connectionString: config.databaseUrl, max: 3, application_name: 'queen-sweeper' });
   pool.on('error', (err) => log.warn({ err: { message: err.message } }, 'idle sweeper connection lost'));
   sweeper = new Sweeper({
     pool,
-    databaseUrl: config.databaseUrl,
+    databaseUrl: listenUrl(config),
     log,
     metrics,
     intervalMs: config.sweeperIntervalMs,
@@ -80,6 +82,7 @@ async function main(): Promise<void> {
       slowPassMs: DEFAULT_SLOW_PASS_MS,
       metricsPort: metricsServer.port,
       phases: ['fire', 'prune', 'usage'],
+      dbPooling: config.dbPooling,
       shedOrder: ['prune', 'usage'],
     },
     'config: sweeper',

@@ -1,7 +1,7 @@
 // Configuration is parsed once and a malformed value stops the boot with a line naming it.
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { ConfigError, deriveKvPoolSize, loadConfig } from '../../shared/config';
+import { ConfigError, deriveKvPoolSize, listenUrl, loadConfig } from '../../shared/config';
 
 const API_MAIN = path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js');
 
@@ -18,6 +18,8 @@ test.each([
   ['QUEEN_DB_LOCK_TIMEOUT_MS', '5s'],
   ['QUEEN_DB_ACQUIRE_TIMEOUT_MS', '-5'],
   ['QUEEN_HEALTH_TIMEOUT_MS', '2.5'],
+  ['QUEEN_DB_POOLING', 'statement'],
+  ['DATABASE_LISTEN_URL', 'localhost:5432'],
 ])('%s=%s is refused with a sentence that names the variable', (name, value) => {
   let thrown: unknown;
   try {
@@ -28,6 +30,16 @@ test.each([
   expect(thrown).toBeInstanceOf(ConfigError);
   expect((thrown as ConfigError).variable).toBe(name);
   expect((thrown as Error).message).toContain(name);
+});
+
+test('QUEEN_DB_POOLING: session by default, transaction when asked; LISTEN goes to DATABASE_LISTEN_URL, else DATABASE_URL', () => {
+  const direct = 'postgres://u@db:5432/queen';
+  const pooled = 'postgres://u@pgbouncer:6432/queen';
+  expect(loadConfig({ DATABASE_URL: direct })).toMatchObject({ dbPooling: 'session', databaseListenUrl: undefined });
+  expect(listenUrl(loadConfig({ DATABASE_URL: direct }))).toBe(direct);
+  const behind = loadConfig({ DATABASE_URL: pooled, DATABASE_LISTEN_URL: direct, QUEEN_DB_POOLING: ' Transaction ' });
+  expect(behind.dbPooling).toBe('transaction');
+  expect(listenUrl(behind)).toBe(direct);
 });
 
 test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {
