@@ -67,6 +67,8 @@ export interface Config {
   kvWritesBurst: number;
   kvCellOpsPerSec: number;
   tenancyHeader: boolean;
+  /** QUEEN_MIGRATE_ON_BOOT: web and sweeper apply pending migrations at boot (1), or wait for the release command (0). */
+  migrateOnBoot: boolean;
   kvTrustedProxy: boolean;
   kvRequireGrant: boolean;
   timersMaxHorizonSeconds: number;
@@ -208,6 +210,7 @@ export function loadConfig(env: Env = process.env): Config {
     sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
     dbBootWaitMs: int(env, 'QUEEN_DB_BOOT_WAIT_MS', DEFAULTS.dbBootWaitMs, 0, 3_600_000),
+    migrateOnBoot: bool(env, 'QUEEN_MIGRATE_ON_BOOT', true),
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
     embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
     logLevel,

@@ -1,8 +1,9 @@
--- 001: the queen schema and the cell's system state.
--- Every sql/NNN_*.sql file is applied in full at every boot, in file order, in one transaction
--- under an advisory lock (shared/db.ts). So every statement here is idempotent, and none may take
--- an ACCESS EXCLUSIVE lock on a table that already exists: a boot beside a running cell must not
--- stall its traffic.
+-- 001: the queen schema, the cell's system state and the helpers every surface shares.
+-- Files 001 to 032 are the baseline of the versioned migrations (shared/migrations.ts,
+-- docs/deploy.md): each runs once per database, but a database of a release from before versioning
+-- gets them all run over its live schema, so every statement in them is idempotent, and none may
+-- take an ACCESS EXCLUSIVE lock on a table that already exists: a boot beside a running cell must
+-- not stall its traffic. Never edit them: a change is a new numbered file.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 

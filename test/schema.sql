@@ -11,6 +11,7 @@ TABLE messages
 TABLE partition_consumers
 TABLE partitions
 TABLE queues
+TABLE schema_migrations
 TABLE sweeper_shards
 TABLE system_state
 
@@ -94,6 +95,10 @@ COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
+COLUMN schema_migrations.version integer NOT NULL
+COLUMN schema_migrations.name text NOT NULL
+COLUMN schema_migrations.checksum text NOT NULL
+COLUMN schema_migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN sweeper_shards.shard smallint NOT NULL
 COLUMN sweeper_shards.last_swept_at timestamp with time zone
 COLUMN sweeper_shards.swept_by text
@@ -124,6 +129,7 @@ CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
+CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
 CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
@@ -151,6 +157,7 @@ CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
 CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
+CREATE UNIQUE INDEX schema_migrations_pkey ON queen.schema_migrations USING btree (version)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 
