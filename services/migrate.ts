@@ -1,8 +1,10 @@
 // The release command (`npm run migrate`, the Procfile's `release:` line, the Kubernetes Job in
-// deploy/k8s/migrate-job.yaml): applies the schema to DATABASE_URL and exits, before the new `web`
-// and `sweeper` processes start. It uses the boot's own mechanism (every sql/ file, in one
-// transaction under the schema advisory lock, waiting up to QUEEN_DB_BOOT_WAIT_MS for a database
-// that is not up yet), so running it beside booting cells, or twice, is safe. Exit 0 when applied;
+// deploy/k8s/migrate-job.yaml): applies the pending migrations to DATABASE_URL and exits, before the
+// new `web` and `sweeper` processes start. It uses the boot's own mechanism (shared/migrations.ts:
+// each pending sql/ file once, in order, under the schema advisory lock, waiting up to
+// QUEEN_DB_BOOT_WAIT_MS for a database that is not up yet), so running it beside booting cells, or
+// twice, is safe. `--reapply-baseline` runs the baseline's (idempotent) files again: once, after
+// the last process of a release from before versioning has stopped (docs/deploy.md). Exit 0 when applied;
 // exit 1 with one line naming the database (host:port/name, never the credentials) otherwise.
 import { applySchemaLogged, databaseTarget, loadConfigOrExit } from '../shared/boot';
 import { createLogger } from '../shared/log';
@@ -18,7 +20,7 @@ async function main(): Promise<void> {
   }
   const database = databaseTarget(config.databaseUrl);
   try {
-    await applySchemaLogged(config, log);
+    await applySchemaLogged(config, log, true, { reapplyBaseline: process.argv.includes('--reapply-baseline') });
   } catch (err) {
     log.fatal({ database, err: { message: (err as Error)?.message } }, `migrate: the schema could not be applied to ${database}: ${(err as Error)?.message ?? err}`);
     return exit(1);

@@ -1,8 +1,9 @@
 // What every process does before it serves: parse the config (a bad variable ends the boot with a
 // line naming it), find the database (embedded when DATABASE_URL is unset), apply the schema.
 import { Pool } from 'pg';
-import { Config, ConfigError, loadConfig } from './config';
+import { Config, ConfigError, directUrl, loadConfig } from './config';
 import { applySchema } from './db';
+import { MigrateOptions, MigrationRefused, pendingMigrations } from './migrations';
 import { isConnectionFailure, SQLSTATE } from './errors';
 import { EmbeddedPostgres, startEmbeddedPostgres } from './embeddedPostgres';
 import { createLogger, Logger } from './log';
@@ -104,10 +105,40 @@ export async function checkConnectionBudget(config: Config, needed: number, log:
   }
 }
 
-export async function applySchemaLogged(config: Config, log: Logger): Promise<void> {
+/**
+ * The schema at boot (docs/deploy.md): the pending migrations applied here (QUEEN_MIGRATE_ON_BOOT=1,
+ * the default, and always for the release command), or, with 0, awaited from the release command
+ * for up to QUEEN_DB_BOOT_WAIT_MS, then refused. A refusal (an applied file changed, a database
+ * newer than this release) ends the boot at once with the line that names it.
+ */
+export async function applySchemaLogged(config: Config, log: Logger, apply = config.migrateOnBoot, options?: MigrateOptions): Promise<void> {
   const started = Date.now();
-  await whenReachable(config, log, () => applySchema(config.databaseUrl));
-  log.info({ ms: Date.now() - started }, 'schema applied');
+  if (apply) {
+    let applied: number[] = [];
+    let adopted = false;
+    await whenReachable(config, log, async () => void ({ applied, adopted } = await applySchema(directUrl(config), options)));
+    if (adopted) log.info({ versions: applied }, 'schema: a database from before versioned migrations, adopted (its baseline re-applied once and recorded)');
+    // One message whatever ran (log queries key on it); `applied` lists the versions, none when up to date.
+    log.info({ ms: Date.now() - started, applied }, 'schema applied');
+    return;
+  }
+  for (;;) {
+    let pending: string[] = [];
+    await whenReachable(config, log, async () => void (pending = (await pendingMigrations(directUrl(config))).map((m) => m.name)));
+    if (pending.length === 0) {
+      log.info({ ms: Date.now() - started }, 'schema up to date');
+      return;
+    }
+    const waited = Date.now() - started;
+    if (waited + BOOT_RETRY_MS > config.dbBootWaitMs) {
+      throw new MigrationRefused(
+        `${pending.length} migration(s) pending (${pending.join(', ')}) and QUEEN_MIGRATE_ON_BOOT=0: ` +
+          `run the release command (npm run migrate) first; waited ${waited} ms (QUEEN_DB_BOOT_WAIT_MS)`,
+      );
+    }
+    log.warn({ pending, givesUpInMs: config.dbBootWaitMs - waited }, 'schema: migrations pending; waiting for the release command (npm run migrate) to apply them');
+    await new Promise((r) => setTimeout(r, BOOT_RETRY_MS));
+  }
 }
 
 /** host:port/database of a connection string, never its user or password: for log lines. */

@@ -68,6 +68,8 @@ export interface Config {
   kvWritesBurst: number;
   kvCellOpsPerSec: number;
   tenancyHeader: boolean;
+  /** QUEEN_MIGRATE_ON_BOOT: web and sweeper apply pending migrations at boot (1), or wait for the release command (0). */
+  migrateOnBoot: boolean;
   kvTrustedProxy: boolean;
   kvRequireGrant: boolean;
   timersMaxHorizonSeconds: number;
@@ -91,7 +93,7 @@ export interface Config {
   // PgBouncer (docs/deploy.md): how the pools send their settings, and where LISTEN connects.
   /** `session`: settings sent at connect, named statements. `transaction`: per transaction, unnamed. */
   dbPooling: DbPooling;
-  /** DATABASE_LISTEN_URL: a direct (not pooled) connection for LISTEN; unset, DATABASE_URL (listenUrl()). */
+  /** DATABASE_LISTEN_URL: a direct (not pooled) connection for LISTEN; unset, DATABASE_URL (directUrl()). */
   databaseListenUrl: string | undefined;
 }
 
@@ -107,8 +109,12 @@ type Env = Record<string, string | undefined>;
 export const DB_POOLING = ['session', 'transaction'] as const;
 export type DbPooling = (typeof DB_POOLING)[number];
 
-/** Where LISTEN connects: DATABASE_LISTEN_URL, else DATABASE_URL (read late: an embedded start sets it after the parse). */
-export function listenUrl(config: Config): string | undefined {
+/**
+ * The direct (never pooled) connection: DATABASE_LISTEN_URL, else DATABASE_URL (read late: an embedded
+ * start sets it after the parse). LISTEN and the migrations (a session advisory lock, CREATE INDEX
+ * CONCURRENTLY) need one; behind PgBouncer's transaction pooling neither works through the pooler.
+ */
+export function directUrl(config: Config): string | undefined {
   return config.databaseListenUrl ?? config.databaseUrl;
 }
 
@@ -237,6 +243,7 @@ export function loadConfig(env: Env = process.env): Config {
     sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
     dbBootWaitMs: int(env, 'QUEEN_DB_BOOT_WAIT_MS', DEFAULTS.dbBootWaitMs, 0, 3_600_000),
+    migrateOnBoot: bool(env, 'QUEEN_MIGRATE_ON_BOOT', true),
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
     embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
     logLevel,

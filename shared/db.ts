@@ -1,12 +1,11 @@
-// Pools and the boot-time schema apply. Each process owns two pools: the message pool (the log, the
+// Pools and the boot-time schema migration. Each process owns two pools: the message pool (the log, the
 // transaction wire) and the dedicated KV pool, which is also the KV path's semaphore: an acquire
 // that waits past QUEEN_KV_ACQUIRE_TIMEOUT_MS becomes 503 kv_unavailable instead of stealing
 // connections from the message path.
-import fs from 'node:fs';
-import path from 'node:path';
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
+import { migrate, MigrateOptions, MigrateResult, migrations } from './migrations';
 
 export interface Pools {
   message: Pool;
@@ -171,49 +170,17 @@ function timeoutAnswer(err: unknown, config: Config): unknown {
   return err;
 }
 
-export const SQL_DIR = path.resolve(__dirname, '..', '..', 'sql');
-/** A fixed key: every process that boots takes the same advisory lock around the schema apply. */
-const SCHEMA_LOCK_KEY = 0x51_4b_56; // "QKV"
-
-export function schemaFiles(dir = SQL_DIR): string[] {
-  return fs
-    .readdirSync(dir)
-    .filter((f) => /^\d+_.+\.sql$/.test(f))
-    .sort()
-    .map((f) => path.join(dir, f));
+/**
+ * Brings the database's schema up to this release: the pending migrations of sql/, each once, in
+ * order, under an advisory lock, so that concurrent boots (cluster workers, several sweepers, the
+ * release command) never race; refuses a changed applied file or a database newer than this
+ * release (shared/migrations.ts). Booting twice changes nothing.
+ */
+export async function applySchema(connectionString: string | undefined, options?: MigrateOptions): Promise<MigrateResult> {
+  return migrate(connectionString, options);
 }
 
-/**
- * Applies every sql/NNN_*.sql in file order, in one transaction under an advisory lock, so that
- * concurrent boots (cluster workers, several sweepers) never race, then announces it. Every file
- * is idempotent; booting twice changes nothing.
- */
-export async function applySchema(connectionString: string | undefined): Promise<void> {
-  // A connect timeout, so that a boot waiting for its database (shared/boot.ts) retries one that
-  // does not answer at all as it retries one that refuses.
-  const pool = new Pool({ connectionString, max: 1, application_name: 'queen-schema', connectionTimeoutMillis: 5000 });
-  pool.on('error', () => undefined);
-  const client = await pool.connect().catch(async (err: unknown) => {
-    await pool.end();
-    throw err;
-  });
-  try {
-    await client.query('BEGIN');
-    await client.query('SELECT pg_advisory_xact_lock($1)', [SCHEMA_LOCK_KEY]);
-    for (const file of schemaFiles()) {
-      try {
-        await client.query(fs.readFileSync(file, 'utf8'));
-      } catch (err) {
-        throw new Error(`schema file ${path.basename(file)} failed: ${(err as Error).message}`);
-      }
-    }
-    await client.query("NOTIFY queen_schema, 'applied'");
-    await client.query('COMMIT');
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw err;
-  } finally {
-    client.release();
-    await pool.end();
-  }
+/** The schema files in version order. */
+export function schemaFiles(): string[] {
+  return migrations().map((m) => m.file);
 }

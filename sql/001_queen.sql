@@ -1,8 +1,9 @@
--- 001: the queen schema and the cell's system state.
--- Every sql/NNN_*.sql file is applied in full at every boot, in file order, in one transaction
--- under an advisory lock (shared/db.ts). So every statement here is idempotent, and none may take
--- an ACCESS EXCLUSIVE lock on a table that already exists: a boot beside a running cell must not
--- stall its traffic.
+-- 001: the queen schema, the cell's system state and the helpers every surface shares.
+-- Files 001 to 032 are the baseline of the versioned migrations (shared/migrations.ts,
+-- docs/deploy.md): each runs once per database, but a database of a release from before versioning
+-- gets them all run over its live schema, so every statement in them is idempotent, and none may
+-- take an ACCESS EXCLUSIVE lock on a table that already exists: a boot beside a running cell must
+-- not stall its traffic. Never edit them: a change is a new numbered file.
 
 CREATE SCHEMA IF NOT EXISTS queen;
 
@@ -23,6 +24,23 @@ BEGIN
     DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $$;
 
+-- The length of a request's array (items, acks, operations): refused with p_code and p_message
+-- unless it is a non-empty JSON array, and past p_max (NULL: no bound) with p_big_code and
+-- p_big_message, formatted with the length and the bound.
+CREATE OR REPLACE FUNCTION queen.array_length_v1(
+  p_array JSONB, p_code TEXT, p_message TEXT, p_index INT,
+  p_max BIGINT DEFAULT NULL, p_big_code TEXT DEFAULT NULL, p_big_message TEXT DEFAULT NULL
+) RETURNS INT LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF jsonb_typeof(p_array) IS DISTINCT FROM 'array' OR jsonb_array_length(p_array) = 0 THEN
+    PERFORM queen.fail_v1(p_code, p_message, p_index);
+  END IF;
+  IF jsonb_array_length(p_array) > p_max THEN
+    PERFORM queen.fail_v1(p_big_code, format(p_big_message, jsonb_array_length(p_array), p_max), NULL);
+  END IF;
+  RETURN jsonb_array_length(p_array);
+END $$;
+
 -- The one definition of a name: a KV namespace, a queue, a partition, a consumer group. 1 to 128
 -- characters of A-Z a-z 0-9 _ . : -, not starting with . : or -, so a name is safe in a URL path
 -- segment, a log line and a NOTIFY payload. The bound is a length, not {0,127}: the bounded
@@ -33,6 +51,53 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_name) <= 128
 $$;
 
--- Earlier copies of it, one per surface; nothing calls them any more.
+-- Instants on the wire: ISO 8601 in UTC with milliseconds, whatever the session's TimeZone. The
+-- KV, the log and the timers all write their timestamps through this one function.
+CREATE OR REPLACE FUNCTION queen.ts_v1(TIMESTAMPTZ) RETURNS TEXT
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+-- A UUID as text, in either case: a timer id, a partition id, a lease id, a timer page's cursor.
+-- The pattern alone (queen.timers_list_v1 embeds it in its cursor's), and the test, never true of NULL.
+CREATE OR REPLACE FUNCTION queen.uuid_pattern_v1() RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
+$$;
+CREATE OR REPLACE FUNCTION queen.uuid_ok_v1(p_text TEXT) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT p_text IS NOT NULL AND p_text ~* ('^' || queen.uuid_pattern_v1() || '$')
+$$;
+
+-- The configurable limits, read here and only here: the session settings the pools send at connect
+-- (shared/config.ts, kvSessionSettings), each with the configuration's default for a session that
+-- did not send it. NULL for a name that is not one of them. A single SQL expression: inlined where
+-- it is called with a constant name, the CASE folds away and the call costs one setting lookup.
+CREATE OR REPLACE FUNCTION queen.limit_v1(p_name TEXT) RETURNS BIGINT
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT coalesce(nullif(current_setting('queen.' || p_name, true), '')::bigint,
+                  CASE p_name WHEN 'kv_max_batch' THEN 1000 WHEN 'kv_prefix_limit' THEN 1000
+                              WHEN 'kv_max_read_bytes' THEN 4194304
+                              WHEN 'timers_max_horizon_seconds' THEN 31536000
+                              WHEN 'timers_max_payload_bytes' THEN 65536 END)
+$$;
+
+-- The fixed bounds of a KV entry, not configurable: a key is 1 to 512 bytes of UTF-8, a value (and
+-- so a counter, and an incr's delta) at most 65536 bytes as stored, a ttlSeconds at most 100 years.
+-- Constants the planner folds into every expression that names them.
+CREATE OR REPLACE FUNCTION queen.kv_max_key_bytes_v1() RETURNS INT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 512 $$;
+CREATE OR REPLACE FUNCTION queen.kv_max_value_bytes_v1() RETURNS INT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 65536 $$;
+CREATE OR REPLACE FUNCTION queen.kv_max_ttl_seconds_v1() RETURNS BIGINT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3155760000 $$;
+
+-- The name the previous release's API still calls (shared/sql/system.ts); drop it one release later.
+CREATE OR REPLACE FUNCTION queen.kv_ts_v1(TIMESTAMPTZ) RETURNS TEXT
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT queen.ts_v1($1) $$;
+
+-- Earlier copies, one per surface; nothing calls them any more.
 DROP FUNCTION IF EXISTS queen.kv_fail_v1(TEXT, TEXT, INT);
 DROP FUNCTION IF EXISTS queen.log_fail_v1(TEXT, TEXT, INT);
+DROP FUNCTION IF EXISTS queen.log_ts_v1(TIMESTAMPTZ);
+DROP FUNCTION IF EXISTS queen.log_uuid_ok_v1(TEXT);

@@ -1,5 +1,5 @@
 -- 010: the message log, minimal and real (docs/log-and-transactions.md). Queues, their partitions, the messages,
--- and per (partition, consumer group) the cursor and the lease. The rules are in 011_log_procs.sql.
+-- and per (partition, consumer group) the cursor and the lease. The rules are in 011_log_push.sql, 012_log_consume.sql and 013_log_apply.sql.
 --
 -- Decisions, briefly:
 --  * A message's place in its partition is `seq`, drawn from the partition row's own counter while

@@ -12,6 +12,7 @@ TABLE partition_consumers
 TABLE partitions
 TABLE queue_delays
 TABLE queues
+TABLE schema_migrations
 TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
@@ -99,6 +100,10 @@ COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
+COLUMN schema_migrations.version integer NOT NULL
+COLUMN schema_migrations.name text NOT NULL
+COLUMN schema_migrations.checksum text NOT NULL
+COLUMN schema_migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN shared_leases.partition_id uuid NOT NULL
 COLUMN shared_leases.consumer_group text COLLATE "C" NOT NULL
 COLUMN shared_leases.shared_id uuid NOT NULL
@@ -137,6 +142,7 @@ CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
+CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
@@ -168,6 +174,7 @@ CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree
 CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
+CREATE UNIQUE INDEX schema_migrations_pkey ON queen.schema_migrations USING btree (version)
 CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
@@ -176,6 +183,20 @@ CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
 SEQUENCE kv_version_seq bigint cache 1000
 
 -- functions
+CREATE OR REPLACE FUNCTION queen.array_length_v1(p_array jsonb, p_code text, p_message text, p_index integer, p_max bigint DEFAULT NULL::bigint, p_big_code text DEFAULT NULL::text, p_big_message text DEFAULT NULL::text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  IF jsonb_typeof(p_array) IS DISTINCT FROM 'array' OR jsonb_array_length(p_array) = 0 THEN
+    PERFORM queen.fail_v1(p_code, p_message, p_index);
+  END IF;
+  IF jsonb_array_length(p_array) > p_max THEN
+    PERFORM queen.fail_v1(p_big_code, format(p_big_message, jsonb_array_length(p_array), p_max), NULL);
+  END IF;
+  RETURN jsonb_array_length(p_array);
+END $function$
 CREATE OR REPLACE FUNCTION queen.fail_v1(p_code text, p_message text, p_index integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -197,7 +218,6 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_at_v1(p_tenant uuid, p_ops jsonb, p_in
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_max_batch INT;
   v_n INT;
   v_norm JSONB[] := '{}';
   v_op JSONB;
@@ -222,14 +242,8 @@ BEGIN
       RETURN jsonb_build_array(v_answer);
     END IF;
   END IF;
-  v_max_batch := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
-  IF p_ops IS NULL OR jsonb_typeof(p_ops) <> 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.fail_v1('kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_ops);
-  IF v_n > v_max_batch THEN
-    PERFORM queen.fail_v1('kv_batch_too_large', format('The batch has %s operations; at most %s are allowed.', v_n, v_max_batch), NULL);
-  END IF;
+  v_n := queen.array_length_v1(p_ops, 'kv_operations_required', 'operations must be a non-empty array of KV operations.', NULL,
+    queen.limit_v1('kv_max_batch'), 'kv_batch_too_large', 'The batch has %s operations; at most %s are allowed.');
 
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
@@ -270,7 +284,7 @@ BEGIN
   END IF;
 
   -- Unconditional puts only: one set-based upsert (kv_put_many_v1) answers them all.
-  IF v_n > 1 AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+  IF v_n > 1 AND queen.kv_fast_path_v1()
      AND NOT v_required AND NOT EXISTS (SELECT 1 FROM unnest(v_norm) o WHERE o->>'kind' <> 'put' OR o ? 'expect') THEN
     RETURN queen.kv_put_many_v1(p_tenant, v_norm, p_now);
   END IF;
@@ -297,26 +311,27 @@ DECLARE
 BEGIN
   IF NOT coalesce(queen.name_ok_v1(p_ns), false)
      OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
-     OR current_setting('queen.kv_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+     OR NOT queen.kv_fast_path_v1() THEN
     RETURN NULL;
   END IF;
   IF p_whole THEN
     p_rest := p_rest - '{op,ns,key}'::text[];
   END IF;
   IF p_op = 'getMany' THEN
-    -- The keys: 1 to kv_max_batch distinct non-empty strings of at most 512 bytes.
+    -- The keys: 1 to kv_max_batch distinct keys.
     IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb THEN
       SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
-       WHERE (SELECT count(*) BETWEEN 1 AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000)
-                     AND bool_and(jsonb_typeof(k) = 'string' AND k <> '""'::jsonb AND octet_length(k #>> '{}') <= 512)
+       WHERE (SELECT count(*) BETWEEN 1 AND queen.limit_v1('kv_max_batch')
+                     AND bool_and(jsonb_typeof(k) = 'string' AND queen.kv_key_ok_v1(k #>> '{}'))
                      AND count(DISTINCT k) = count(*)
                 FROM jsonb_array_elements(p_rest->'keys') k);
     END IF;
     RETURN v_answer;
   END IF;
-  IF p_key IS NULL OR p_key = '' OR octet_length(p_key) > 512 THEN
+  IF NOT coalesce(queen.kv_key_ok_v1(p_key), false) THEN
     RETURN NULL;
   END IF;
+  -- The guards are 025_kv_checks.sql's, the ones the batch fast check runs.
   IF p_op = 'get' THEN
     IF p_rest = '{}'::jsonb THEN
       SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
@@ -326,27 +341,15 @@ BEGIN
   IF p_op = 'delete' THEN
     RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
   END IF;
-  -- put, putIfAbsent and incr: exactly one expiry, valid.
-  IF queen.kv_plain_expiry_v1(p_rest) IS NOT TRUE THEN
-    RETURN NULL;
-  END IF;
   IF p_op IN ('put', 'putIfAbsent') THEN
-    RETURN CASE WHEN (p_rest - '{value,forever,ttlSeconds}'::text[]) = '{}'::jsonb AND p_rest ? 'value'
-                     AND octet_length((p_rest->'value')::text) <= 65536
-                THEN queen.kv_put_key_v1(p_tenant, 0, p_op, p_ns, p_key, p_rest->'value',
-                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision),
+    RETURN CASE WHEN queen.kv_plain_put_v1(p_rest, '{}')
+                THEN queen.kv_put_key_v1(p_tenant, 0, p_op, p_ns, p_key, p_rest->'value', queen.kv_expires_at_v1(p_rest->'ttlSeconds', p_now),
                        CASE WHEN p_op = 'putIfAbsent' THEN 0 END, p_now) END;
   END IF;
   IF p_op = 'incr' THEN
-    RETURN CASE WHEN (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
-                     AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
-                     AND octet_length(coalesce(p_rest->'delta', '1'::jsonb)::text) <= 65536
-                     AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
-                     AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
-                     AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
+    RETURN CASE WHEN queen.kv_plain_incr_v1(p_rest)
                 THEN queen.kv_incr_key_v1(p_tenant, 0, p_op, p_ns, p_key, coalesce((p_rest->>'delta')::numeric, 1),
-                       (p_rest->>'min')::numeric, (p_rest->>'max')::numeric,
-                       p_now + make_interval(secs => (p_rest->>'ttlSeconds')::numeric::double precision), p_now) END;
+                       (p_rest->>'min')::numeric, (p_rest->>'max')::numeric, queen.kv_expires_at_v1(p_rest->'ttlSeconds', p_now), p_now) END;
   END IF;
   RETURN NULL;
 END $function$
@@ -378,14 +381,14 @@ CREATE OR REPLACE FUNCTION queen.kv_check_key_v1(p_key jsonb, p_index integer)
 AS $function$
 BEGIN
   IF p_key IS NULL OR p_key = 'null'::jsonb OR p_key = '""'::jsonb THEN
-    PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to 512 bytes of UTF-8.', p_index), p_index);
+    PERFORM queen.fail_v1('kv_key_required', format('Operation %s needs key, 1 to %s bytes of UTF-8.', p_index, queen.kv_max_key_bytes_v1()), p_index);
   END IF;
   IF jsonb_typeof(p_key) <> 'string' THEN
     PERFORM queen.fail_v1('kv_invalid_key', format('Operation %s: a key is a string, got %s.', p_index, queen.json_kind_v1(p_key)), p_index);
   END IF;
-  IF octet_length(p_key #>> '{}') > 512 THEN
-    PERFORM queen.fail_v1('kv_key_too_long', format(
-      'Operation %s: the key is %s bytes of UTF-8; at most 512 are allowed.', p_index, octet_length(p_key #>> '{}')), p_index);
+  IF NOT queen.kv_key_ok_v1(p_key #>> '{}') THEN
+    PERFORM queen.fail_v1('kv_key_too_long', format('Operation %s: the key is %s bytes of UTF-8; at most %s are allowed.',
+      p_index, octet_length(p_key #>> '{}'), queen.kv_max_key_bytes_v1()), p_index);
   END IF;
 END $function$
 CREATE OR REPLACE FUNCTION queen.kv_check_op_v1(p_op jsonb, p_index integer, p_in_transaction boolean, p_now timestamp with time zone)
@@ -406,8 +409,8 @@ DECLARE
   v_expect JSONB;
   v_limit JSONB;
   v_limit_n NUMERIC;
-  v_prefix_limit INT := coalesce(nullif(current_setting('queen.kv_prefix_limit', true), '')::int, 1000);
-  v_max_batch INT := coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000);
+  v_prefix_limit INT := queen.limit_v1('kv_prefix_limit');
+  v_max_batch INT := queen.limit_v1('kv_max_batch');
   v_min JSONB;
   v_max JSONB;
   v_fields TEXT[];
@@ -492,8 +495,9 @@ BEGIN
       PERFORM queen.fail_v1('kv_prefix_required', format(
         'Operation %s (getPrefix) needs a non-empty prefix; a namespace is not a table to enumerate.', p_index), p_index);
     END IF;
-    IF octet_length(p_op->>'prefix') > 512 THEN
-      PERFORM queen.fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than 512 bytes, the longest key.', p_index), p_index);
+    IF octet_length(p_op->>'prefix') > queen.kv_max_key_bytes_v1() THEN
+      PERFORM queen.fail_v1('kv_key_too_long', format('Operation %s: the prefix is longer than %s bytes, the longest key.',
+        p_index, queen.kv_max_key_bytes_v1()), p_index);
     END IF;
     v_limit := p_op->'limit';
     IF v_limit IS NULL OR v_limit = 'null'::jsonb THEN
@@ -537,12 +541,12 @@ BEGIN
     END IF;
     IF v_has_ttl THEN
       IF jsonb_typeof(v_ttl) <> 'number' OR v_ttl::numeric <> trunc(v_ttl::numeric)
-         OR v_ttl::numeric <= 0 OR v_ttl::numeric > 3155760000 THEN
+         OR v_ttl::numeric <= 0 OR v_ttl::numeric > queen.kv_max_ttl_seconds_v1() THEN
         PERFORM queen.fail_v1('kv_invalid_ttl', format(
-          'Operation %s: ttlSeconds must be a whole number of seconds from 1 to 3155760000 (100 years), got %s.',
-          p_index, queen.json_kind_v1(v_ttl)), p_index);
+          'Operation %s: ttlSeconds must be a whole number of seconds from 1 to %s (100 years), got %s.',
+          p_index, queen.kv_max_ttl_seconds_v1(), queen.json_kind_v1(v_ttl)), p_index);
       END IF;
-      v_out := v_out || jsonb_build_object('expiresAt', p_now + make_interval(secs => v_ttl::numeric::double precision));
+      v_out := v_out || jsonb_build_object('expiresAt', queen.kv_expires_at_v1(v_ttl, p_now));
     ELSE
       v_out := v_out || jsonb_build_object('expiresAt', NULL);
     END IF;
@@ -580,9 +584,9 @@ BEGIN
       PERFORM queen.fail_v1('kv_value_required', format(
         'Operation %s (%s) needs value; null is a legal value and must be written out.', p_index, v_name), p_index);
     END IF;
-    IF octet_length((p_op->'value')::text) > 65536 THEN
-      PERFORM queen.fail_v1('kv_value_too_large', format(
-        'Operation %s: the value is %s bytes as stored; at most 65536 bytes are allowed.', p_index, octet_length((p_op->'value')::text)), p_index);
+    IF NOT queen.kv_value_ok_v1(p_op->'value') THEN
+      PERFORM queen.fail_v1('kv_value_too_large', format('Operation %s: the value is %s bytes as stored; at most %s bytes are allowed.',
+        p_index, octet_length((p_op->'value')::text), queen.kv_max_value_bytes_v1()), p_index);
     END IF;
     RETURN v_out || jsonb_build_object('value', p_op->'value');
   END IF;
@@ -598,10 +602,10 @@ BEGIN
     -- A delta wider than a value may be (9e131071 is 131,072 digits stored) would store an
     -- over-limit counter, or overflow numeric when added (22003, answered as invalid_json). With
     -- both operands within 65,536 bytes the sum cannot overflow; kv_incr_key_v1 checks its size.
-    IF octet_length((p_op->'delta')::text) > 65536 THEN
+    IF NOT queen.kv_value_ok_v1(p_op->'delta') THEN
       PERFORM queen.fail_v1('kv_value_too_large', format(
-        'Operation %s: the delta is %s bytes as stored; a value, and so a counter, is at most 65536 bytes.',
-        p_index, octet_length((p_op->'delta')::text)), p_index);
+        'Operation %s: the delta is %s bytes as stored; a value, and so a counter, is at most %s bytes.',
+        p_index, octet_length((p_op->'delta')::text), queen.kv_max_value_bytes_v1()), p_index);
     END IF;
     v_min := nullif(p_op->'min', 'null'::jsonb);
     v_max := nullif(p_op->'max', 'null'::jsonb);
@@ -636,15 +640,22 @@ BEGIN
   END IF;
   RETURN v_answer;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_expires_at_v1(p_ttl jsonb, p_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT p_now + make_interval(secs => (p_ttl #>> '{}')::numeric::double precision)
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_fast_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
  STABLE
 AS $function$
 DECLARE
-  v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+  v_name TEXT := CASE WHEN jsonb_typeof(p_op) = 'object' AND queen.kv_fast_path_v1()
                       AND jsonb_typeof(p_op->'ns') = 'string' AND queen.name_ok_v1(p_op->>'ns')
-                      AND jsonb_typeof(p_op->'key') = 'string' AND (p_op->>'key') <> '' AND octet_length(p_op->>'key') <= 512
+                      AND jsonb_typeof(p_op->'key') = 'string' AND queen.kv_key_ok_v1(p_op->>'key')
                  THEN p_op->>'op' END;
 BEGIN
   -- Not a candidate (not an object, or an odd ns/key): the general path says why. Returning here
@@ -655,16 +666,21 @@ BEGIN
   IF v_name = 'get' AND (p_op - '{op,ns,key}'::text[]) = '{}'::jsonb THEN
     RETURN jsonb_build_object('i', p_index, 'op', 'get', 'kind', 'get', 'ns', p_op->'ns', 'key', p_op->'key');
   END IF;
-  IF v_name IN ('put', 'putIfAbsent') AND (p_op - '{op,ns,key,value,forever,ttlSeconds}'::text[]) = '{}'::jsonb
-     AND p_op ? 'value' AND octet_length((p_op->'value')::text) <= 65536
-     AND queen.kv_plain_expiry_v1(p_op) THEN
+  IF v_name IN ('put', 'putIfAbsent') AND queen.kv_plain_put_v1(p_op, '{op,ns,key}') THEN
     RETURN jsonb_build_object(
       'i', p_index, 'op', v_name, 'kind', 'put', 'ns', p_op->'ns', 'key', p_op->'key', 'required', false,
-      'expiresAt', CASE WHEN p_op ? 'ttlSeconds' THEN p_now + make_interval(secs => (p_op->>'ttlSeconds')::numeric::double precision) END,
+      'expiresAt', queen.kv_expires_at_v1(p_op->'ttlSeconds', p_now),
       'value', p_op->'value') || CASE WHEN v_name = 'putIfAbsent' THEN '{"expect": 0}'::jsonb ELSE '{}'::jsonb END;
   END IF;
   RETURN NULL;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_fast_path_v1()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT current_setting('queen.kv_fast_path', true) IS DISTINCT FROM 'off'
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_get_key_v1(p_tenant uuid, p_index integer, p_ns text, p_key text, p_now timestamp with time zone)
  RETURNS SETOF jsonb
  LANGUAGE sql
@@ -697,12 +713,12 @@ AS $function$
 DECLARE
   v_ns TEXT := o->>'ns';
   v_prefix TEXT := o->>'prefix';
-  -- Past every key under the prefix. Without a successor (a run of U+10FFFF), 129 more U+10FFFF
-  -- are 516 bytes, past any key of at most 512.
-  v_upper TEXT := coalesce(queen.kv_prefix_upper_v1(o->>'prefix'), (o->>'prefix') || repeat(chr(1114111), 129));
+  -- Past every key under the prefix. Without a successor (a run of U+10FFFF), one U+10FFFF (4
+  -- bytes) more than a key's bound holds: 129 of them, 516 bytes, past any key of at most 512.
+  v_upper TEXT := coalesce(queen.kv_prefix_upper_v1(o->>'prefix'), (o->>'prefix') || repeat(chr(1114111), queen.kv_max_key_bytes_v1() / 4 + 1));
   v_after TEXT := coalesce(o->>'after', '');
   v_limit INT := (o->>'limit')::int;
-  v_call_max BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+  v_call_max BIGINT := queen.limit_v1('kv_max_read_bytes');
   v_max_bytes BIGINT := coalesce((o->>'budget')::bigint, v_call_max);
   v_fresh BOOLEAN := v_max_bytes >= v_call_max;
   v_bytes BIGINT := 0;
@@ -800,18 +816,40 @@ CREATE OR REPLACE FUNCTION queen.kv_incr_size_ok_v1(p_answer jsonb, p_index inte
  IMMUTABLE
 AS $function$
 BEGIN
-  IF octet_length((p_answer->'value')::text) > 65536 THEN
+  IF NOT queen.kv_value_ok_v1(p_answer->'value') THEN
     PERFORM queen.fail_v1('kv_value_too_large', format(
-      'Operation %s: the counter would be %s bytes as stored; at most 65536 bytes are allowed. Nothing was written.',
-      p_index, octet_length((p_answer->'value')::text)), p_index);
+      'Operation %s: the counter would be %s bytes as stored; at most %s bytes are allowed. Nothing was written.',
+      p_index, octet_length((p_answer->'value')::text), queen.kv_max_value_bytes_v1()), p_index);
   END IF;
   RETURN p_answer;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_key_ok_v1(p_key text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT p_key <> '' AND octet_length(p_key) <= queen.kv_max_key_bytes_v1()
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_live_v1(timestamp with time zone, timestamp with time zone)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT $1 IS NULL OR $1 > $2 $function$
+CREATE OR REPLACE FUNCTION queen.kv_max_key_bytes_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 512 $function$
+CREATE OR REPLACE FUNCTION queen.kv_max_ttl_seconds_v1()
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 3155760000 $function$
+CREATE OR REPLACE FUNCTION queen.kv_max_value_bytes_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 65536 $function$
 CREATE OR REPLACE FUNCTION queen.kv_plain_expiry_v1(p_op jsonb)
  RETURNS boolean
  LANGUAGE sql
@@ -819,7 +857,27 @@ CREATE OR REPLACE FUNCTION queen.kv_plain_expiry_v1(p_op jsonb)
 AS $function$
   SELECT CASE WHEN p_op ? 'forever' THEN p_op->'forever' = 'true'::jsonb AND NOT p_op ? 'ttlSeconds'
               ELSE jsonb_typeof(p_op->'ttlSeconds') = 'number' AND (p_op->>'ttlSeconds')::numeric = trunc((p_op->>'ttlSeconds')::numeric)
-                   AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= 3155760000 END
+                   AND (p_op->>'ttlSeconds')::numeric > 0 AND (p_op->>'ttlSeconds')::numeric <= queen.kv_max_ttl_seconds_v1() END
+$function$
+CREATE OR REPLACE FUNCTION queen.kv_plain_incr_v1(p_rest jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT queen.kv_plain_expiry_v1(p_rest) AND (p_rest - '{delta,min,max,forever,ttlSeconds}'::text[]) = '{}'::jsonb
+         AND coalesce(jsonb_typeof(p_rest->'delta'), 'number') = 'number'
+         AND queen.kv_value_ok_v1(coalesce(p_rest->'delta', '1'::jsonb))
+         AND coalesce(jsonb_typeof(p_rest->'min'), 'null') IN ('number', 'null')
+         AND coalesce(jsonb_typeof(p_rest->'max'), 'null') IN ('number', 'null')
+         AND NOT coalesce((p_rest->>'min')::numeric > (p_rest->>'max')::numeric, false)
+$function$
+CREATE OR REPLACE FUNCTION queen.kv_plain_put_v1(p_op jsonb, p_given text[])
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT (p_op - (p_given || '{value,forever,ttlSeconds}'::text[])) = '{}'::jsonb
+         AND p_op ? 'value' AND queen.kv_value_ok_v1(p_op->'value') AND queen.kv_plain_expiry_v1(p_op)
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_prefix_upper_v1(p_prefix text)
  RETURNS text
@@ -980,7 +1038,7 @@ CREATE OR REPLACE FUNCTION queen.kv_row_json_v1(r queen.kv)
  STABLE
 AS $function$
   SELECT jsonb_build_object('key', r.key, 'value', r.value, 'version', r.version,
-                            'expiresAt', queen.kv_ts_v1(r.expires_at), 'updatedAt', queen.kv_ts_v1(r.updated_at))
+                            'expiresAt', queen.ts_v1(r.expires_at), 'updatedAt', queen.ts_v1(r.updated_at))
 $function$
 CREATE OR REPLACE FUNCTION queen.kv_run_v1(p_tenant uuid, p_norm jsonb[], p_now timestamp with time zone)
  RETURNS jsonb
@@ -993,7 +1051,7 @@ DECLARE
   v_op JSONB;
   v_answer JSONB;
   v_fail JSONB;
-  v_read_budget BIGINT := coalesce(nullif(current_setting('queen.kv_max_read_bytes', true), '')::bigint, 4194304);
+  v_read_budget BIGINT := queen.limit_v1('kv_max_read_bytes');
 BEGIN
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
   -- Single-key operations in ascending (namespace, key) byte order: the lock order. Then the
@@ -1050,9 +1108,7 @@ CREATE OR REPLACE FUNCTION queen.kv_ts_v1(timestamp with time zone)
  RETURNS text
  LANGUAGE sql
  STABLE PARALLEL SAFE
-AS $function$
-  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-$function$
+AS $function$ SELECT queen.ts_v1($1) $function$
 CREATE OR REPLACE FUNCTION queen.kv_unapplied_answer_v1(p_tenant uuid, p_index integer, p_op text, p_ns text, p_key text, p_live_reason text, p_now timestamp with time zone)
  RETURNS SETOF jsonb
  LANGUAGE sql
@@ -1091,6 +1147,13 @@ BEGIN
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_value_ok_v1(p_value jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT octet_length(p_value::text) <= queen.kv_max_value_bytes_v1()
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_ver_v1(bigint, timestamp with time zone, timestamp with time zone)
  RETURNS bigint
  LANGUAGE sql
@@ -1106,10 +1169,21 @@ AS $function$
   SELECT CASE WHEN r.key IS NOT NULL AND queen.kv_live_v1(r.expires_at, p_now)
            THEN jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', true,
                                    'value', r.value, 'version', r.version,
-                                   'expiresAt', queen.kv_ts_v1(r.expires_at), 'updatedAt', queen.kv_ts_v1(r.updated_at))
+                                   'expiresAt', queen.ts_v1(r.expires_at), 'updatedAt', queen.ts_v1(r.updated_at))
            ELSE jsonb_build_object('index', p_index, 'op', p_op, 'key', p_key, 'applied', p_applied, 'found', false,
                                    'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
          || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
+$function$
+CREATE OR REPLACE FUNCTION queen.limit_v1(p_name text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT coalesce(nullif(current_setting('queen.' || p_name, true), '')::bigint,
+                  CASE p_name WHEN 'kv_max_batch' THEN 1000 WHEN 'kv_prefix_limit' THEN 1000
+                              WHEN 'kv_max_read_bytes' THEN 4194304
+                              WHEN 'timers_max_horizon_seconds' THEN 31536000
+                              WHEN 'timers_max_payload_bytes' THEN 65536 END)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
@@ -1140,13 +1214,9 @@ DECLARE
   v_n INT;
   i INT;
 BEGIN
-  IF p_acks IS NULL OR jsonb_typeof(p_acks) <> 'array' OR jsonb_array_length(p_acks) = 0 THEN
-    PERFORM queen.fail_v1('log_acks_required', 'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_acks);
-  IF v_n > 1000 THEN
-    PERFORM queen.fail_v1('log_batch_too_large', format('The batch has %s acks; at most 1000 are allowed.', v_n), NULL);
-  END IF;
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
@@ -1386,7 +1456,7 @@ BEGIN
   IF v_txid IS NULL OR length(v_txid) = 0 THEN
     PERFORM queen.fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
   END IF;
-  IF NOT queen.log_uuid_ok_v1(v_pid) THEN
+  IF NOT queen.uuid_ok_v1(v_pid) THEN
     PERFORM queen.fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
   END IF;
   IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
@@ -1395,7 +1465,7 @@ BEGIN
   IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
   END IF;
-  IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.log_uuid_ok_v1(v_lease) THEN
+  IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.uuid_ok_v1(v_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
   END IF;
   IF p_ack ? 'error' AND jsonb_typeof(p_ack->'error') NOT IN ('string', 'null') THEN
@@ -1430,9 +1500,9 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_partition', format(
       'Item %s: a partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index), p_index);
   END IF;
-  IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > 256) THEN
+  IF p_transaction_id IS NOT NULL AND (length(p_transaction_id) = 0 OR octet_length(p_transaction_id) > queen.log_max_transaction_id_bytes_v1()) THEN
     PERFORM queen.fail_v1('log_invalid_transaction_id', format(
-      'Item %s: transactionId is a non-empty string of at most 256 bytes.', p_index), p_index);
+      'Item %s: transactionId is a non-empty string of at most %s bytes.', p_index, queen.log_max_transaction_id_bytes_v1()), p_index);
   END IF;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body jsonb)
@@ -1487,30 +1557,14 @@ BEGIN
         v_key, v_neutral->v_key), NULL);
     END IF;
   END LOOP;
-  IF v_options ? 'leaseTime' THEN
-    IF jsonb_typeof(v_options->'leaseTime') <> 'number' OR (v_options->>'leaseTime')::numeric NOT BETWEEN 1 AND 86400
-       OR (v_options->>'leaseTime')::numeric <> trunc((v_options->>'leaseTime')::numeric) THEN
-      PERFORM queen.fail_v1('log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.', NULL);
-    END IF;
-    -- Through numeric: 30.0 is the whole number 30 (checked above), and '30.0'::int would raise.
-    v_lease := (v_options->>'leaseTime')::numeric::int;
-  END IF;
-  IF v_options ? 'retryLimit' THEN
-    IF jsonb_typeof(v_options->'retryLimit') <> 'number' OR (v_options->>'retryLimit')::numeric NOT BETWEEN 0 AND 1000
-       OR (v_options->>'retryLimit')::numeric <> trunc((v_options->>'retryLimit')::numeric) THEN
-      PERFORM queen.fail_v1('log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.', NULL);
-    END IF;
-    v_retry := (v_options->>'retryLimit')::numeric::int;
-  END IF;
-  FOREACH v_key IN ARRAY ARRAY['delayedProcessing', 'windowBuffer'] LOOP
-    CONTINUE WHEN NOT v_options ? v_key;
-    IF jsonb_typeof(v_options->v_key) <> 'number' OR (v_options->>v_key)::numeric NOT BETWEEN 0 AND 86400
-       OR (v_options->>v_key)::numeric <> trunc((v_options->>v_key)::numeric) THEN
-      PERFORM queen.fail_v1('log_invalid_options', format('options.%s is a whole number of seconds from 0 to 86400.', v_key), NULL);
-    END IF;
-  END LOOP;
-  v_delay := (v_options->>'delayedProcessing')::numeric::int;
-  v_window := (v_options->>'windowBuffer')::numeric::int;
+  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
   VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
@@ -1553,7 +1607,7 @@ BEGIN
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
-           'createdAt', queen.log_ts_v1(d.created_at), 'failedAt', queen.log_ts_v1(d.dead_lettered_at))
+           'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
@@ -1612,7 +1666,7 @@ DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
   v_expires TIMESTAMPTZ;
 BEGIN
-  IF NOT queen.log_uuid_ok_v1(p_lease) THEN
+  IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
   END IF;
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
@@ -1644,7 +1698,7 @@ BEGIN
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
-  RETURN jsonb_build_object('ok', true, 'success', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.log_ts_v1(v_expires));
+  RETURN jsonb_build_object('ok', true, 'success', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.ts_v1(v_expires));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_fast_item_v1(p_items jsonb)
  RETURNS jsonb
@@ -1757,6 +1811,11 @@ BEGIN
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_max_transaction_id_bytes_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 256 $function$
 CREATE OR REPLACE FUNCTION queen.log_message_id_v1(p_partition uuid, p_seq bigint)
  RETURNS uuid
  LANGUAGE sql
@@ -1946,8 +2005,8 @@ BEGIN
     SELECT jsonb_agg(jsonb_build_object(
              'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
              'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
-             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.log_ts_v1(v_expires),
-             'consumerGroup', v_group, 'createdAt', queen.log_ts_v1(m.created_at),
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
              'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
       FROM queen.messages m
       JOIN queen.partitions p ON p.id = m.partition_id
@@ -2029,7 +2088,7 @@ BEGIN
   v_seq := v_last;
   FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
     v_txid := p_transaction_ids[i];
-    IF NOT coalesce(octet_length(v_txid) <= 256, false) OR starts_with(v_txid, 'timer:') THEN
+    IF NOT coalesce(octet_length(v_txid) <= queen.log_max_transaction_id_bytes_v1(), false) OR starts_with(v_txid, 'timer:') THEN
       v_out := v_out || NULL::jsonb;
       CONTINUE;
     END IF;
@@ -2079,10 +2138,8 @@ DECLARE
   j INT;
   k INT;
 BEGIN
-  IF p_items IS NULL OR jsonb_typeof(p_items) <> 'array' OR jsonb_array_length(p_items) = 0 THEN
-    PERFORM queen.fail_v1('log_items_required', 'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
-  END IF;
-  v_n := jsonb_array_length(p_items);
+  v_n := queen.array_length_v1(p_items, 'log_items_required',
+    'items must be a non-empty array of {queue, partition?, payload, transactionId?}.', p_index);
   FOR i IN 0 .. v_n - 1 LOOP
     v_item := p_items->i;
     IF jsonb_typeof(v_item) <> 'object' THEN
@@ -2206,20 +2263,21 @@ BEGIN
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
   ON CONFLICT DO NOTHING;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_ts_v1(timestamp with time zone)
- RETURNS text
- LANGUAGE sql
- STABLE PARALLEL SAFE
+CREATE OR REPLACE FUNCTION queen.log_whole_option_v1(p_options jsonb, p_key text, p_lo integer, p_hi integer, p_code text, p_message text)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
 AS $function$
-  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-$function$
-CREATE OR REPLACE FUNCTION queen.log_uuid_ok_v1(p_text text)
- RETURNS boolean
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
-AS $function$
-  SELECT p_text IS NOT NULL AND p_text ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
-$function$
+BEGIN
+  IF NOT p_options ? p_key THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(p_options->p_key) <> 'number' OR (p_options->>p_key)::numeric NOT BETWEEN p_lo AND p_hi
+     OR (p_options->>p_key)::numeric <> trunc((p_options->>p_key)::numeric) THEN
+    PERFORM queen.fail_v1(p_code, p_message, NULL);
+  END IF;
+  RETURN (p_options->>p_key)::numeric::int;
+END $function$
 CREATE OR REPLACE FUNCTION queen.name_ok_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql
@@ -2339,7 +2397,7 @@ BEGIN
   -- test/timers/fastPath.test.ts holds both paths to the same answers (SET queen.timers_fast_path = off).
   IF jsonb_typeof(p_ops) = 'array' AND current_setting('queen.timers_fast_path', true) IS DISTINCT FROM 'off' THEN
     v_op := p_ops -> 0;
-    v_horizon := coalesce(nullif(current_setting('queen.timers_max_horizon_seconds', true), '')::bigint, 31536000);
+    v_horizon := queen.limit_v1('timers_max_horizon_seconds');
     -- AND stops at a false but not at a NULL, so no term below may raise on what an earlier one let through.
     IF jsonb_array_length(p_ops) = 1 AND jsonb_typeof(v_op) = 'object'
        AND v_op -> 'op' = '"schedule"'::jsonb
@@ -2348,12 +2406,12 @@ BEGIN
        AND (NOT v_op ? 'partition' OR v_op -> 'partition' = 'null'::jsonb
             OR (jsonb_typeof(v_op -> 'partition') = 'string' AND queen.name_ok_v1(v_op ->> 'partition')))
        AND v_op ? 'payload'
-       AND octet_length((v_op -> 'payload')::text) <= coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536)
+       AND octet_length((v_op -> 'payload')::text) <= queen.limit_v1('timers_max_payload_bytes')
        AND (NOT v_op ? 'timerKey' OR v_op -> 'timerKey' = 'null'::jsonb)
        AND NOT v_op ? 'deliverAt'
        AND jsonb_typeof(v_op -> 'delaySeconds') = 'number'
        AND (v_op ->> 'delaySeconds')::numeric BETWEEN 0 AND v_horizon
-       AND coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) >= 1 THEN
+       AND queen.limit_v1('kv_max_batch') >= 1 THEN
       -- Rounded to microseconds before the double cast, as in timers_when_v1 (1e-400 underflows it).
       v_when := ARRAY[date_trunc('milliseconds', v_now + make_interval(secs => round((v_op ->> 'delaySeconds')::numeric, 6)::double precision))];
       INSERT INTO queen.log_timers (tenant_id, queue, partition, payload, deliver_at, created_at)
@@ -2362,17 +2420,11 @@ BEGIN
               v_op -> 'payload', v_when[1], v_now)
       RETURNING timer_id INTO v_id;
       RETURN jsonb_build_array(jsonb_build_object('index', 0, 'op', 'schedule', 'timerId', v_id,
-        'deliverAt', queen.kv_ts_v1(v_when[1]), 'created', true));
+        'deliverAt', queen.ts_v1(v_when[1]), 'created', true));
     END IF;
   END IF;
-  IF jsonb_typeof(p_ops) IS DISTINCT FROM 'array' OR jsonb_array_length(p_ops) = 0 THEN
-    PERFORM queen.fail_v1('timers_operations_required', 'timers must be a non-empty array of operations.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_ops);
-  IF v_n > coalesce(nullif(current_setting('queen.kv_max_batch', true), '')::int, 1000) THEN
-    PERFORM queen.fail_v1('timers_batch_too_large',
-      format('At most %s timer operations in one request.', current_setting('queen.kv_max_batch', true)), NULL);
-  END IF;
+  v_n := queen.array_length_v1(p_ops, 'timers_operations_required', 'timers must be a non-empty array of operations.', NULL,
+    queen.limit_v1('kv_max_batch'), 'timers_batch_too_large', 'At most %2$s timer operations in one request.');
   v_when := array_fill(NULL::timestamptz, ARRAY[v_n]);
   v_results := array_fill(NULL::jsonb, ARRAY[v_n]);
   FOR v_i IN 0 .. v_n - 1 LOOP
@@ -2400,7 +2452,7 @@ BEGIN
         UPDATE queen.log_timers SET deliver_at = v_when[v_i + 1]
         WHERE timer_id = v_id AND tenant_id = p_tenant;
         v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'reschedule', 'timerId', v_id)
-          || CASE WHEN FOUND THEN jsonb_build_object('rescheduled', true, 'deliverAt', queen.kv_ts_v1(v_when[v_i + 1]))
+          || CASE WHEN FOUND THEN jsonb_build_object('rescheduled', true, 'deliverAt', queen.ts_v1(v_when[v_i + 1]))
                   ELSE '{"rescheduled": false, "reason": "absent"}'::jsonb END;
       END IF;
     END LOOP;
@@ -2423,7 +2475,7 @@ BEGIN
     FROM generate_subscripts(v_ords, 1) AS k, LATERAL (SELECT p_ops -> (v_ords[k] - 1) AS op) x;
     FOR v_k IN 1 .. cardinality(v_ords) LOOP
       v_results[v_ords[v_k]] := jsonb_build_object('index', v_ords[v_k] - 1, 'op', 'schedule', 'timerId', v_ids[v_k],
-        'deliverAt', queen.kv_ts_v1(v_when[v_ords[v_k]]), 'created', true);
+        'deliverAt', queen.ts_v1(v_when[v_ords[v_k]]), 'created', true);
     END LOOP;
   END IF;
 
@@ -2444,7 +2496,7 @@ BEGIN
       RETURNING * INTO v_row;
       IF FOUND THEN
         v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
-          'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
+          'deliverAt', queen.ts_v1(v_row.deliver_at), 'created', true);
       ELSE
         -- The key is taken: a new statement sees the winner, committed (READ COMMITTED).
         SELECT * INTO v_row FROM queen.log_timers WHERE tenant_id = p_tenant AND timer_key = v_key;
@@ -2456,10 +2508,10 @@ BEGIN
                   v_op -> 'payload', v_when[v_i + 1], v_now)
           RETURNING * INTO v_row;
           v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
-            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', true);
+            'deliverAt', queen.ts_v1(v_row.deliver_at), 'created', true);
         ELSE
           v_results[v_i + 1] := jsonb_build_object('index', v_i, 'op', 'schedule', 'timerId', v_row.timer_id,
-            'deliverAt', queen.kv_ts_v1(v_row.deliver_at), 'created', false);
+            'deliverAt', queen.ts_v1(v_row.deliver_at), 'created', false);
         END IF;
       END IF;
     END LOOP;
@@ -2476,7 +2528,7 @@ CREATE OR REPLACE FUNCTION queen.timers_check_op_v1(p_op jsonb, p_index integer,
  STABLE
 AS $function$
 DECLARE
-  v_max_payload BIGINT := coalesce(nullif(current_setting('queen.timers_max_payload_bytes', true), '')::bigint, 65536);
+  v_max_payload BIGINT := queen.limit_v1('timers_max_payload_bytes');
   v_kind TEXT;
   v_fields TEXT[];
 BEGIN
@@ -2648,7 +2700,7 @@ BEGIN
       'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_after IS NOT NULL THEN
-    IF p_after !~* '^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
       PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
     END IF;
     BEGIN
@@ -2690,8 +2742,8 @@ CREATE OR REPLACE FUNCTION queen.timers_row_json_v1(r queen.log_timers)
 AS $function$
   SELECT jsonb_build_object(
     'timerId', r.timer_id, 'queue', r.queue, 'partition', r.partition,
-    'deliverAt', queen.kv_ts_v1(r.deliver_at), 'payload', r.payload,
-    'createdAt', queen.kv_ts_v1(r.created_at))
+    'deliverAt', queen.ts_v1(r.deliver_at), 'payload', r.payload,
+    'createdAt', queen.ts_v1(r.created_at))
     || CASE WHEN r.timer_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('timerKey', r.timer_key) END
 $function$
 CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value jsonb, p_index integer)
@@ -2700,8 +2752,7 @@ CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value jsonb, p_index integer)
  IMMUTABLE
 AS $function$
 BEGIN
-  IF jsonb_typeof(p_value) IS DISTINCT FROM 'string'
-     OR (p_value #>> '{}') !~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
+  IF jsonb_typeof(p_value) IS DISTINCT FROM 'string' OR NOT queen.uuid_ok_v1(p_value #>> '{}') THEN
     PERFORM queen.fail_v1('timers_invalid_timer_id',
       format('Operation %s: timerId must be a timer id (a UUID).', p_index), p_index);
   END IF;
@@ -2713,7 +2764,7 @@ CREATE OR REPLACE FUNCTION queen.timers_when_v1(p_op jsonb, p_index integer, p_n
  STABLE
 AS $function$
 DECLARE
-  v_horizon BIGINT := coalesce(nullif(current_setting('queen.timers_max_horizon_seconds', true), '')::bigint, 31536000);
+  v_horizon BIGINT := queen.limit_v1('timers_max_horizon_seconds');
   v_at TIMESTAMPTZ;
   v_text TEXT;
   v_delay NUMERIC;
@@ -2766,3 +2817,24 @@ BEGIN
   END IF;
   RETURN date_trunc('milliseconds', v_at);
 END $function$
+CREATE OR REPLACE FUNCTION queen.ts_v1(timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ STABLE PARALLEL SAFE
+AS $function$
+  SELECT to_char($1 AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$function$
+CREATE OR REPLACE FUNCTION queen.uuid_ok_v1(p_text text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT p_text IS NOT NULL AND p_text ~* ('^' || queen.uuid_pattern_v1() || '$')
+$function$
+CREATE OR REPLACE FUNCTION queen.uuid_pattern_v1()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
+$function$

@@ -36,7 +36,7 @@ export function median(xs: number[]): number {
 }
 
 /** The sql/ files of a git revision, or of the working tree. */
-function schemaOf(ref: string | undefined): string[] {
+export function schemaOf(ref: string | undefined): string[] {
   const dir = path.join(ROOT, 'sql');
   if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
   const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: ROOT }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();

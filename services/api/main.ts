@@ -6,7 +6,7 @@ import cluster, { Worker } from 'node:cluster';
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { applySchemaLogged, checkConnectionBudget, databaseTarget, ensureDatabase, loadConfigOrExit } from '../../shared/boot';
-import { Config, listenUrl, queryTimeoutMs } from '../../shared/config';
+import { Config, directUrl, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
@@ -60,7 +60,7 @@ function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void 
       healthTimeoutMs: config.healthTimeoutMs,
       // PgBouncer (docs/deploy.md): settings per connection (session) or per transaction, and where LISTEN goes.
       dbPooling: config.dbPooling,
-      listenTarget: databaseTarget(listenUrl(config)),
+      listenTarget: databaseTarget(directUrl(config)),
     },
     'config: kv_timers',
   );

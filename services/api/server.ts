@@ -5,7 +5,7 @@ import http from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import client from 'prom-client';
-import { listenUrl, type Config } from '../../shared/config';
+import { directUrl, type Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
 import { ApiError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
@@ -42,7 +42,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   const metricsText = cluster.isWorker
     ? workerMetricsSource(metrics.register, refresh)
     : () => (refresh(), metrics.register.metrics());
-  const switches = new Switches(pools.message, listenUrl(config), log, metrics);
+  const switches = new Switches(pools.message, directUrl(config), log, metrics);
   const book = new TenantBook(pools.message, config.kvRequireGrant, log);
   // Both read the database before the first request, so a paused cell never serves one call open.
   await Promise.all([switches.start(), book.start()]);

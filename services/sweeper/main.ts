@@ -4,7 +4,7 @@
 // claiming, let the pass in flight commit, exit 0.
 import { Pool } from 'pg';
 import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
-import { listenUrl } from '../../shared/config';
+import { directUrl } from '../../shared/config';
 import { createPool } from '../../shared/db';
 import { createLogger } from '../../shared/log';
 import client from 'prom-client';
@@ -62,7 +62,7 @@ async function main(): Promise<void> {
   pool.on('error', (err) => log.warn({ err: { message: err.message } }, 'idle sweeper connection lost'));
   sweeper = new Sweeper({
     pool,
-    databaseUrl: listenUrl(config),
+    databaseUrl: directUrl(config),
     log,
     metrics,
     intervalMs: config.sweeperIntervalMs,

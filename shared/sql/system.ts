@@ -57,7 +57,7 @@ export const CLUSTER_USAGE = {
                 coalesce(sum(timer_bytes), 0)::text AS timer_bytes,
                 coalesce(jsonb_agg(jsonb_build_object(
                   'tenantId', tenant_id, 'rows', rows, 'bytes', bytes, 'timers', timers,
-                  'timerBytes', timer_bytes, 'computedAt', queen.kv_ts_v1(computed_at))
+                  'timerBytes', timer_bytes, 'computedAt', queen.ts_v1(computed_at))
                   ORDER BY tenant_id), '[]'::jsonb)::text AS tenants
            FROM queen.kv_usage`,
 };

@@ -1,7 +1,7 @@
 // Configuration is parsed once and a malformed value stops the boot with a line naming it.
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { ConfigError, deriveKvPoolSize, listenUrl, loadConfig } from '../../shared/config';
+import { ConfigError, deriveKvPoolSize, directUrl, loadConfig } from '../../shared/config';
 
 const API_MAIN = path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js');
 
@@ -36,10 +36,10 @@ test('QUEEN_DB_POOLING: session by default, transaction when asked; LISTEN goes 
   const direct = 'postgres://u@db:5432/queen';
   const pooled = 'postgres://u@pgbouncer:6432/queen';
   expect(loadConfig({ DATABASE_URL: direct })).toMatchObject({ dbPooling: 'session', databaseListenUrl: undefined });
-  expect(listenUrl(loadConfig({ DATABASE_URL: direct }))).toBe(direct);
+  expect(directUrl(loadConfig({ DATABASE_URL: direct }))).toBe(direct);
   const behind = loadConfig({ DATABASE_URL: pooled, DATABASE_LISTEN_URL: direct, QUEEN_DB_POOLING: ' Transaction ' });
   expect(behind.dbPooling).toBe('transaction');
-  expect(listenUrl(behind)).toBe(direct);
+  expect(directUrl(behind)).toBe(direct);
 });
 
 test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {

@@ -148,7 +148,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
 
     // A's state is untouched: its lease still holds (nothing acked, nothing failed) and A settles it.
     const leased = await db.query(
-      `SELECT c.lease_id::text, queen.log_ts_v1(c.lease_expires_at) = $2 AS same_expiry, c.failures::int, c.completed::int
+      `SELECT c.lease_id::text, queen.ts_v1(c.lease_expires_at) = $2 AS same_expiry, c.failures::int, c.completed::int
          FROM queen.partition_consumers c WHERE c.partition_id = $1 AND c.consumer_group = '__QUEUE_MODE__'`,
       [a1.partitionId, a1.leaseExpiresAt],
     );

@@ -1,11 +1,11 @@
 // The message log's routes (docs/log-and-transactions.md): configure, push, pop (with long poll), ack, ack batch,
-// lease extend. Shapes at the boundary; the rules are in sql/011_log_procs.sql. The log uses the
+// lease extend. Shapes at the boundary; the rules are in sql/011_log_push.sql to 013_log_apply.sql. The log uses the
 // message pool, never the dedicated KV pool.
 import { Router, Request, Response } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
 import { ApiError, SQLSTATE } from '../../../shared/errors';
-import { listenUrl, type Config } from '../../../shared/config';
+import { directUrl, type Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
@@ -119,7 +119,7 @@ function objectBody(req: IncomingMessage): { text: string; body: Record<string, 
 export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): LogRoutes {
   const router = Router();
   const body = rawBody(config);
-  const signal = new PushSignal(listenUrl(config), log);
+  const signal = new PushSignal(directUrl(config), log);
 
   router.post('/api/v1/configure', body, async (req, res) => {
     const tenant = tenantOf(config, req);

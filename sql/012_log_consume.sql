@@ -1,0 +1,420 @@
+-- 012: the log read path: pop, the lapse of a lease, ack.
+
+-- A lease that expired with messages still unsettled: settles it for the group, under the
+-- partition_consumers row lock its caller holds. Why: a consumer that dies before it acks (a poison
+-- message that crashes every consumer) never sends `failed`, so without this the message would come
+-- back forever and block its partition for the group. Like SQS's maxReceiveCount, each message the
+-- lease held and had not settled counts one failed delivery, exactly as a `failed` ack does (same
+-- message_failures row, same counters); one past the queue's retry_limit is dead-lettered for this
+-- group (same marker) and finished, so the cursor moves past it. Messages acked `failed` under this
+-- lease (lease_failed) were counted by that ack and are not counted again; completed ones are behind
+-- the cursor or in done_seqs. The lease is cleared in the transaction that writes the counts, under
+-- the same row lock, so a lease is counted once: the next caller finds no lease (pop's SKIP LOCKED
+-- re-checks the row it locks against the committed version), and a rollback undoes both.
+CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(
+  p_partition UUID, p_group TEXT, p_retry_limit INT, p_now TIMESTAMPTZ
+) RETURNS VOID LANGUAGE plpgsql AS $$
+DECLARE
+  v_pc queen.partition_consumers;
+  v_counted INT;
+  v_dead BIGINT[];
+BEGIN
+  SELECT * INTO v_pc FROM queen.partition_consumers c
+   WHERE c.partition_id = p_partition AND c.consumer_group = p_group;
+  IF v_pc.lease_id IS NULL OR v_pc.lease_expires_at > p_now THEN RETURN; END IF;
+
+  WITH lapsed AS (
+    SELECT s.seq FROM unnest(v_pc.lease_seqs) s (seq)
+     WHERE s.seq > v_pc.cursor_seq AND s.seq <> ALL (v_pc.done_seqs) AND s.seq <> ALL (v_pc.lease_failed)
+       AND EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_partition AND m.seq = s.seq)
+  ), counted AS (
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at, dead_lettered_at)
+    SELECT p_partition, p_group, l.seq, 1, p_now, CASE WHEN 1 > p_retry_limit THEN p_now END FROM lapsed l
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE
+       SET failures = f.failures + 1, last_failed_at = p_now,
+           dead_lettered_at = CASE WHEN f.failures + 1 > p_retry_limit THEN p_now ELSE f.dead_lettered_at END
+    RETURNING f.seq, f.dead_lettered_at IS NOT NULL AS dead
+  )
+  SELECT count(*)::int, coalesce(array_agg(k.seq ORDER BY k.seq) FILTER (WHERE k.dead), '{}')
+    INTO v_counted, v_dead FROM counted k;
+
+  -- Dead letters are finished: fold them into the cursor as a `failed` ack past the limit does.
+  v_pc.done_seqs := v_pc.done_seqs || v_dead;
+  WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+    v_pc.cursor_seq := v_pc.cursor_seq + 1;
+    v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+  END LOOP;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = NULL, lease_expires_at = NULL,
+         lease_seqs = '{}', lease_failed = '{}', failures = failures + v_counted,
+         dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
+   WHERE partition_id = p_partition AND consumer_group = p_group;
+END $$;
+
+-- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
+-- group. Which partition: one with messages past the group's cursor and no live lease, the least
+-- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
+-- partition another consumer is popping or acking right now is simply not a candidate).
+-- Answers a JSON array of messages; empty when nothing is available.
+--
+-- A lease covers the messages it handed out. It ends when every leased message is settled by an
+-- ack, or when it expires: the pop that then takes the partition over first settles the lapsed lease
+-- (queen.log_lapse_lease_v1: each message it held unacked counts one failed delivery, and one past
+-- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
+-- time starts at the beginning of the partition: consumer groups each see every message.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_queue queen.queues;
+  v_partition_id UUID;
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_lease UUID;
+  v_now TIMESTAMPTZ;
+  v_expires TIMESTAMPTZ;
+  v_lapsed BOOLEAN;
+  v_found RECORD;
+  v_delay INT := 0;
+  v_window INT := 0;
+  v_due_by TIMESTAMPTZ := 'infinity';
+  v_quiet_by TIMESTAMPTZ := 'infinity';
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+  END IF;
+
+  -- The queue and its delays (queen.queue_delays, below), in one statement.
+  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer INTO v_found
+    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  v_queue := v_found.queue;
+  v_delay := v_found.delay;
+  v_window := v_found.window_buffer;
+  IF p_partition IS NOT NULL THEN
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
+    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  END IF;
+
+  -- The group's row per partition, created on first sight.
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+  SELECT p.id, v_group FROM queen.partitions p
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+  ON CONFLICT DO NOTHING;
+
+  v_now := clock_timestamp();
+  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
+  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
+  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
+  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
+  -- finished, and a message is never deleted but with its queue) is due.
+  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
+  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
+  LOOP
+    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
+    -- keeps the plan it had before they existed.
+    IF v_delay = 0 AND v_window = 0 THEN
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSE
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    END IF;
+    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
+    -- handed out again: this is where its expiry is noticed, and clearing it in the same
+    -- transaction is what makes it count once.
+    v_lapsed := v_pc.lease_id IS NOT NULL;
+    IF v_lapsed THEN
+      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
+      SELECT c.* INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
+    END IF;
+
+    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
+    -- not yet due.
+    IF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
+    EXIT WHEN v_seqs IS NOT NULL;
+    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
+    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
+    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+  END LOOP;
+
+  v_lease := gen_random_uuid();
+  v_expires := v_now + make_interval(secs => v_queue.lease_time);
+  UPDATE queen.partition_consumers
+     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+
+  RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    SELECT jsonb_agg(jsonb_build_object(
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
+END $$;
+
+-- Validates one ack (an element of /ack/batch, the body of /ack, or a wire operation) and returns
+-- it normalized: {transactionId, partitionId, status, consumerGroup, leaseId}.
+CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack JSONB, p_index INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_txid TEXT := queen.log_str_v1(p_ack->'transactionId');
+  v_pid TEXT := queen.log_str_v1(p_ack->'partitionId');
+  v_status TEXT := queen.log_str_v1(p_ack->'status');
+  v_group TEXT := coalesce(queen.log_str_v1(p_ack->'consumerGroup'), '__QUEUE_MODE__');
+  v_lease TEXT := queen.log_str_v1(p_ack->'leaseId');
+  v_at TEXT := CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END;
+BEGIN
+  IF jsonb_typeof(p_ack) IS DISTINCT FROM 'object' THEN
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'an ack is an object {transactionId, partitionId, status, consumerGroup?, leaseId?}.', p_index);
+  END IF;
+  IF v_txid IS NULL OR length(v_txid) = 0 THEN
+    PERFORM queen.fail_v1('log_transaction_id_required', v_at || 'transactionId is required (a non-empty string).', p_index);
+  END IF;
+  IF NOT queen.uuid_ok_v1(v_pid) THEN
+    PERFORM queen.fail_v1('log_invalid_partition_id', v_at || 'partitionId is required: the UUID the pop answered.', p_index);
+  END IF;
+  IF v_status IS NULL OR v_status NOT IN ('completed', 'failed') THEN
+    PERFORM queen.fail_v1('log_invalid_status', v_at || 'status is "completed" or "failed".', p_index);
+  END IF;
+  IF p_ack ? 'consumerGroup' AND p_ack->'consumerGroup' <> 'null'::jsonb AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_ack->'consumerGroup')) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', v_at || 'consumerGroup is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', p_index);
+  END IF;
+  IF p_ack ? 'leaseId' AND p_ack->'leaseId' <> 'null'::jsonb AND NOT queen.uuid_ok_v1(v_lease) THEN
+    PERFORM queen.fail_v1('log_invalid_lease_id', v_at || 'leaseId is the UUID the pop answered.', p_index);
+  END IF;
+  IF p_ack ? 'error' AND jsonb_typeof(p_ack->'error') NOT IN ('string', 'null') THEN
+    PERFORM queen.fail_v1('log_invalid_ack', v_at || 'error is a string (why the message failed) or null.', p_index);
+  END IF;
+  RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
+                            'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
+END $$;
+
+-- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
+--   not_found      no message with this transactionId in this partition of the tenant's;
+--   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
+--                  under the current lease and awaits redelivery;
+--   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
+--                  superseded by another consumer's lease when the ack names its leaseId (a
+--                  zombie); an ack that names a leaseId is fenced by it;
+--   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
+--                  or popped into a lease that has since been released by its other acks).
+-- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
+-- pass the leaseId to be fenced against your own expired lease.
+--
+-- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
+-- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
+-- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
+-- The lease is released as soon as every message it holds is settled. A lease that expires first
+-- counts too: each message it held and had not settled takes one failure, with the same dead
+-- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
+-- an ack never does that counting, it only answers lease_expired.
+--
+-- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
+-- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_pid UUID := (a->>'partitionId')::uuid;
+  v_group TEXT := a->>'consumerGroup';
+  v_lease UUID := (a->>'leaseId')::uuid;
+  v_seq BIGINT;
+  v_pc queen.partition_consumers;
+  v_retry_limit INT;
+  v_failures INT;
+  v_reason TEXT;
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_dead BOOLEAN := false;
+  v_finished BOOLEAN := false;
+BEGIN
+  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
+  SELECT m.seq INTO v_seq FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
+  IF v_seq IS NULL THEN
+    v_reason := 'not_found';
+  ELSE
+    SELECT * INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF v_pc.partition_id IS NULL THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
+      v_reason := 'already_acked';
+    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
+      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
+            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
+      v_reason := 'lease_expired';
+    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
+      v_reason := 'already_acked';
+    END IF;
+  END IF;
+
+  IF v_reason IS NOT NULL THEN
+    IF p_raise THEN
+      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
+        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
+    END IF;
+    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
+      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+  END IF;
+
+  IF a->>'status' = 'completed' THEN
+    v_finished := true;
+    v_pc.completed := v_pc.completed + 1;
+  ELSE
+    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
+    VALUES (v_pid, v_group, v_seq, 1, v_now)
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
+    RETURNING failures INTO v_failures;
+    v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
+    IF v_failures > v_retry_limit THEN
+      UPDATE queen.message_failures SET dead_lettered_at = v_now
+       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
+      v_dead := true;
+      v_finished := true;
+      v_pc.dead_letters := v_pc.dead_letters + 1;
+    ELSE
+      v_pc.lease_failed := v_pc.lease_failed || v_seq;
+    END IF;
+  END IF;
+
+  IF v_finished THEN
+    IF v_seq = v_pc.cursor_seq + 1 THEN
+      v_pc.cursor_seq := v_seq;
+      -- Fold in what was finished ahead of the gap that just closed.
+      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+        v_pc.cursor_seq := v_pc.cursor_seq + 1;
+        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+      END LOOP;
+    ELSE
+      v_pc.done_seqs := v_pc.done_seqs || v_seq;
+    END IF;
+  END IF;
+
+  -- Every leased message settled: the partition goes back to the group now, not at expiry.
+  IF NOT EXISTS (
+    SELECT 1 FROM unnest(v_pc.lease_seqs) s
+     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+   WHERE partition_id = v_pid AND consumer_group = v_group;
+
+  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $$;
+
+-- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
+-- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
+-- is one element per ack.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
+  FOR i IN 1 .. v_n LOOP
+    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- POST /api/v1/ack/batch's body: {acknowledgments: [...], consumerGroup?}. A body-level
+-- consumerGroup (a string) is the group of every acknowledgment, replacing any the elements name:
+-- Queen's client names the group there and only there, so without this its acks went to queue mode
+-- (not_leased) and the group's messages came back at lease expiry. Absent or null: each element's
+-- own consumerGroup, else queue mode. A non-string value is refused by the element check.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
+END $$;

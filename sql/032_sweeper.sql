@@ -1,0 +1,258 @@
+-- 032: the sweeper.
+
+-- The fire switch, read fresh by every sweeper pass. An absent row means on; only an explicit
+-- false (the jsonb value, or {"enabled": false}) pauses delivery.
+CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1() RETURNS BOOLEAN
+LANGUAGE sql STABLE AS $$
+  SELECT NOT EXISTS (
+    SELECT 1 FROM queen.system_state
+    WHERE key = 'timers_fire_enabled'
+      AND (value = 'false'::jsonb OR value = '"false"'::jsonb OR value -> 'enabled' = 'false'::jsonb))
+$$;
+
+-- Fire: the cell's oldest due timers, at most p_limit, whatever their shard, each pushed into its
+-- tenant's log with the transactionId 'timer:' || timer_id and deleted, in the caller's transaction,
+-- set-based: one claim, the partitions locked once each, one duplicate check, one insert, one
+-- last_seq update, one NOTIFY per (tenant, queue), one delete.
+--
+-- The claim: an ordered scan of idx_log_timers_due (deliver_at, timer_id) with FOR UPDATE SKIP
+-- LOCKED, so several sweepers take disjoint batches, each the oldest due rows nobody else holds; a
+-- row a cancel or a reschedule holds is left to it (the cancel wins; a rolled-back cancel leaves the
+-- row for the next pass), and a row rescheduled meanwhile is re-checked on its latest version. The
+-- order this gives (docs/timers.md): a batch is claimed only when every older due timer has fired,
+-- or is in a batch another sweeper claimed earlier and has not committed yet, or is held by a cancel
+-- or reschedule. With one sweeper the log receives the timers in exact (deliverAt, timerId) order.
+-- The deliverAt floor: `deliver_at <= now()`, now() the start of this transaction, never later than
+-- the clock; the message's created_at is that same now().
+-- enable_bitmapscan = off: a plain index scan marks the entries of fired, deleted timers dead as it
+-- passes them; a bitmap scan does not, and re-read every dead entry of a backlog on every pass.
+--
+-- Measured (2026-12-01, npm run bench:fire, the fire step alone on a loaded 2-core machine): moving
+-- the batch with one log_push_v1 call per timer, as before, 3,400-4,700 timers a second; set-based,
+-- 11,500 at a batch of 500 and 17,700 at 2,000 (bench/README.md).
+DROP FUNCTION IF EXISTS queen.timers_fire_v1(SMALLINT[], INT);
+CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit INT) RETURNS JSONB
+LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
+DECLARE
+  v_claimed queen.log_timers[];
+  r RECORD;
+  v_ids RECORD;
+  v_last BIGINT;
+  v_tenants UUID[] := '{}';
+  v_queues TEXT[] := '{}';
+  v_parts TEXT[] := '{}';
+  v_pids UUID[] := '{}';
+  v_lasts BIGINT[] := '{}';
+  v_hit UUID[];
+  v_fired INT;
+  v_stored INT;
+BEGIN
+  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
+    SELECT t FROM queen.log_timers t
+    WHERE t.deliver_at <= now()
+    ORDER BY t.deliver_at, t.timer_id
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED) c;
+  IF v_claimed IS NULL THEN
+    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  END IF;
+  v_fired := cardinality(v_claimed);
+  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
+  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
+  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
+  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
+  FOR r IN
+    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
+    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
+  LOOP
+    -- The log's own name rules, once per partition (a schedule checked them already).
+    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
+    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
+    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    v_tenants := v_tenants || r.tenant_id;
+    v_queues := v_queues || r.queue;
+    v_parts := v_parts || r.partition;
+    v_pids := v_pids || v_ids.p_id;
+    v_lasts := v_lasts || v_last;
+  END LOOP;
+  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
+  -- that already happened, so nothing is stored twice), the messages numbered per partition after
+  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
+  WITH k AS (
+    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
+  ), c AS (
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
+    FROM unnest(v_claimed) AS t
+    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
+  ), fresh AS (
+    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
+  ), ins AS (
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
+    RETURNING partition_id, seq
+  ), bumped AS (
+    UPDATE queen.partitions p SET last_seq = n.top
+    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
+    WHERE p.id = n.partition_id
+    RETURNING p.id
+  )
+  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
+  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
+  -- (services/api/pushSignal.ts).
+  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
+  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
+        WHERE k.pid = ANY (v_hit)) x;
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
+  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
+END $$;
+
+-- Prune: expired KV rows of one shard, at most p_limit, through idx_kv_shard_expires. SKIP LOCKED
+-- so the sweeper never waits on a KV writer (a row being rewritten is not ours to delete anyway).
+-- Reads never depended on this: kv_live_v1 already hides every row deleted here.
+CREATE OR REPLACE FUNCTION queen.kv_prune_v1(p_shard SMALLINT, p_limit INT) RETURNS INT
+LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
+DECLARE
+  v_n INT;
+BEGIN
+  DELETE FROM queen.kv WHERE ctid IN (
+    SELECT ctid FROM queen.kv
+    WHERE shard = p_shard AND expires_at IS NOT NULL AND expires_at < now()
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $$;
+
+-- One sweeper pass, one transaction. Firing is cell-wide: the oldest due timers of the cell, at most
+-- p_fire_limit (queen.timers_fire_v1), unless the switch says no (read here, fresh). The shards are
+-- for the rest: when p_prune, claim up to p_shard_count shards not yet swept since p_since (the start
+-- of the caller's cycle; NULL = this instant, the first pass of a cycle), least recently swept
+-- first, with FOR UPDATE SKIP LOCKED, held until commit (two sweepers never work one shard at once,
+-- and a dead sweeper's claim ends with its connection), prune their expired keys and mark them
+-- swept. A pass that claimed no shard and did not fill its fire batch ends the caller's cycle; it
+-- answers when the cell's next future timer falls due, so the caller sleeps no longer than that.
+-- claimedAtUs and finishedAtUs (epoch microseconds) are read from the server's clock inside the claim,
+-- so a test can check that no two passes over one shard ever overlapped.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
+RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_since TIMESTAMPTZ := coalesce(p_since, now());
+  v_shards SMALLINT[];
+  v_claimed_at TIMESTAMPTZ;
+  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
+  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
+  v_fired INT;
+  v_pruned INT := 0;
+  v_prune_full BOOLEAN := false;
+  v_fired_at TIMESTAMPTZ;
+  v_next TIMESTAMPTZ;
+  v_n INT;
+  v_s SMALLINT;
+BEGIN
+  IF p_prune THEN
+    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
+      SELECT s.shard FROM queen.sweeper_shards s
+      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
+      ORDER BY s.last_swept_at NULLS FIRST, s.shard
+      LIMIT p_shard_count
+      FOR UPDATE SKIP LOCKED) c;
+  END IF;
+  v_claimed_at := clock_timestamp();
+  IF v_fire_on THEN
+    v_fire := queen.timers_fire_v1(p_fire_limit);
+  END IF;
+  v_fired := (v_fire ->> 'fired')::int;
+  v_fired_at := clock_timestamp();
+  IF v_shards IS NOT NULL THEN
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
+      v_pruned := v_pruned + v_n;
+      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
+    END LOOP;
+    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
+  END IF;
+  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
+    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
+    -- idx_log_timers_due).
+    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
+      ORDER BY t.deliver_at LIMIT 1;
+  END IF;
+  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
+  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
+  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
+  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
+  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  IF v_fired = 0 AND v_pruned = 0 THEN
+    SET LOCAL synchronous_commit = off;
+  END IF;
+  RETURN jsonb_build_object(
+    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
+    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
+    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
+    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
+    'pruned', v_pruned, 'pruneFull', v_prune_full,
+    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
+    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+END $$;
+
+-- What the sweeper's gauges show. One probe of idx_log_timers_due for the oldest due timer, per-shard
+-- probes of the KV's shard-led index (64 short index scans) rather than one scan of everything; the
+-- counts stop at a million, past which the exact number no longer changes what an operator does.
+CREATE OR REPLACE FUNCTION queen.sweeper_gauges_v1() RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object(
+    'timersDue', (SELECT count(*) FROM (SELECT 1 FROM queen.log_timers WHERE deliver_at <= now() LIMIT 1000000) d),
+    'timersOldestLateSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT t.deliver_at FROM queen.log_timers t WHERE t.deliver_at <= now()
+        ORDER BY t.deliver_at LIMIT 1))::double precision, 0),
+    'kvExpiredNotPruned', (SELECT count(*) FROM (SELECT 1 FROM queen.kv WHERE expires_at IS NOT NULL AND expires_at < now() LIMIT 1000000) e),
+    'kvExpiryLagSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(o.expires_at) FROM generate_series(0, 63) AS g(s),
+          LATERAL (SELECT k.expires_at FROM queen.kv k WHERE k.shard = g.s::smallint AND k.expires_at IS NOT NULL
+                   ORDER BY k.expires_at LIMIT 1) o
+        WHERE o.expires_at < now()))::double precision, 0))
+$$;
+
+-- The usage rollup: overwrite queen.kv_usage per tenant with a direct count. rows/bytes are the
+-- tenant's live keys (an expired row is invisible to it and is the cell's to prune), bytes being
+-- key, namespace and stored value sizes; timers/timer_bytes its pending timers and their payloads.
+-- Last writer wins on computed_at; a tenant with nothing left is written as zeros, not left stale.
+-- computed_at is now(), the start of this transaction, which is never later than the snapshot the
+-- counts are read from: an API worker retires a write of its own from its local delta once the
+-- write's commit was acknowledged before computed_at, and such a write is certainly counted here.
+-- Not clock_timestamp(): read after the snapshot, it would retire writes these counts never saw.
+CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v1() RETURNS INT
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n INT;
+BEGIN
+  WITH measured AS (
+    SELECT tenant_id, sum(r)::bigint AS rows, sum(b)::bigint AS bytes, sum(t)::bigint AS timers, sum(tb)::bigint AS timer_bytes
+    FROM (
+      SELECT k.tenant_id, count(*) AS r,
+             sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS b, 0 AS t, 0 AS tb
+      FROM queen.kv k WHERE queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id
+      UNION ALL
+      SELECT t.tenant_id, 0, 0, count(*), sum(pg_column_size(t.payload))
+      FROM queen.log_timers t GROUP BY t.tenant_id
+      UNION ALL
+      SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
+    ) x GROUP BY tenant_id
+  )
+  INSERT INTO queen.kv_usage AS u (tenant_id, rows, bytes, timers, timer_bytes, computed_at)
+  SELECT tenant_id, rows, bytes, timers, timer_bytes, now() FROM measured
+  ON CONFLICT (tenant_id) DO UPDATE
+    SET rows = EXCLUDED.rows, bytes = EXCLUDED.bytes, timers = EXCLUDED.timers,
+        timer_bytes = EXCLUDED.timer_bytes, computed_at = EXCLUDED.computed_at
+    WHERE u.computed_at <= EXCLUDED.computed_at;
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END $$;
