@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { Client } from 'pg';
-import { BASELINE_VERSION, migrate, migrations } from '../../shared/migrations';
+import { migrate, migrations } from '../../shared/migrations';
 import { sql } from '../ops/helpers';
 import { createTestDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
