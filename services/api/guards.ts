@@ -25,10 +25,11 @@
 // call awaits its primary only when its worker's lease is short, never a statement.
 //
 // How a route uses it:
-//   KV route:        guards.kv(req, { where: 'route', ops }, (tenant) => query on the KV pool)
-//   the wire:        guards.wire(req, { kv: body.kv, timers: body.timers }, (tenant) => the bundle)
-//   timer schedule:  guards.timers(req, { where: 'route', schedules: 1 }, (tenant) => ...)
-//   timer reschedule guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => ...)
+//   KV route:        tenant = guards.kvCaller(req); (parse the body); admitted = await guards.admitKv(tenant, ops);
+//                    admitted.track(query on the KV pool)
+//   the wire:        admitted = await guards.admitWire(req, { kv, timers }); admitted.track(the bundle)
+//   timer schedule:  admitted = await guards.admitTimers(req, { schedules: 1 }); admitted.track(the statement)
+//   timer reschedule admitted = await guards.admitTimers(req, { reschedules: 1 }); admitted.track(the statement)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
 import cluster from 'node:cluster';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -42,7 +43,7 @@ import { isPlainObject, tenantOf } from './http';
 import { Admission, RateDecision, RateLimiter } from './rateLimit';
 import { LeaseLimiter } from './rateLease';
 import type { Switches } from './switches';
-import { Delta, TenantBook } from './tenantBook';
+import { Delta, Hold, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';
 
@@ -153,6 +154,40 @@ export interface GuardDeps {
   log: Logger;
 }
 
+/**
+ * An admitted call. Its occupancy delta is held (counted by the quota) from admission, before the
+ * statement is sent, so concurrent calls of this worker see each other; once the statement returns
+ * it is stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
+ * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns as done:
+ * it is counted until the next measurement, which can only block early, never late.
+ */
+/** A call with nothing to count (a bundle of only pushes, acks and cancels). */
+const UNCOUNTED: Hold = { settle: () => undefined };
+
+export class Admitted {
+  constructor(
+    readonly tenant: string,
+    private readonly held: Hold,
+    /** A statement that failed: a pool acquire timeout counts as refused and as the pool's saturation. */
+    private readonly failed: (err: unknown) => void,
+  ) {}
+
+  /** The admitted statement's outcome, passed through; the error as thrown (the route's accounting and the one error handler read it). */
+  track<T>(statement: Promise<T>): Promise<T> {
+    return statement.then(
+      (result) => {
+        this.held.settle(true);
+        return result;
+      },
+      (err: unknown) => {
+        this.held.settle(mayHaveCommitted(err));
+        this.failed(err);
+        throw err;
+      },
+    );
+  }
+}
+
 export class Guards {
   readonly limiter: Admission;
   private readonly shedAt: number;
@@ -187,7 +222,7 @@ export class Guards {
    * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or (a path route,
    * one token) rung 4 is answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
    * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
-   * does not spend is the message path's. It only ever answers what guards.kv() would answer:
+   * does not spend is the message path's. It only ever answers what kvCaller() and admitKv() would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
    * aside and the full path decides. It never takes a token.
    */
@@ -228,17 +263,30 @@ export class Guards {
     return true;
   }
 
-  /** A standalone KV call (POST /api/v1/kv and the path routes) or the wire's `kv` array alone. */
-  async kv<T>(req: IncomingMessage, opts: { where: Where; ops: unknown | (() => unknown) }, run: (tenant: string) => Promise<T>): Promise<T> {
-    const { config, switches, book } = this.deps;
-    this.refuseIf(!switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', opts.where);
-    const tenant = tenantOf(config, req);
-    const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
+  /**
+   * A KV route call's first rungs, before its body is parsed: the switch (a paused KV answers that,
+   * whatever the body) and the caller (a stranger's body is not read). Returns the tenant.
+   */
+  kvCaller(req: IncomingMessage): string {
+    this.refuseIf(!this.deps.switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', 'route');
+    return tenantOf(this.deps.config, req);
+  }
+
+  /**
+   * The rest of a KV route call's admission, once its operations are parsed: grant, quota, rate and
+   * the pool. Throws the refusal; a Promise only when the worker had to ask its primary for tokens.
+   */
+  admitKv(tenant: string, ops: unknown): Admitted | Promise<Admitted> {
+    const { config, book } = this.deps;
+    const cost = kvCost(ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
     this.checkGrant(tenant, 'kv');
     this.checkKvQuota(tenant, cost);
     const rated = this.checkRate(tenant, cost.reads, cost.writes);
-    if (rated) await rated;
-    if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
+    return rated ? rated.then(() => this.admitOnKvPool(tenant, cost)) : this.admitOnKvPool(tenant, cost);
+  }
+
+  private admitOnKvPool(tenant: string, cost: KvCost): Admitted {
+    if (cost.writes > 0 && this.saturated()) {
       this.refuse(
         new ApiError(
           'kv_unavailable',
@@ -247,28 +295,27 @@ export class Guards {
         ),
       );
     }
-    return this.execute(run, tenant, opts.where === 'route', cost.delta);
+    return this.admission(tenant, true, cost.delta);
   }
 
-  /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
-  async timers<T>(
-    req: IncomingMessage,
-    opts: { where: Where; schedules?: number; reschedules?: number; payloadBytes?: number },
-    run: (tenant: string) => Promise<T>,
-  ): Promise<T> {
-    const { config, switches, book } = this.deps;
-    const schedules = opts.schedules ?? 0;
-    const reschedules = opts.reschedules ?? 0;
-    if (schedules + reschedules === 0) return run(tenantOf(config, req));
-    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', opts.where);
+  /**
+   * A timer route's schedule or reschedule, once its body's shape is checked (a malformed call takes
+   * no token). Cancel, peek and list must not call this: nothing may block them. Throws the refusal;
+   * a Promise only when the worker had to ask its primary for tokens.
+   */
+  admitTimers(req: IncomingMessage, call: { schedules: number } | { reschedules: number }): Admitted | Promise<Admitted> {
+    const { config, switches } = this.deps;
+    const schedules = 'schedules' in call ? call.schedules : 0;
+    const reschedules = 'reschedules' in call ? call.reschedules : 0;
+    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', 'route');
     const tenant = tenantOf(config, req);
     this.checkGrant(tenant, 'timers');
     this.checkTimersQuota(tenant, schedules);
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
     const rated = this.checkRate(tenant, 0, schedules + reschedules);
-    if (rated) await rated;
     // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
-    return this.execute(run, tenant, opts.where === 'route', { rows: 0, bytes: 0, timers: schedules });
+    const admit = () => this.admission(tenant, true, { rows: 0, bytes: 0, timers: schedules });
+    return rated ? rated.then(admit) : admit();
   }
 
   /**
@@ -277,49 +324,35 @@ export class Guards {
    * A paused switch is a permanent 403 here, never 503: a client retrying a bundle would spin on
    * the hot path with messages in its hands.
    */
-  async wire<T>(req: IncomingMessage, opts: { kv?: unknown; timers?: unknown }, run: (tenant: string) => Promise<T>): Promise<T> {
+  admitWire(req: IncomingMessage, bundle: { kv: unknown[]; timers: unknown[] }): Admitted | Promise<Admitted> {
     const { config, switches, book } = this.deps;
-    const kvOps = Array.isArray(opts.kv) ? opts.kv : [];
-    const { schedules, reschedules } = timerCounts(opts.timers);
-    const hasKv = kvOps.length > 0;
+    const { schedules, reschedules } = timerCounts(bundle.timers);
+    const hasKv = bundle.kv.length > 0;
     const hasSchedules = schedules + reschedules > 0;
-    if (!hasKv && !hasSchedules) return run(tenantOf(config, req));
+    if (!hasKv && !hasSchedules) return new Admitted(tenantOf(config, req), UNCOUNTED, () => undefined);
     this.refuseIf(hasKv && !switches.kv, 'kv_disabled', 'KV is paused by the operator; a bundle carrying a kv array is refused until it is resumed.', 'wire');
     this.refuseIf(hasSchedules && !switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; a bundle scheduling timers is refused until it is resumed.', 'wire');
     const tenant = tenantOf(config, req);
-    const cost = kvCost(kvOps, config.kvMaxBatch, book.hasBytesLimit(tenant));
+    const cost = kvCost(bundle.kv, config.kvMaxBatch, book.hasBytesLimit(tenant));
     if (hasKv) this.checkGrant(tenant, 'kv');
     if (hasSchedules) this.checkGrant(tenant, 'timers');
     this.checkKvQuota(tenant, cost);
     this.checkTimersQuota(tenant, schedules);
     const rated = this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
-    if (rated) await rated;
-    return this.execute(run, tenant, false, { ...cost.delta, timers: schedules });
+    // The bundle runs on the message pool: its acquire timeouts say nothing of the KV pool's saturation.
+    const admit = () => this.admission(tenant, false, { ...cost.delta, timers: schedules });
+    return rated ? rated.then(admit) : admit();
   }
 
-  /**
-   * Runs an admitted call. Its occupancy delta is held (counted by the quota) from here, before the
-   * first await, so concurrent calls of this worker see each other; once the call returns it is
-   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
-   * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns here
-   * as done: it is counted until the next measurement, which can only block early, never late.
-   */
-  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, delta: Delta): Promise<T> {
-    const held = this.deps.book.hold(tenant, delta);
-    try {
-      const result = await run(tenant);
-      held.settle(true);
-      return result;
-    } catch (err) {
-      held.settle(mayHaveCommitted(err));
+  /** An admitted call's occupancy delta, held from now (see Admitted). */
+  private admission(tenant: string, onKvPool: boolean, delta: Delta): Admitted {
+    return new Admitted(tenant, this.deps.book.hold(tenant, delta), (err) => {
       const coerced = coerceError(err);
       if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
         this.deps.metrics.kvRefusals.inc({ code: coerced.code });
         if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
       }
-      // The original goes on: the route's own accounting and the one error handler read it.
-      throw err;
-    }
+    });
   }
 
   private refuse(err: ApiError): never {
