@@ -31,19 +31,23 @@
 //   timer schedule:  admitted = await guards.admitTimers(req, { schedules: 1 }); admitted.track(the statement)
 //   timer reschedule admitted = await guards.admitTimers(req, { reschedules: 1 }); admitted.track(the statement)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
+// What a call costs is counted in callCost.ts; what an admitted call holds until its statement
+// returns is admitted.ts.
 import cluster from 'node:cluster';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../shared/config';
-import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../shared/errors';
+import { ApiError, coerceError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { isPlainObject, tenantOf } from './http';
+import { Admitted, UNCOUNTED } from './admitted';
+import { KvCost, kvCost, timerCounts } from './callCost';
+import { tenantOf } from './http';
 import { Admission, RateDecision, RateLimiter } from './rateLimit';
 import { LeaseLimiter } from './rateLease';
 import type { Switches } from './switches';
-import { Delta, Hold, TenantBook } from './tenantBook';
+import { Delta, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';
 
@@ -75,76 +79,6 @@ export const REFUSAL_CODES = [
   'kv_unavailable',
 ] as const;
 
-const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);
-const ADDING_OPS = new Set(['put', 'putIfAbsent', 'incr']);
-
-export interface KvCost {
-  reads: number;
-  writes: number;
-  /** What the writes may add to occupancy, counted conservatively: every put is a new row until measured. */
-  delta: Delta;
-}
-
-/**
- * One operation is one token. An unknown op, or a batch over the limit, is charged nothing: the SQL
- * refuses it with a 400 and a malformed call should not drain the caller's bucket.
- */
-export function kvCost(ops: unknown, maxBatch: number, measureBytes = true): KvCost {
-  const cost: KvCost = { reads: 0, writes: 0, delta: { rows: 0, bytes: 0, timers: 0 } };
-  if (!Array.isArray(ops) || ops.length > maxBatch) return cost;
-  for (const op of ops) {
-    const name = isPlainObject(op) ? op.op : undefined;
-    if (typeof name !== 'string') continue;
-    if (READ_OPS.has(name)) cost.reads++;
-    else if (name === 'delete') cost.writes++;
-    else if (ADDING_OPS.has(name)) {
-      cost.writes++;
-      const o = op as Record<string, unknown>;
-      cost.delta.rows++;
-      if (measureBytes) cost.delta.bytes += approximateBytes(o.value) + (typeof o.key === 'string' ? Buffer.byteLength(o.key) : 0);
-    }
-  }
-  return cost;
-}
-
-/**
- * The size a value will take, for the quota's local delta only. A value nested deeper than
- * JSON.stringify can walk is refused by PostgreSQL anyway (a 400), so it counts as nothing here.
- */
-function approximateBytes(value: unknown): number {
-  try {
-    return Buffer.byteLength(JSON.stringify(value ?? 0) ?? '');
-  } catch {
-    return 0;
-  }
-}
-
-/** Timer ops inside the wire: schedule adds a timer, reschedule is billed like one, cancel is free and never gated. */
-export function timerCounts(ops: unknown): { schedules: number; reschedules: number } {
-  const counts = { schedules: 0, reschedules: 0 };
-  if (!Array.isArray(ops)) return counts;
-  for (const op of ops) {
-    const name = isPlainObject(op) ? op.op : undefined;
-    if (name === 'schedule') counts.schedules++;
-    else if (name === 'reschedule') counts.reschedules++;
-  }
-  return counts;
-}
-
-/**
- * Whether a call that threw may still have written: a lost connection (the commit may have
- * happened and its acknowledgement been lost), a database that went away, or an error we cannot
- * read. A refusal or an error PostgreSQL reported for the statement means it rolled back. The
- * quota counts the maybes (conservative: until the next measurement), never the refusals.
- */
-export function mayHaveCommitted(err: unknown): boolean {
-  if (isConnectionFailure(err)) return true;
-  const verdict = coerceError(err);
-  if (verdict instanceof ApiError) return verdict.code === 'db_unavailable';
-  if (verdict instanceof AckFailed) return false;
-  return typeof (err as { code?: unknown } | null)?.code !== 'string';
-}
-
 export interface GuardDeps {
   config: Config;
   kvPool: Pool;
@@ -152,40 +86,6 @@ export interface GuardDeps {
   book: TenantBook;
   metrics: Metrics;
   log: Logger;
-}
-
-/**
- * An admitted call. Its occupancy delta is held (counted by the quota) from admission, before the
- * statement is sent, so concurrent calls of this worker see each other; once the statement returns
- * it is stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
- * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns as done:
- * it is counted until the next measurement, which can only block early, never late.
- */
-/** A call with nothing to count (a bundle of only pushes, acks and cancels). */
-const UNCOUNTED: Hold = { settle: () => undefined };
-
-export class Admitted {
-  constructor(
-    readonly tenant: string,
-    private readonly held: Hold,
-    /** A statement that failed: a pool acquire timeout counts as refused and as the pool's saturation. */
-    private readonly failed: (err: unknown) => void,
-  ) {}
-
-  /** The admitted statement's outcome, passed through; the error as thrown (the route's accounting and the one error handler read it). */
-  track<T>(statement: Promise<T>): Promise<T> {
-    return statement.then(
-      (result) => {
-        this.held.settle(true);
-        return result;
-      },
-      (err: unknown) => {
-        this.held.settle(mayHaveCommitted(err));
-        this.failed(err);
-        throw err;
-      },
-    );
-  }
 }
 
 export class Guards {
