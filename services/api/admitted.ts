@@ -18,9 +18,6 @@ export function mayHaveCommitted(err: unknown): boolean {
   return typeof (err as { code?: unknown } | null)?.code !== 'string';
 }
 
-/** A call with nothing to count (a bundle of only pushes, acks and cancels). */
-export const UNCOUNTED: Hold = { settle: () => undefined };
-
 /**
  * An admitted call. Its occupancy delta is held (counted by the quota) from admission, before the
  * statement is sent, so concurrent calls of this worker see each other; once the statement returns

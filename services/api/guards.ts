@@ -41,13 +41,13 @@ import type { Config } from '../../shared/config';
 import { ApiError, coerceError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { Admitted, UNCOUNTED } from './admitted';
+import { Admitted } from './admitted';
 import { KvCost, kvCost, timerCounts } from './callCost';
 import { tenantOf } from './http';
 import { Admission, RateDecision, RateLimiter } from './rateLimit';
 import { LeaseLimiter } from './rateLease';
 import type { Switches } from './switches';
-import { Delta, TenantBook } from './tenantBook';
+import { Delta, NO_HOLD, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';
 
@@ -229,7 +229,7 @@ export class Guards {
     const { schedules, reschedules } = timerCounts(bundle.timers);
     const hasKv = bundle.kv.length > 0;
     const hasSchedules = schedules + reschedules > 0;
-    if (!hasKv && !hasSchedules) return new Admitted(tenantOf(config, req), UNCOUNTED, () => undefined);
+    if (!hasKv && !hasSchedules) return new Admitted(tenantOf(config, req), NO_HOLD, () => undefined);
     this.refuseIf(hasKv && !switches.kv, 'kv_disabled', 'KV is paused by the operator; a bundle carrying a kv array is refused until it is resumed.', 'wire');
     this.refuseIf(hasSchedules && !switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; a bundle scheduling timers is refused until it is resumed.', 'wire');
     const tenant = tenantOf(config, req);
@@ -246,13 +246,20 @@ export class Guards {
 
   /** An admitted call's occupancy delta, held from now (see Admitted). */
   private admission(tenant: string, onKvPool: boolean, delta: Delta): Admitted {
-    return new Admitted(tenant, this.deps.book.hold(tenant, delta), (err) => {
-      const coerced = coerceError(err);
-      if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
-        this.deps.metrics.kvRefusals.inc({ code: coerced.code });
-        if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
-      }
-    });
+    return new Admitted(tenant, this.deps.book.hold(tenant, delta), onKvPool ? this.failedOnKvPool : this.failedElsewhere);
+  }
+
+  // A statement that failed: a pool acquire timeout is counted as a refusal and, on the KV pool, as
+  // its saturation. Made once, not per call: the hot path allocates no closure for it.
+  private readonly failedOnKvPool = (err: unknown): void => this.failed(err, true);
+  private readonly failedElsewhere = (err: unknown): void => this.failed(err, false);
+
+  private failed(err: unknown, onKvPool: boolean): void {
+    const coerced = coerceError(err);
+    if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
+      this.deps.metrics.kvRefusals.inc({ code: coerced.code });
+      if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
+    }
   }
 
   private refuse(err: ApiError): never {
