@@ -25,24 +25,29 @@
 // call awaits its primary only when its worker's lease is short, never a statement.
 //
 // How a route uses it:
-//   KV route:        guards.kv(req, { where: 'route', ops }, (tenant) => query on the KV pool)
-//   the wire:        guards.wire(req, { kv: body.kv, timers: body.timers }, (tenant) => the bundle)
-//   timer schedule:  guards.timers(req, { where: 'route', schedules: 1 }, (tenant) => ...)
-//   timer reschedule guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => ...)
+//   KV route:        tenant = guards.kvCaller(req); (parse the body); admitted = await guards.admitKv(tenant, ops);
+//                    admitted.track(query on the KV pool)
+//   the wire:        admitted = await guards.admitWire(req, { kv, timers }); admitted.track(the bundle)
+//   timer schedule:  admitted = await guards.admitTimers(req, { schedules: 1 }); admitted.track(the statement)
+//   timer reschedule admitted = await guards.admitTimers(req, { reschedules: 1 }); admitted.track(the statement)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
+// What a call costs is counted in callCost.ts; what an admitted call holds until its statement
+// returns is admitted.ts.
 import cluster from 'node:cluster';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../shared/config';
-import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../shared/errors';
+import { ApiError, coerceError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { isPlainObject, tenantOf } from './http';
+import { Admitted } from './admitted';
+import { KvCost, kvCost, timerCounts } from './callCost';
+import { tenantOf } from './http';
 import { Admission, RateDecision, RateLimiter } from './rateLimit';
 import { LeaseLimiter } from './rateLease';
 import type { Switches } from './switches';
-import { Delta, TenantBook } from './tenantBook';
+import { Delta, NO_HOLD, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';
 
@@ -73,76 +78,6 @@ export const REFUSAL_CODES = [
   'rate_limit_exceeds_burst',
   'kv_unavailable',
 ] as const;
-
-const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);
-const ADDING_OPS = new Set(['put', 'putIfAbsent', 'incr']);
-
-export interface KvCost {
-  reads: number;
-  writes: number;
-  /** What the writes may add to occupancy, counted conservatively: every put is a new row until measured. */
-  delta: Delta;
-}
-
-/**
- * One operation is one token. An unknown op, or a batch over the limit, is charged nothing: the SQL
- * refuses it with a 400 and a malformed call should not drain the caller's bucket.
- */
-export function kvCost(ops: unknown, maxBatch: number, measureBytes = true): KvCost {
-  const cost: KvCost = { reads: 0, writes: 0, delta: { rows: 0, bytes: 0, timers: 0 } };
-  if (!Array.isArray(ops) || ops.length > maxBatch) return cost;
-  for (const op of ops) {
-    const name = isPlainObject(op) ? op.op : undefined;
-    if (typeof name !== 'string') continue;
-    if (READ_OPS.has(name)) cost.reads++;
-    else if (name === 'delete') cost.writes++;
-    else if (ADDING_OPS.has(name)) {
-      cost.writes++;
-      const o = op as Record<string, unknown>;
-      cost.delta.rows++;
-      if (measureBytes) cost.delta.bytes += approximateBytes(o.value) + (typeof o.key === 'string' ? Buffer.byteLength(o.key) : 0);
-    }
-  }
-  return cost;
-}
-
-/**
- * The size a value will take, for the quota's local delta only. A value nested deeper than
- * JSON.stringify can walk is refused by PostgreSQL anyway (a 400), so it counts as nothing here.
- */
-function approximateBytes(value: unknown): number {
-  try {
-    return Buffer.byteLength(JSON.stringify(value ?? 0) ?? '');
-  } catch {
-    return 0;
-  }
-}
-
-/** Timer ops inside the wire: schedule adds a timer, reschedule is billed like one, cancel is free and never gated. */
-export function timerCounts(ops: unknown): { schedules: number; reschedules: number } {
-  const counts = { schedules: 0, reschedules: 0 };
-  if (!Array.isArray(ops)) return counts;
-  for (const op of ops) {
-    const name = isPlainObject(op) ? op.op : undefined;
-    if (name === 'schedule') counts.schedules++;
-    else if (name === 'reschedule') counts.reschedules++;
-  }
-  return counts;
-}
-
-/**
- * Whether a call that threw may still have written: a lost connection (the commit may have
- * happened and its acknowledgement been lost), a database that went away, or an error we cannot
- * read. A refusal or an error PostgreSQL reported for the statement means it rolled back. The
- * quota counts the maybes (conservative: until the next measurement), never the refusals.
- */
-export function mayHaveCommitted(err: unknown): boolean {
-  if (isConnectionFailure(err)) return true;
-  const verdict = coerceError(err);
-  if (verdict instanceof ApiError) return verdict.code === 'db_unavailable';
-  if (verdict instanceof AckFailed) return false;
-  return typeof (err as { code?: unknown } | null)?.code !== 'string';
-}
 
 export interface GuardDeps {
   config: Config;
@@ -187,7 +122,7 @@ export class Guards {
    * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or (a path route,
    * one token) rung 4 is answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
    * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
-   * does not spend is the message path's. It only ever answers what guards.kv() would answer:
+   * does not spend is the message path's. It only ever answers what kvCaller() and admitKv() would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
    * aside and the full path decides. It never takes a token.
    */
@@ -228,17 +163,30 @@ export class Guards {
     return true;
   }
 
-  /** A standalone KV call (POST /api/v1/kv and the path routes) or the wire's `kv` array alone. */
-  async kv<T>(req: IncomingMessage, opts: { where: Where; ops: unknown | (() => unknown) }, run: (tenant: string) => Promise<T>): Promise<T> {
-    const { config, switches, book } = this.deps;
-    this.refuseIf(!switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', opts.where);
-    const tenant = tenantOf(config, req);
-    const cost = kvCost(typeof opts.ops === 'function' ? (opts.ops as () => unknown)() : opts.ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
+  /**
+   * A KV route call's first rungs, before its body is parsed: the switch (a paused KV answers that,
+   * whatever the body) and the caller (a stranger's body is not read). Returns the tenant.
+   */
+  kvCaller(req: IncomingMessage): string {
+    this.refuseIf(!this.deps.switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', 'route');
+    return tenantOf(this.deps.config, req);
+  }
+
+  /**
+   * The rest of a KV route call's admission, once its operations are parsed: grant, quota, rate and
+   * the pool. Throws the refusal; a Promise only when the worker had to ask its primary for tokens.
+   */
+  admitKv(tenant: string, ops: unknown): Admitted | Promise<Admitted> {
+    const { config, book } = this.deps;
+    const cost = kvCost(ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
     this.checkGrant(tenant, 'kv');
     this.checkKvQuota(tenant, cost);
     const rated = this.checkRate(tenant, cost.reads, cost.writes);
-    if (rated) await rated;
-    if (opts.where === 'route' && cost.writes > 0 && this.saturated()) {
+    return rated ? rated.then(() => this.admitOnKvPool(tenant, cost)) : this.admitOnKvPool(tenant, cost);
+  }
+
+  private admitOnKvPool(tenant: string, cost: KvCost): Admitted {
+    if (cost.writes > 0 && this.saturated()) {
       this.refuse(
         new ApiError(
           'kv_unavailable',
@@ -247,28 +195,27 @@ export class Guards {
         ),
       );
     }
-    return this.execute(run, tenant, opts.where === 'route', cost.delta);
+    return this.admission(tenant, true, cost.delta);
   }
 
-  /** Timer schedule and reschedule. Cancel, peek and list must not call this: nothing may block them. */
-  async timers<T>(
-    req: IncomingMessage,
-    opts: { where: Where; schedules?: number; reschedules?: number; payloadBytes?: number },
-    run: (tenant: string) => Promise<T>,
-  ): Promise<T> {
-    const { config, switches, book } = this.deps;
-    const schedules = opts.schedules ?? 0;
-    const reschedules = opts.reschedules ?? 0;
-    if (schedules + reschedules === 0) return run(tenantOf(config, req));
-    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', opts.where);
+  /**
+   * A timer route's schedule or reschedule, once its body's shape is checked (a malformed call takes
+   * no token). Cancel, peek and list must not call this: nothing may block them. Throws the refusal;
+   * a Promise only when the worker had to ask its primary for tokens.
+   */
+  admitTimers(req: IncomingMessage, call: { schedules: number } | { reschedules: number }): Admitted | Promise<Admitted> {
+    const { config, switches } = this.deps;
+    const schedules = 'schedules' in call ? call.schedules : 0;
+    const reschedules = 'reschedules' in call ? call.reschedules : 0;
+    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', 'route');
     const tenant = tenantOf(config, req);
     this.checkGrant(tenant, 'timers');
     this.checkTimersQuota(tenant, schedules);
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.
     const rated = this.checkRate(tenant, 0, schedules + reschedules);
-    if (rated) await rated;
     // The timer routes run on the KV pool (routes/timers.ts), so their acquire timeouts count as its saturation.
-    return this.execute(run, tenant, opts.where === 'route', { rows: 0, bytes: 0, timers: schedules });
+    const admit = () => this.admission(tenant, true, { rows: 0, bytes: 0, timers: schedules });
+    return rated ? rated.then(admit) : admit();
   }
 
   /**
@@ -277,48 +224,41 @@ export class Guards {
    * A paused switch is a permanent 403 here, never 503: a client retrying a bundle would spin on
    * the hot path with messages in its hands.
    */
-  async wire<T>(req: IncomingMessage, opts: { kv?: unknown; timers?: unknown }, run: (tenant: string) => Promise<T>): Promise<T> {
+  admitWire(req: IncomingMessage, bundle: { kv: unknown[]; timers: unknown[] }): Admitted | Promise<Admitted> {
     const { config, switches, book } = this.deps;
-    const kvOps = Array.isArray(opts.kv) ? opts.kv : [];
-    const { schedules, reschedules } = timerCounts(opts.timers);
-    const hasKv = kvOps.length > 0;
+    const { schedules, reschedules } = timerCounts(bundle.timers);
+    const hasKv = bundle.kv.length > 0;
     const hasSchedules = schedules + reschedules > 0;
-    if (!hasKv && !hasSchedules) return run(tenantOf(config, req));
+    if (!hasKv && !hasSchedules) return new Admitted(tenantOf(config, req), NO_HOLD, () => undefined);
     this.refuseIf(hasKv && !switches.kv, 'kv_disabled', 'KV is paused by the operator; a bundle carrying a kv array is refused until it is resumed.', 'wire');
     this.refuseIf(hasSchedules && !switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; a bundle scheduling timers is refused until it is resumed.', 'wire');
     const tenant = tenantOf(config, req);
-    const cost = kvCost(kvOps, config.kvMaxBatch, book.hasBytesLimit(tenant));
+    const cost = kvCost(bundle.kv, config.kvMaxBatch, book.hasBytesLimit(tenant));
     if (hasKv) this.checkGrant(tenant, 'kv');
     if (hasSchedules) this.checkGrant(tenant, 'timers');
     this.checkKvQuota(tenant, cost);
     this.checkTimersQuota(tenant, schedules);
     const rated = this.checkRate(tenant, cost.reads, cost.writes + schedules + reschedules);
-    if (rated) await rated;
-    return this.execute(run, tenant, false, { ...cost.delta, timers: schedules });
+    // The bundle runs on the message pool: its acquire timeouts say nothing of the KV pool's saturation.
+    const admit = () => this.admission(tenant, false, { ...cost.delta, timers: schedules });
+    return rated ? rated.then(admit) : admit();
   }
 
-  /**
-   * Runs an admitted call. Its occupancy delta is held (counted by the quota) from here, before the
-   * first await, so concurrent calls of this worker see each other; once the call returns it is
-   * stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
-   * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns here
-   * as done: it is counted until the next measurement, which can only block early, never late.
-   */
-  private async execute<T>(run: (tenant: string) => Promise<T>, tenant: string, onKvPool: boolean, delta: Delta): Promise<T> {
-    const held = this.deps.book.hold(tenant, delta);
-    try {
-      const result = await run(tenant);
-      held.settle(true);
-      return result;
-    } catch (err) {
-      held.settle(mayHaveCommitted(err));
-      const coerced = coerceError(err);
-      if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
-        this.deps.metrics.kvRefusals.inc({ code: coerced.code });
-        if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
-      }
-      // The original goes on: the route's own accounting and the one error handler read it.
-      throw err;
+  /** An admitted call's occupancy delta, held from now (see Admitted). */
+  private admission(tenant: string, onKvPool: boolean, delta: Delta): Admitted {
+    return new Admitted(tenant, this.deps.book.hold(tenant, delta), onKvPool ? this.failedOnKvPool : this.failedElsewhere);
+  }
+
+  // A statement that failed: a pool acquire timeout is counted as a refusal and, on the KV pool, as
+  // its saturation. Made once, not per call: the hot path allocates no closure for it.
+  private readonly failedOnKvPool = (err: unknown): void => this.failed(err, true);
+  private readonly failedElsewhere = (err: unknown): void => this.failed(err, false);
+
+  private failed(err: unknown, onKvPool: boolean): void {
+    const coerced = coerceError(err);
+    if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
+      this.deps.metrics.kvRefusals.inc({ code: coerced.code });
+      if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
     }
   }
 

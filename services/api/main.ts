@@ -10,7 +10,7 @@ import { Config, directUrl, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
-import { relaySwitchesInPrimary } from './switches';
+import { relaySwitchesInPrimary } from './switchRelay';
 import { LEASE_SECONDS, LEASE_TTL_MS } from './rateLease';
 import { ownRateLimitsInPrimary } from './rateOwner';
 import { RateStore } from './rateStore';
@@ -107,7 +107,7 @@ async function primary(): Promise<void> {
     log.warn('QUEEN_SWEEPER=false: no sweeper runs here; expired keys are not pruned and timers do not fire until one does');
   }
 
-  // Kill switches: a flip taken by one worker reaches its siblings through here (switches.ts).
+  // Kill switches: a flip taken by one worker reaches its siblings through here (switchRelay.ts).
   relaySwitchesInPrimary();
   installMetricsAggregation(log);
   ownRateLimitsInPrimary(rates);

@@ -90,7 +90,8 @@ export interface Hold {
   settle(committed: boolean): void;
 }
 
-const NO_HOLD: Hold = { settle: () => undefined };
+/** A hold with nothing to count: a zero delta, a tenant with no limits, a bundle of only pushes, acks and cancels. */
+export const NO_HOLD: Hold = { settle: () => undefined };
 const LIMIT_OF: Record<Dimension, keyof Quota> = { rows: 'maxRows', bytes: 'maxBytes', timers: 'maxTimers' };
 const DIMENSIONS: readonly Dimension[] = ['rows', 'bytes', 'timers'];
 

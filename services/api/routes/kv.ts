@@ -124,6 +124,9 @@ export function refuseNulKeys(text: string, ops: unknown): void {
 export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: KvRouteDeps): (req: IncomingMessage, res: ServerResponse) => boolean {
   const withBody = answerWithBody(config, log);
 
+  // Each call reads top to bottom: the caller and the switch, the body, the rest of the admission
+  // (guards.ts), the statement, the answer; a refusal at any step is thrown to the one error handler.
+
   async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
     // What the counters need of the parsed body, taken at once: the parsed operations themselves are
@@ -131,25 +134,23 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     // collections and were promoted to the old generation as garbage: 100 puts a request at 64
     // clients, bench:kv with --trace-gc 2026-12-01, 60 KB promoted per request before, 52 KB after).
     let counted: Map<string, number> | undefined;
-    let lost = false;
     try {
+      const tenant = guards.kvCaller(req);
       const text = bodyText(req);
-      const admitted = () => {
+      let ops: unknown;
+      {
         const parsed = parseJson(text, false);
-        const ops = isPlainObject(parsed) ? parsed.operations : undefined;
-        counted = opCounts(ops);
-        refuseNulKeys(text, ops);
-        refuseUnstorable(text);
-        return ops;
-      };
-      await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
-        const { rows } = await kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch((err: unknown) => {
-          throw answerTooLarge(err);
-        });
-        // An object in place of the answers: the verdict of a lost `required`, written out as is.
-        lost = rows[0].results.startsWith('{');
-        sendJsonText(res, 200, lost ? rows[0].results : `{"ok":true,"results":${rows[0].results}}`);
-      });
+        ops = isPlainObject(parsed) ? parsed.operations : undefined;
+      }
+      counted = opCounts(ops);
+      refuseNulKeys(text, ops);
+      refuseUnstorable(text);
+      const admitted = await guards.admitKv(tenant, ops);
+      ops = undefined;
+      const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch(tooLarge));
+      // An object in place of the answers: the verdict of a lost `required`, written out as is.
+      const lost = rows[0].results.startsWith('{');
+      sendJsonText(res, 200, lost ? rows[0].results : `{"ok":true,"results":${rows[0].results}}`);
       countOps(metrics, counted, lost ? 'precondition' : 'ok');
     } catch (err) {
       countOps(metrics, counted, 'refused');
@@ -161,29 +162,22 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
 
   async function one(req: IncomingMessage, res: ServerResponse, op: 'get' | 'put' | 'delete', rawNs: string, rawKey: string): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: op });
-    let lost = false;
     try {
       const ns = decodePath(rawNs, 'namespace');
       const key = decodePath(rawKey, 'key');
-      let text = '{}';
+      const tenant = guards.kvCaller(req);
+      const body = pathRouteBody(req, ns, key, op === 'put');
       // The one operation the path names, as the guards count it (a put's value sizes the quota delta).
-      const admitted = () => {
-        const body = pathRouteBody(req, ns, key, op === 'put');
-        text = body.text;
-        return [op === 'put' ? { ...body.fields, op, key } : { op }];
-      };
-      await guards.kv(req, { where: 'route', ops: admitted }, async (tenant) => {
-        const { rows } = await kvPool.query({ ...KV_APPLY_ONE, values: [tenant, op, ns, key, op === 'get' ? '{}' : text] });
-        const { body: answer, version, ok } = rows[0];
-        lost = ok === false;
-        if (op === 'get' && version !== null && version !== '0') {
-          const etag = `"${version}"`;
-          res.setHeader('ETag', etag);
-          if (notModified(req, etag)) return void res.writeHead(304).end();
-        }
-        sendJsonText(res, 200, answer);
-      });
-      metrics.kvOps.inc({ op, outcome: lost ? 'precondition' : 'ok' });
+      const admitted = await guards.admitKv(tenant, [op === 'put' ? { ...body.fields, op, key } : { op }]);
+      const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_ONE, values: [tenant, op, ns, key, op === 'get' ? '{}' : body.text] }));
+      const { body: answer, version, ok } = rows[0];
+      metrics.kvOps.inc({ op, outcome: ok === false ? 'precondition' : 'ok' });
+      if (op === 'get' && version !== null && version !== '0') {
+        const etag = `"${version}"`;
+        res.setHeader('ETag', etag);
+        if (notModified(req, etag)) return void res.writeHead(304).end();
+      }
+      sendJsonText(res, 200, answer);
     } catch (err) {
       metrics.kvOps.inc({ op, outcome: 'refused' });
       throw err;
@@ -213,6 +207,11 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     withBody(req, res, answer);
     return true;
   };
+}
+
+/** A read whose answer would pass PostgreSQL's limit on one JSON array: kv_batch_too_large, not a 500. */
+function tooLarge(err: unknown): never {
+  throw answerTooLarge(err);
 }
 
 const KNOWN_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);

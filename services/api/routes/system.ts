@@ -7,7 +7,8 @@ import type { Config } from '../../../shared/config';
 import { ApiError } from '../../../shared/errors';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
 import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
-import { SWITCH_NAMES, SwitchState, Switches } from '../switches';
+import { SWITCH_NAMES, SwitchState } from '../switchState';
+import type { Switches } from '../switches';
 
 export interface SystemRouteDeps {
   config: Config;

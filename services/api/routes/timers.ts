@@ -80,11 +80,10 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
   router.post('/api/v1/timers', body, async (req, res) => {
     tenantOf(config, req);
     const text = objectBody(req);
-    await guards.timers(req, { where: 'route', schedules: 1 }, async (tenant) => {
-      const row = await apply([tenant, text, '{"op":"schedule"}']);
-      if (row.created) metrics.timersScheduled.inc();
-      sendJsonText(res, 200, row.body);
-    });
+    const admitted = await guards.admitTimers(req, { schedules: 1 });
+    const row = await admitted.track(apply([admitted.tenant, text, '{"op":"schedule"}']));
+    if (row.created) metrics.timersScheduled.inc();
+    sendJsonText(res, 200, row.body);
   });
 
   router.get('/api/v1/timers', async (req, res) => {
@@ -122,14 +121,11 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     tenantOf(config, req);
     const id = timerIdOf(req);
     const text = rescheduleBody(req);
-    await guards.timers(req, { where: 'route', reschedules: 1 }, (tenant) => reschedule(res, tenant, id, text));
-  });
-
-  const reschedule = async (res: import('express').Response, tenant: string, id: string, text: string) => {
-    const row = await apply([tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]);
+    const admitted = await guards.admitTimers(req, { reschedules: 1 });
+    const row = await admitted.track(apply([admitted.tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]));
     if (row.rescheduled) metrics.timersScheduled.inc();
     sendJsonText(res, 200, row.body);
-  };
+  });
 
   return router;
 }

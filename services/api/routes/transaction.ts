@@ -107,7 +107,8 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     if (operations.length > 0) spaces.partitions = TX_EXPR.partitions;
     const statement = statementFor(spaces);
 
-    await guards.wire(req, { kv, timers }, async () => {
+    // The bundle as one statement, answered here; a 200 ok:false (a lost precondition, a failed ack) is an answer, not a throw.
+    const answer = async (): Promise<void> => {
       // A NUL in a kv key or namespace: the KV route's code (kv_invalid_key / kv_invalid_namespace),
       // not the invalid_json the jsonb cast would give; after the guards, so a paused KV still
       // answers its 403 first (the outermost reason), as it did.
@@ -142,7 +143,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         countKv(metrics, kv, verdict instanceof ApiError && verdict.status < 500 ? 'refused' : 'error');
         throw err;
       }
-    });
+    };
+    const admitted = await guards.admitWire(req, { kv, timers });
+    await admitted.track(answer());
   }));
 
   return router;
