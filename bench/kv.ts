@@ -17,12 +17,11 @@ import { spawn, fork, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import http from 'node:http';
 import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
 import { agentClient, closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
-import { childrenOf, machineBusyUs, machineLine, rssMb, TreeCpu } from './lib/procs';
+import { childrenOf, machineBusyUs, machineLine, rssMb, TreeCpu, waitReady } from './lib/procs';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);
@@ -203,22 +202,6 @@ interface Cell {
   host: string;
   port: number;
   proc: ChildProcess;
-}
-
-async function waitReady(port: number, pathName: string, timeoutMs = 60_000): Promise<void> {
-  const started = Date.now();
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const req = http.get({ host: '127.0.0.1', port, path: pathName, agent: false }, (res) => {
-        res.resume();
-        resolve(res.statusCode === 200);
-      });
-      req.on('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing answered 200 on 127.0.0.1:${port}${pathName} within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 async function startCell(databaseUrl: string): Promise<Cell> {

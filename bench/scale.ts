@@ -17,7 +17,6 @@
 // --duration=3 (BENCH_DURATION_S), --clients=16 (BENCH_CLIENTS), --out=bench/results/scale.json.
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { Pool } from 'pg';
@@ -26,7 +25,7 @@ import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/emb
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
 import { spawnSweeper } from '../test/support/sweeper';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
-import { childrenOf, machineLine, TreeCpu } from './lib/procs';
+import { childrenOf, machineLine, TreeCpu, waitReady } from './lib/procs';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);
@@ -97,22 +96,6 @@ const SQL = {
 };
 
 // ---------------------------------------------------------------- processes
-async function waitReady(port: number, pathName: string, timeoutMs = 60_000): Promise<void> {
-  const started = Date.now();
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const req = http.get({ host: '127.0.0.1', port, path: pathName, agent: false }, (res) => {
-        res.resume();
-        resolve(res.statusCode === 200);
-      });
-      req.on('error', () => resolve(false));
-    });
-    if (ok) return;
-    if (Date.now() - started > timeoutMs) throw new Error(`nothing answered 200 on 127.0.0.1:${port}${pathName} within ${timeoutMs} ms`);
-    await sleep(100);
-  }
-}
-
 async function startCell(databaseUrl: string): Promise<{ port: number; proc: ChildProcess }> {
   const port = await freePort();
   const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
@@ -348,7 +331,6 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
     ops[name] = { api: a, sql: s };
     log(`  ${name.padEnd(12)} api ${Math.round(a.opsPerSec)}/s p50 ${a.p50Ms.toFixed(2)} ms  sql ${Math.round(s.opsPerSec)}/s p50 ${s.p50Ms.toFixed(2)} ms  api÷sql ${(a.opsPerSec / s.opsPerSec).toFixed(2)}  pg µs/op ${a.pgCpuUsPerOp.toFixed(0)} / ${s.pgCpuUsPerOp.toFixed(0)}  reads/op ${(a.blksReadPerOp ?? NaN).toFixed(2)} / ${(s.blksReadPerOp ?? NaN).toFixed(2)}  api µs/op ${(a.apiCpuUsPerOp ?? NaN).toFixed(0)}`);
   };
-  const q = (text: string, values: unknown[]) => ({ text, values });
   const named = (name: string, text: string, values: unknown[]) => ({ name, text, values });
 
   const kvLanes: Record<string, [(t: number) => Point, (t: number) => Point]> = {

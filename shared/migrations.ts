@@ -153,6 +153,12 @@ export async function migrate(connectionString: string | undefined, options: Mig
   });
   const result: MigrateResult = { applied: [], adopted: false };
   try {
+    // Nothing pending (every boot but a release's first): done, without the lock. The refusals hold
+    // all the same (pendingOf). And a session lock taken through a transaction pooler (PgBouncer) by
+    // a misconfigured boot would stay on the server connection after this client left, and hang
+    // every later boot: migrations belong on the direct connection (DATABASE_LISTEN_URL).
+    const before = await appliedOf(c);
+    if (before !== undefined && !options.reapplyBaseline && pendingOf(known, before).length === 0) return result;
     await c.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     const applied = await appliedOf(c);
     result.adopted = applied === undefined && (await hasQueenTables(c));

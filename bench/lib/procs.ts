@@ -2,6 +2,7 @@
 // where its cores went (load client, HTTP process, PostgreSQL) instead of guessing.
 import fs from 'node:fs';
 import os from 'node:os';
+import http from 'node:http';
 
 const TICK_US = 1e6 / 100; // USER_HZ is 100 on every Linux we run on
 
@@ -80,4 +81,21 @@ export function machineBusyUs(): { busy: number; total: number } {
 export function machineLine(pgVersion: string): string {
   const cpus = os.cpus();
   return `${cpus.length} × ${cpus[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${os.type()} ${os.release()}, Node ${process.version}, ${pgVersion}`;
+}
+
+/** Waits until 127.0.0.1:port answers 200 on pathName (a cell booting), or throws after timeoutMs. */
+export async function waitReady(port: number, pathName: string, timeoutMs = 60_000): Promise<void> {
+  const started = Date.now();
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const req = http.get({ host: '127.0.0.1', port, path: pathName, agent: false }, (res) => {
+        res.resume();
+        resolve(res.statusCode === 200);
+      });
+      req.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() - started > timeoutMs) throw new Error(`nothing answered 200 on 127.0.0.1:${port}${pathName} within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

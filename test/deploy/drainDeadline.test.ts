@@ -6,7 +6,7 @@ import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase, untilWaitingOnLock } from '../support/database';
-import { API_MAIN, alive, request, spawnLogged } from './processes';
+import { API_MAIN, request, spawnLogged } from './processes';
 
 test('SIGTERM with a request stuck on a lock: the connection is cut at the deadline and the process exits 0', async () => {
   const db = await createTestDatabase();

@@ -3,7 +3,7 @@
 // The measurement is written here as the sweeper's usage rollup would write it.
 import { DEFAULT_TENANT } from '../../shared/config';
 import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, measure, metric, put, sql } from './helpers';
+import { grant, measure, metric, sql } from './helpers';
 import { ackOf, pop, popRaw, push } from '../log/helpers';
 
 let api: TestApi;
