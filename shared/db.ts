@@ -5,7 +5,7 @@
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
-import { migrate, MigrateOptions, MigrateResult, migrations } from './migrations';
+import { migrate, MigrateOptions, MigrateResult } from './migrations';
 
 export interface Pools {
   message: Pool;
@@ -135,8 +135,8 @@ function perTransaction(pool: Pool, begin: string): void {
 
 /**
  * The message pool's time limits are session settings sent at connect (statement_timeout,
- * lock_timeout; per transaction under QUEEN_DB_POOLING=transaction), so every statement on it, `pool.query` or a checked-out client's, is bounded with
- * no statement of its own; the acquire waits at most QUEEN_DB_ACQUIRE_TIMEOUT_MS and each statement
+ * lock_timeout; per transaction under QUEEN_DB_POOLING=transaction), so every statement on it,
+ * `pool.query` or a checked-out client's, is bounded with no statement of its own; the acquire waits at most QUEEN_DB_ACQUIRE_TIMEOUT_MS and each statement
  * also has the client-side query_timeout. A limit that fires answers 503 with Retry-After and a code
  * naming it (lock_timeout, statement_timeout, db_unavailable); the statement was rolled back.
  *
@@ -180,7 +180,3 @@ export async function applySchema(connectionString: string | undefined, options?
   return migrate(connectionString, options);
 }
 
-/** The schema files in version order. */
-export function schemaFiles(): string[] {
-  return migrations().map((m) => m.file);
-}

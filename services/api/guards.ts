@@ -28,8 +28,8 @@
 //   KV route:        tenant = guards.kvCaller(req); (parse the body); admitted = await guards.admitKv(tenant, ops);
 //                    admitted.track(query on the KV pool)
 //   the wire:        admitted = await guards.admitWire(req, { kv, timers }); admitted.track(the bundle)
-//   timer schedule:  admitted = await guards.admitTimers(req, { schedules: 1 }); admitted.track(the statement)
-//   timer reschedule admitted = await guards.admitTimers(req, { reschedules: 1 }); admitted.track(the statement)
+//   timer schedule:  tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { schedules: 1 }); admitted.track(the statement)
+//   timer reschedule tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { reschedules: 1 }); admitted.track(the statement)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
 // What a call costs is counted in callCost.ts; what an admitted call holds until its statement
 // returns is admitted.ts.
@@ -203,12 +203,16 @@ export class Guards {
    * no token). Cancel, peek and list must not call this: nothing may block them. Throws the refusal;
    * a Promise only when the worker had to ask its primary for tokens.
    */
-  admitTimers(req: IncomingMessage, call: { schedules: number } | { reschedules: number }): Admitted | Promise<Admitted> {
-    const { config, switches } = this.deps;
+  /** The first step of a timer schedule or reschedule, before its body is read: the switch, then the caller. */
+  timersCaller(req: IncomingMessage): string {
+    this.refuseIf(!this.deps.switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', 'route');
+    return tenantOf(this.deps.config, req);
+  }
+
+  /** The rest of a timer call's admission, once its body is checked (so a malformed call takes no token): grant, quota, rate. */
+  admitTimers(tenant: string, call: { schedules: number } | { reschedules: number }): Admitted | Promise<Admitted> {
     const schedules = 'schedules' in call ? call.schedules : 0;
     const reschedules = 'reschedules' in call ? call.reschedules : 0;
-    this.refuseIf(!switches.timersSchedule, 'timers_schedule_disabled', 'New timers are paused by the operator; pending timers still fire and cancels still work.', 'route');
-    const tenant = tenantOf(config, req);
     this.checkGrant(tenant, 'timers');
     this.checkTimersQuota(tenant, schedules);
     // A schedule is a write of state: it is paid from the tenant's write bucket like a KV write.

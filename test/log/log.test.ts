@@ -1,9 +1,8 @@
 // The message log over HTTP (docs/log-and-transactions.md): push dedup, pop and its leases, consumer groups,
 // acks and their failure cases, failed-ack redelivery up to retryLimit then dead letter, long poll,
 // lease extend, and the shape refusals.
-import fs from 'node:fs';
 import { Client } from 'pg';
-import { schemaFiles } from '../../shared/db';
+import { migrations } from '../../shared/migrations';
 import { startTestApi, TestApi, call } from '../support/api';
 import { ack, ackOf, configure, pop, popRaw, push, sleep } from './helpers';
 
@@ -315,7 +314,7 @@ describe('boot beside a running cell', () => {
     await booting.connect();
     try {
       await booting.query('BEGIN');
-      for (const file of schemaFiles()) await booting.query(fs.readFileSync(file, 'utf8'));
+      for (const m of migrations()) await booting.query(m.sql);
       // The apply's transaction is open and holds whatever it took; the log must not wait on it.
       const traffic = (async () => {
         await push(api.url, [{ queue: 'reboot', payload: 2 }]);

@@ -75,12 +75,12 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     }
   };
 
-  // The shape is checked before the guards, so a malformed call never takes a rate token (the
-  // caller is known first: a stranger's body is not read).
+  // The switch and the caller first (a stranger's body is not read), then the body's shape, then
+  // the rest of the admission: a malformed call never takes a rate token.
   router.post('/api/v1/timers', body, async (req, res) => {
-    tenantOf(config, req);
+    const tenant = guards.timersCaller(req);
     const text = objectBody(req);
-    const admitted = await guards.admitTimers(req, { schedules: 1 });
+    const admitted = await guards.admitTimers(tenant, { schedules: 1 });
     const row = await admitted.track(apply([admitted.tenant, text, '{"op":"schedule"}']));
     if (row.created) metrics.timersScheduled.inc();
     sendJsonText(res, 200, row.body);
@@ -118,10 +118,10 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
   });
 
   router.post('/api/v1/timers/:id/reschedule', body, async (req, res) => {
-    tenantOf(config, req);
+    const tenant = guards.timersCaller(req);
     const id = timerIdOf(req);
     const text = rescheduleBody(req);
-    const admitted = await guards.admitTimers(req, { reschedules: 1 });
+    const admitted = await guards.admitTimers(tenant, { reschedules: 1 });
     const row = await admitted.track(apply([admitted.tenant, text, JSON.stringify({ op: 'reschedule', timerId: id })]));
     if (row.rescheduled) metrics.timersScheduled.inc();
     sendJsonText(res, 200, row.body);
