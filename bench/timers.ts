@@ -213,10 +213,15 @@ async function benchLag(
   const read = async () => {
     const seen = Date.now();
     const { rows } = await listener.query(
-      `SELECT m.partition_id, m.seq, (m.payload->>'due')::bigint AS due FROM queen.messages m
-         JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-         LEFT JOIN unnest($1::uuid[], $2::bigint[]) AS l(pid, seq) ON l.pid = m.partition_id
-        WHERE q.name = $3 AND m.seq > coalesce(l.seq, 0)`,
+      // Past each partition's last seen seq through its (partition_id, seq) key: a scan of the
+      // queue's whole log at every notification competed with the sweeper for the cores and
+      // grew with the run.
+      `SELECT m.partition_id, m.seq, (m.payload->>'due')::bigint AS due
+         FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+         LEFT JOIN unnest($1::uuid[], $2::bigint[]) AS l(pid, seq) ON l.pid = p.id
+         JOIN LATERAL (SELECT m.partition_id, m.seq, m.payload FROM queen.messages m
+                        WHERE m.partition_id = p.id AND m.seq > coalesce(l.seq, 0)) m ON true
+        WHERE q.name = $3`,
       [[...lastSeq.keys()], [...lastSeq.values()], queue],
     );
     for (const r of rows) {

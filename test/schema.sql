@@ -2601,6 +2601,7 @@ CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit integer)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET enable_bitmapscan TO 'off'
+ SET plan_cache_mode TO 'force_custom_plan'
 AS $function$
 DECLARE
   v_claimed queen.log_timers[];

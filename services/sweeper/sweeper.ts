@@ -34,9 +34,11 @@ const GAUGE_INTERVAL_MS = 1000;
 export const LOG_GAUGE_INTERVAL_MS = 15_000;
 /**
  * The shortest sleep when a timer is about to fall due: a timer due sooner than the interval fires
- * on time (within this) instead of an interval late, without spinning on the database.
+ * on time (within this) instead of an interval late, without spinning on the database: at most
+ * 100 passes a second while timers keep falling due. bench:timers at 1,000 timers a second
+ * (2026-12-01, same machine, alternating runs): p50 fire lag 20-22 ms with 25 here, 11 with 10.
  */
-export const MIN_SLEEP_MS = 25;
+export const MIN_SLEEP_MS = 10;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
 

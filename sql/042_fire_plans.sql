@@ -1,0 +1,17 @@
+-- 042: the fire plans its statements at each call, never from a cached generic plan.
+--
+-- timers_fire_v1 checks a batch's 'timer:<id>' transactionIds against queen.messages in one
+-- anti-join. PL/pgSQL caches a generic plan for it after a few calls, costed with the table's
+-- statistics as they were then. A sweeper that starts on a young cell (or before autovacuum has
+-- analysed a fast-growing log) keeps a plan made for a tiny table: it probed the partition through
+-- its (partition_id, seq) key and filtered every message of the partition for the transactionId,
+-- so each fire cost grew with the log. Measured 2026-12-01, one connection, 100 timers a fire into
+-- 4 partitions, no ANALYZE in between: 17 ms with 100 messages in the log, 94 ms with 14,800
+-- (375,000 rows filtered for 100 timers); the same after an ANALYZE, or planned at each call: 5-7 ms
+-- flat. At 1,000 timers a second this was most of the fire lag (bench:timers).
+--
+-- A custom plan is made with the table's current size, so it takes the (partition_id,
+-- transaction_id) unique index whatever the statistics say; planning at each call costs about a
+-- millisecond a fire. This changes how the function is planned, never what it does, so it is altered
+-- in place: the release before this one calls the same function and gets the same answers.
+ALTER FUNCTION queen.timers_fire_v1(INT) SET plan_cache_mode = force_custom_plan;
