@@ -5,11 +5,12 @@
 // LOCKED), prunes their expired keys and marks them swept. The cycle ends when no shard is left to
 // claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then, on its slower
 // cadence, the usage rollup is started beside the loop (its own connection; the next passes do not
-// wait for it); then the gauges; then sleep, unless a pass hit its batch ceiling (a
+// wait for it), and the gauges likewise, on theirs; then sleep, unless a pass hit its batch ceiling (a
 // backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
 //
-// Test signals: `cycleDone()` resolves after the next complete cycle, and the 'pass' and 'cycle'
-// events carry what was done, so in-process tests await work instead of sleeping.
+// Test signals: `cycleDone()` resolves after the next complete cycle, `nextGauges()` after the next
+// gauge reading, and the 'pass' and 'cycle' events carry what was done, so in-process tests await
+// work instead of sleeping.
 import { EventEmitter } from 'node:events';
 import os from 'node:os';
 import crypto from 'node:crypto';
@@ -105,6 +106,11 @@ export class Sweeper extends EventEmitter {
   private usageFinished: number | undefined;
   private lastGaugesAt = 0;
   private lastLogGaugesAt = 0;
+  /** The gauge reading in flight, on its own connection; firing does not wait for it either. */
+  private gaugesRun: Promise<void> | undefined;
+  /** Gauge readings started and finished so far (nextGauges counts on them). */
+  private gaugesStarted = 0;
+  private gaugesFinished = 0;
   private lastPruneAt = -Infinity;
   private pruneBacklog = false;
 
@@ -142,7 +148,24 @@ export class Sweeper extends EventEmitter {
     this.wakeSleep?.();
     await this.loop;
     await this.usageRun;
+    await this.gaugesRun;
     await this.listener?.close();
+  }
+
+  /**
+   * Resolves once a gauge reading that starts after this call has been published: what a test
+   * that wrote something reads next on the gauges, since the cycles no longer wait for them.
+   */
+  nextGauges(): Promise<void> {
+    const want = this.gaugesStarted + 1;
+    return new Promise((resolve) => {
+      const check = () => {
+        if (this.gaugesFinished < want) return;
+        this.off('gauges', check);
+        resolve();
+      };
+      this.on('gauges', check);
+    });
   }
 
   /** Resolves when no usage rollup is in flight (a test that wants the measurement a cycle started). */
@@ -271,28 +294,7 @@ export class Sweeper extends EventEmitter {
     }
     const usageTenants = this.usageFinished;
     this.usageFinished = undefined;
-    if (!this.stopping && now - this.lastGaugesAt >= Math.min(GAUGE_INTERVAL_MS, this.o.intervalMs)) {
-      const g = await readGauges(this.o.pool);
-      this.lastGaugesAt = now;
-      metrics.timersDue.set(Number(g.timersDue));
-      metrics.timersOldestLate.set(Math.max(0, Number(g.timersOldestLateSeconds)));
-      metrics.kvExpiredNotPruned.set(Number(g.kvExpiredNotPruned));
-      metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
-    }
-    if (!this.stopping && now - this.lastLogGaugesAt >= (this.o.logGaugesIntervalMs ?? LOG_GAUGE_INTERVAL_MS)) {
-      // A reading that fails waits for the next interval and never fails the cycle: the fire and
-      // prune above are what the sweeper is for.
-      this.lastLogGaugesAt = now;
-      try {
-        const g = await readLogGauges(this.o.pool);
-        metrics.logBacklog.set(Number(g.backlog));
-        metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
-        metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
-        metrics.logDeadLetters.set(Number(g.deadLetters));
-      } catch (err) {
-        this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the log gauges could not be read; trying again next interval');
-      }
-    }
+    if (!this.stopping && !this.gaugesRun) this.gaugesRun = this.readGaugesBeside(now);
 
     this.pressure.observe(slowest);
     this.publishPressure();
@@ -312,6 +314,53 @@ export class Sweeper extends EventEmitter {
       suspended: { prune: this.pressure.suspended('prune'), usage: this.pressure.suspended('usage') },
       durationMs,
     };
+  }
+
+  /**
+   * The gauges that are due, read beside the firing on a connection of their own, one reading at a
+   * time. Awaited inside the cycle they held up every timer due meanwhile: the log's pass over every
+   * (partition, group) row takes 1.5-2.5 s at 40,000 partitions (sql/040_broker_gauges.sql).
+   * Undefined when none is due.
+   */
+  private readGaugesBeside(now: number): Promise<void> | undefined {
+    const timers = now - this.lastGaugesAt >= Math.min(GAUGE_INTERVAL_MS, this.o.intervalMs);
+    const log = now - this.lastLogGaugesAt >= (this.o.logGaugesIntervalMs ?? LOG_GAUGE_INTERVAL_MS);
+    if (!timers && !log) return undefined;
+    const { metrics } = this.o;
+    this.gaugesStarted++;
+    const read = async () => {
+      if (timers) {
+        this.lastGaugesAt = now;
+        try {
+          const g = await readGauges(this.o.pool);
+          metrics.timersDue.set(Number(g.timersDue));
+          metrics.timersOldestLate.set(Math.max(0, Number(g.timersOldestLateSeconds)));
+          metrics.kvExpiredNotPruned.set(Number(g.kvExpiredNotPruned));
+          metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
+        } catch (err) {
+          this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the timer and KV gauges could not be read; trying again next interval');
+          this.emit('fault', err);
+        }
+      }
+      if (log) {
+        // A reading that fails waits for the next interval: the fire and prune are what the sweeper is for.
+        this.lastLogGaugesAt = now;
+        try {
+          const g = await readLogGauges(this.o.pool);
+          metrics.logBacklog.set(Number(g.backlog));
+          metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
+          metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
+          metrics.logDeadLetters.set(Number(g.deadLetters));
+        } catch (err) {
+          this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the log gauges could not be read; trying again next interval');
+        }
+      }
+    };
+    return read().finally(() => {
+      this.gaugesRun = undefined;
+      this.gaugesFinished++;
+      this.emit('gauges');
+    });
   }
 
   private publishPressure(): void {

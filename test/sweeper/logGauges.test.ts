@@ -5,7 +5,7 @@ import { Pool } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
 import { call, startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper } from '../support/sweeper';
+import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper, until } from '../support/sweeper';
 import { ack, configure, pop, push } from '../log/helpers';
 
 let api: TestApi;
@@ -34,9 +34,9 @@ const FAMILIES = [
   'queen_log_dead_letters',
 ] as const;
 
-/** The four gauges as the sweeper's /metrics serves them after a cycle that began after the caller's writes. */
+/** The four gauges as the sweeper's /metrics serves them after a reading that began after the caller's writes. */
 async function gauges(): Promise<Record<(typeof FAMILIES)[number], number>> {
-  await sweeper.cycles(1);
+  await sweeper.sweeper.nextGauges();
   const out = {} as Record<(typeof FAMILIES)[number], number>;
   for (const name of FAMILIES) out[name] = await scrape(server.port, name);
   return out;
@@ -126,4 +126,35 @@ test('a reading that fails leaves the cycle whole: timers still fire, the last f
   expect(fired.rows[0].n).toBe(1);
   expect(faults).toEqual([]);
   expect(await gauges()).toEqual(before);
+});
+
+test('a slow reading holds up no timer: firing goes on while the log gauges are still being read', async () => {
+  // The reading blocks on a lock this test holds, as a pass over 40,000 partitions takes seconds.
+  const original = (await pool.query(`SELECT pg_get_functiondef('queen.log_gauges_v1'::regproc) AS def`)).rows[0].def as string;
+  const holder = await pool.connect();
+  try {
+    await holder.query('SELECT pg_advisory_lock(4242)');
+    await pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242);
+      RETURN jsonb_build_object('backlog', 0, 'maxGroupBacklog', 0, 'oldestUnconsumedSeconds', 0, 'deadLetters', 0); END $$`);
+    const reading = sweeper.sweeper.nextGauges();
+    await until(async () => (await pool.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`)).rowCount === 1, 10_000);
+    await pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
+      JSON.stringify([{ op: 'schedule', queue: 'beside-a-slow-reading', payload: 1, delaySeconds: 0 }]),
+    ]);
+    // Before, the cycle awaited the reading and nothing fired until the lock was let go.
+    await until(async () => {
+      const { rows } = await pool.query(
+        `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+           JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'beside-a-slow-reading'`,
+      );
+      return rows[0].n === 1;
+    }, 10_000);
+    await holder.query('SELECT pg_advisory_unlock(4242)');
+    await reading;
+  } finally {
+    await holder.query('SELECT pg_advisory_unlock_all()');
+    holder.release();
+    await pool.query(original);
+  }
 });
