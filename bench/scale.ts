@@ -23,9 +23,9 @@ import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
-import { spawnSweeper } from '../test/support/sweeper';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
 import { childrenOf, machineLine, TreeCpu, waitReady } from './lib/procs';
+import { spawnSweeper } from '../test/support/processes';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);

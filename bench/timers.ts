@@ -24,7 +24,7 @@ import { Client, Pool } from 'pg';
 import PgBoss from 'pg-boss';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
-import { spawnSweeper, SweeperProcess } from '../test/support/sweeper';
+import { spawnSweeper, SweeperProcess } from '../test/support/processes';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 function envInt(name: string, fallback: number): number {

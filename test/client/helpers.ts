@@ -2,7 +2,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Queen, type QueenOptions, type RetryInfo } from '@queen-kv/client';
-import { startTestApi, type TestApi } from '../support/api';
+import { startTestApi, TestApi } from '../support/api';
 
 export interface Cell {
   api: TestApi;
@@ -61,8 +61,4 @@ export async function faultProxy(target: string, fault: (method: string, path: s
     forwarded,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

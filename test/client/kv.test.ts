@@ -4,7 +4,7 @@
 import { Client } from 'pg';
 import { QueenError, QueenPrecisionError } from '@queen-kv/client';
 import { startCell, type Cell } from './helpers';
-import { kv as rawKv } from '../support/api';
+import { kv as rawKv } from '../support/http';
 
 let cell: Cell;
 beforeAll(async () => {

@@ -6,7 +6,7 @@
 import { Client } from 'pg';
 import { Queen, QueenError, type RetryInfo } from '@queen-kv/client';
 import { faultProxy, startCell, type Cell } from './helpers';
-import { call } from '../support/api';
+import { call } from '../support/http';
 
 let cell: Cell;
 beforeAll(async () => {

@@ -6,7 +6,8 @@ import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase, untilWaitingOnLock } from '../support/database';
-import { API_MAIN, request, spawnLogged } from './processes';
+import { request } from '../support/http';
+import { API_MAIN, spawnLogged } from '../support/processes';
 
 test('SIGTERM with a request stuck on a lock: the connection is cut at the deadline and the process exits 0', async () => {
   const db = await createTestDatabase();
@@ -36,7 +37,7 @@ test('SIGTERM with a request stuck on a lock: the connection is cut at the deadl
       DEFAULT_TENANT,
       JSON.stringify([{ op: 'put', ns: 'deploy', key: 'stuck', value: 1, ttlSeconds: 600 }]),
     ]);
-    const stuck = request(port, 'PUT', '/api/v1/kv/deploy/stuck', JSON.stringify({ value: 2, ttlSeconds: 600 })).then(
+    const stuck = request(port, 'PUT', '/api/v1/kv/deploy/stuck', { body: { value: 2, ttlSeconds: 600 } }).then(
       (r) => ({ status: r.status, error: undefined as string | undefined }),
       (e: NodeJS.ErrnoException) => ({ status: 0, error: e.code }),
     );

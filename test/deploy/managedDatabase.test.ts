@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
-import { API_MAIN, REPO, spawnLogged } from './processes';
+import { API_MAIN, REPO, spawnLogged } from '../support/processes';
 
 const MIGRATE = path.join(REPO, 'dist', 'services', 'migrate.js');
 

@@ -3,9 +3,9 @@
 // naming it (never its password).
 import { execFile } from 'node:child_process';
 import path from 'node:path';
-import { createTestDatabase, withDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
-import { REPO } from './processes';
+import { createTestDatabase, withDatabase } from '../support/database';
+import { REPO } from '../support/processes';
 
 const MIGRATE = path.join(REPO, 'dist', 'services', 'migrate.js');
 

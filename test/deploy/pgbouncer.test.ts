@@ -9,11 +9,12 @@ import { Client } from 'pg';
 import { loadConfig } from '../../shared/config';
 import { beginOf, createPools } from '../../shared/db';
 import { freePort } from '../../shared/embeddedPostgres';
-import { call, UNLIMITED_RATES } from '../support/api';
-import { createTestDatabase } from '../support/database';
 import { ackOf, configure, pop } from '../log/helpers';
 import { Bouncer, PGBOUNCER, startPgbouncer } from './pgbouncer';
-import { API_MAIN, alive, LogLine, spawnLogged, Spawned, SWEEPER_MAIN } from './processes';
+import { call } from '../support/http';
+import { alive, API_MAIN, LogLine, Spawned, spawnLogged, SWEEPER_MAIN } from '../support/processes';
+import { UNLIMITED_RATES } from '../support/api';
+import { createTestDatabase } from '../support/database';
 
 const listening = (l: LogLine) => l.msg === 'API worker listening';
 

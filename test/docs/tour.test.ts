@@ -1,7 +1,8 @@
 // The README's five-minute tour, run as written: its curl lines parsed from the README (the two
 // placeholders filled from the pop's answer), against a real cell, so the front door cannot rot.
-import { call, startTestApi, TestApi } from '../support/api';
 import { Curl, curlsIn } from '../support/markdown';
+import { startTestApi, TestApi } from '../support/api';
+import { call } from '../support/http';
 
 let api: TestApi;
 beforeAll(async () => {

@@ -14,7 +14,8 @@ import { loadConfig } from '../../shared/config';
 import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
 import { ApiServer, startApiServer } from '../../services/api/server';
-import { call, kv, UNLIMITED_RATES } from '../support/api';
+import { UNLIMITED_RATES } from '../support/api';
+import { call, kv } from '../support/http';
 
 const MARKER = 'kv-value-marker-5e1d';
 

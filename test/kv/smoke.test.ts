@@ -1,4 +1,5 @@
-import { startTestApi, TestApi, kv, call } from '../support/api';
+import { startTestApi, TestApi } from '../support/api';
+import { call, kv } from '../support/http';
 
 let api: TestApi;
 beforeAll(async () => {

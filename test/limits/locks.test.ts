@@ -5,8 +5,9 @@
 // did pushes and acks.
 import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { call, JsonResponse, startTestApi, TestApi } from '../support/api';
 import { ackOf, pop, push, transaction } from '../log/helpers';
+import { call, JsonResponse } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let holder: Client;

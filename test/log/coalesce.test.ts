@@ -4,9 +4,9 @@
 // flight before the others are made. Messages of one transaction share its xmin.
 import { Pool } from 'pg';
 import { PushCoalescer } from '../../services/api/pushCoalescer';
-import { createTestDatabase } from '../support/database';
-import { startTestApi, TestApi } from '../support/api';
 import { push } from './helpers';
+import { startTestApi, TestApi } from '../support/api';
+import { createTestDatabase } from '../support/database';
 
 /** The tenant of a cell with tenancy off (shared/config.ts). */
 const TENANT = '00000000-0000-0000-0000-000000000001';

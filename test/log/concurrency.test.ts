@@ -2,8 +2,9 @@
 // once-marker in the same bundle as its ack: every message acked once, every marker written once,
 // none lost. Over HTTP against the real database.
 import { Client } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 const MESSAGES = 1000;
 const PARTITIONS = 8;

@@ -3,8 +3,9 @@
 // its newest message is that many seconds old). Time is moved by ageing the stored messages
 // (created_at) rather than by sleeping, so no test depends on how fast the machine is.
 import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { configure, pop, popRaw, push } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let db: Pool;

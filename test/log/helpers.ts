@@ -1,5 +1,5 @@
+import { call, JsonResponse } from '../support/http';
 // What the log suites share: thin wrappers over the log's HTTP surface.
-import { call, JsonResponse } from '../support/api';
 
 export interface Message {
   transactionId: string;
@@ -71,8 +71,4 @@ export function transaction(base: string, body: Record<string, unknown>) {
 /** The client's `once`: putIfAbsent under the name of the question it answers, required. */
 export function once(ns: string, key: string, value: unknown = true) {
   return { op: 'putIfAbsent', ns, key, value, ttlSeconds: 86400, required: true };
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -4,8 +4,10 @@
 // poison message that kills every consumer before it acks no longer blocks its partition forever.
 // Real leases of 1 s over HTTP; a waiting pop is what notices the expiry, as a consumer's would.
 import { Client } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
-import { ack, configure, Message, pop, popRaw, push, sleep } from './helpers';
+import { ack, configure, Message, pop, popRaw, push } from './helpers';
+import { call } from '../support/http';
+import { elapse } from '../support/wait';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let db: Client;
@@ -24,10 +26,10 @@ async function popAfterExpiry(queue: string, o: { batch?: number; consumerGroup?
   return pop(api.url, queue, { ...o, wait: true, timeout: 10_000 });
 }
 
-/** Sleeps until a lease has certainly lapsed, without popping (so nothing notices it yet). */
+/** Sleeps until a lease has certainly lapsed, without popping (so nothing notices it yet): time passing is the test. */
 async function outlive(m: Message): Promise<void> {
   const left = Date.parse(m.leaseExpiresAt) - Date.now();
-  await sleep(Math.max(0, left) + 150);
+  await elapse(Math.max(0, left) + 150);
 }
 
 /** The message's failure row for the group: {failures, dead}, or undefined when it never failed. */

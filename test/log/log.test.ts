@@ -3,8 +3,10 @@
 // lease extend, and the shape refusals.
 import { Client } from 'pg';
 import { migrations } from '../../shared/migrations';
-import { startTestApi, TestApi, call } from '../support/api';
-import { ack, ackOf, configure, pop, popRaw, push, sleep } from './helpers';
+import { ack, ackOf, configure, pop, popRaw, push } from './helpers';
+import { call } from '../support/http';
+import { elapse } from '../support/wait';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let db: Client;
@@ -154,7 +156,7 @@ describe('pop and leases', () => {
     await configure(api.url, 'lapsed', { leaseTime: 1 });
     await push(api.url, [{ queue: 'lapsed', payload: 1 }]);
     const [m] = await pop(api.url, 'lapsed');
-    await sleep(1200);
+    await elapse(1200); // time passing is the test: the 1 s lease lapses
     expect((await ack(api.url, m)).body.ackReason).toBe('lease_expired');
     expect((await ack(api.url, m, 'completed', false)).body.ackReason).toBe('lease_expired');
     // It was not acked: it comes back.
@@ -169,7 +171,7 @@ describe('pop and leases', () => {
     expect(ext.status).toBe(200);
     expect(ext.body).toMatchObject({ ok: true, leaseId: m.leaseId });
     expect(Date.parse(ext.body.leaseExpiresAt)).toBeGreaterThan(Date.now() + 20_000);
-    await sleep(1200);
+    await elapse(1200); // time passing is the test: past the first 1 s expiry
     expect(await pop(api.url, 'extend')).toEqual([]);
     expect((await ack(api.url, m)).body.ok).toBe(true);
     const gone = await call(api.url, 'POST', `/api/v1/lease/${m.leaseId}/extend`);
@@ -215,18 +217,20 @@ describe('pop and leases', () => {
     await configure(api.url, 'abandoned', { leaseTime: 60 });
     const abort = new AbortController();
     const abandoned = fetch(`${api.url}/api/v1/pop/queue/abandoned?wait=true&timeout=20000`, { signal: abort.signal }).catch(() => 'aborted');
-    await sleep(200);
+    // No signal says a poll is waiting, nor that the server saw its client leave (PushSignal counts
+    // no waiters outside itself): these pauses give each step its time.
+    await elapse(200);
     abort.abort();
     expect(await abandoned).toBe('aborted');
-    await sleep(50);
+    await elapse(50);
     await push(api.url, [{ queue: 'abandoned', payload: 'for the living' }]);
-    await sleep(300);
+    await elapse(300);
     expect((await pop(api.url, 'abandoned')).map((m) => m.data)).toEqual(['for the living']);
   });
 
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
-    await sleep(300);
+    await elapse(300); // no signal says the poll is waiting (see the test above)
     await push(api.url, [{ queue: 'longpoll', payload: 'hello' }]);
     const res = await waiting;
     expect(res.status).toBe(200);

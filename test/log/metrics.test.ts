@@ -2,8 +2,9 @@
 // every route has its series from boot, as the KV histogram does, so a panel or a rule on them
 // reads 0 rather than nothing after a restart; and each of push, pop, a long poll, ack, ack batch
 // and the transaction wire lands in its own route, refusals included.
-import { call, startTestApi, TestApi } from '../support/api';
 import { ack, ackOf, pop, push, transaction } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 beforeAll(async () => {

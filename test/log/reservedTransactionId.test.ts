@@ -2,9 +2,10 @@
 // transactionId is the fire's fence against a duplicate. A client push that took one first made the
 // fire a silent duplicate and the timer's payload was never delivered; now every client push with
 // that prefix is refused (400 log_reserved_transaction_id), whichever way it comes.
-import { call, startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 import { pop, push } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
+import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 
 let api: TestApi;
 beforeAll(async () => {

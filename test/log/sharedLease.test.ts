@@ -2,8 +2,9 @@
 // of the queue to one consumer, `batch` messages in all, under one lease id that acks and lease
 // extends accept for every partition it covers, and that fences exactly as a partition's own does.
 import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { ackOf, Message, push } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let db: Pool;

@@ -7,9 +7,10 @@ import { Pool } from 'pg';
 import { DEFAULT_TENANT, loadConfig } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer } from '../../services/api/server';
-import { call, startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 import type { Message } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
+import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';

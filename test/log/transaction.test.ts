@@ -1,6 +1,7 @@
 // The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
-import { startTestApi, TestApi, call, kv } from '../support/api';
 import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
+import { call, kv } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 beforeAll(async () => {

@@ -1,6 +1,6 @@
-// Boot refusals, seen from outside: the process exits with status 1 and a log line that says why.
 import { createTestDatabase } from '../support/database';
-import { spawnApi } from './spawn';
+import { spawnApi } from '../support/processes';
+// Boot refusals, seen from outside: the process exits with status 1 and a log line that says why.
 
 test('QUEEN_TENANCY_HEADER=1 without QUEEN_KV_TRUSTED_PROXY=1 refuses to boot, and says why', async () => {
   const api = spawnApi({ QUEEN_TENANCY_HEADER: '1', DATABASE_URL: 'postgres://127.0.0.1:1/none', QUEEN_WORKERS: '1' });

@@ -1,7 +1,8 @@
 // What the operations suites share: a direct SQL client for writing what an operator or the sweeper
 // would write (grants, limits, measurements), and readers for the metrics text.
 import { Client } from 'pg';
-import { call, TestApi } from '../support/api';
+import { call } from '../support/http';
+import { TestApi } from '../support/api';
 
 export async function sql<T = any>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
   const client = new Client({ connectionString: databaseUrl });

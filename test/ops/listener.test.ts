@@ -3,10 +3,9 @@
 // never throws when the database is unreachable, and stops retrying once closed.
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { createTestDatabase } from '../support/database';
 import { freePort } from '../../shared/embeddedPostgres';
 import { CHANNEL, Listener } from '../../shared/listener';
-import { sql } from './helpers';
+import { createTestDatabase, sql } from '../support/database';
 
 let db: { url: string; drop(): Promise<void> };
 beforeAll(async () => {

@@ -1,7 +1,8 @@
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 // At three times the rate limit, the admitted operations stay within 10% of the limit and every
 // other call is 429 rate_limited with Retry-After. This asserts a count against the limit the
 // bucket promises, not the speed of the machine: the offered load is paced by the test.
-import { call, startTestApi, TestApi } from '../support/api';
 
 const RATE = 10;
 const BURST = 2;

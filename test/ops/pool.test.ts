@@ -3,8 +3,9 @@
 // Retry-After while the message pool still answers (POST /api/v1/push commits); standalone KV writes are shed at once when the
 // pool's queue is as deep as the pool.
 import { Client } from 'pg';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { metric } from './helpers';
+import { call, kv } from '../support/http';
+import { counter, metric } from '../support/metrics';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let locker: Client;
@@ -47,7 +48,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   await until(() => kvPool().totalCount - kvPool().idleCount === 4 && kvPool().waitingCount === 0, 'four KV connections in use');
   expect(await metric(api.url, 'queen_kv_pool_in_use')).toBe(4);
 
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_unavailable' });
   // A read needs a connection it cannot get within QUEEN_KV_ACQUIRE_TIMEOUT_MS.
   const read = await call(api.url, 'GET', '/api/v1/kv/pool/other');
   expect(read.status).toBe(503);
@@ -63,7 +64,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
     const pushed = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'pool-isolation', payload: { i } }] });
     expect(pushed.status).toBe(201);
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"')).toBe(before + 2);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_unavailable' })).toBe(before + 2);
 
   // Shedding: with four reads queued (a queue as deep as the pool), a standalone write is refused
   // at once, before any of the queued reads has been answered.

@@ -3,9 +3,11 @@
 // writes under 100 ms apart merged into one entry whose stamp kept moving forward, no measurement
 // ever retired it, and every row written since the stream began was counted twice: a tenant with
 // max_rows 60 was blocked after about 37 rows.
-import { call, startTestApi, TestApi } from '../support/api';
+import { grant } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
+import { sql } from '../support/database';
 import { startTestSweeper, TestSweeper } from '../support/sweeper';
-import { grant, sql } from './helpers';
 
 const LIMIT = 60;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

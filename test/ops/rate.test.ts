@@ -1,6 +1,8 @@
 // Rung 4: the token buckets, and the order of the whole ladder: a refused call gets the outermost reason.
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, metric, put } from './helpers';
+import { grant, put } from './helpers';
+import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
+import { startTestApi, TestApi } from '../support/api';
 
 describe('token buckets', () => {
   let api: TestApi;
@@ -19,7 +21,7 @@ describe('token buckets', () => {
   test('a batch of n operations costs n tokens, and Retry-After is computed from the bucket', async () => {
     const ten = Array.from({ length: 10 }, (_, i) => put(`w${i}`));
     expect((await kv(api.url, ten)).status).toBe(200);
-    const before = await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limited"');
+    const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limited' });
 
     const five = await kv(api.url, ten.slice(0, 5));
     expect(five.status).toBe(429);
@@ -31,7 +33,7 @@ describe('token buckets', () => {
     const one = await call(api.url, 'PUT', '/api/v1/kv/ops/w0', { value: 2, forever: true });
     expect(one.status).toBe(429);
     expect(one.headers.get('retry-after')).toBe('1');
-    expect(await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limited"')).toBe(before + 2);
+    expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limited' })).toBe(before + 2);
 
     // Reads have their own bucket: the drained write bucket does not stop them.
     const reads = await kv(api.url, [{ op: 'get', ns: 'ops', key: 'w0' }, { op: 'getMany', ns: 'ops', keys: ['w1', 'w2'] }]);
@@ -108,11 +110,11 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
 
   test('a batch needing more than the burst is 400 rate_limit_exceeds_burst on a full bucket too, and takes nothing', async () => {
     await sleep(2000);
-    const before = await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limit_exceeds_burst"');
+    const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limit_exceeds_burst' });
     const big = await kv(api.url, gets(9));
     expect([big.status, big.body.error]).toEqual([400, 'rate_limit_exceeds_burst']);
     expect(big.body.message).toMatch(/needs 9 read tokens/);
-    expect(await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limit_exceeds_burst"')).toBe(before + 1);
+    expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limit_exceeds_burst' })).toBe(before + 1);
     // Nothing was taken: the whole burst is still there.
     expect((await kv(api.url, gets(8))).status).toBe(200);
   });

@@ -7,8 +7,9 @@ import { performance } from 'node:perf_hooks';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { metric } from './helpers';
-import { spawnApi, Spawned, untilHealthy } from './spawn';
+import { request } from '../support/http';
+import { metric } from '../support/metrics';
+import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -36,28 +37,16 @@ async function offer(port: number, perSec: number, seconds: number, call: (i: nu
     const wait = due - performance.now();
     if (wait > 0) await sleep(wait);
     const { method, path, body } = call(i);
-    const payload = body === undefined ? undefined : JSON.stringify(body);
     inflight.push(
-      new Promise<void>((resolve) => {
-        const req = http.request(
-          { host: '127.0.0.1', port, method, path, agent, headers: payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {} },
-          (res) => {
-            res.resume();
-            res.on('end', () => {
-              last = performance.now();
-              if (res.statusCode === 200) result.admitted++;
-              else if (res.statusCode === 429) result.refused++;
-              else result.other.push(res.statusCode ?? 0);
-              resolve();
-            });
-          },
-        );
-        req.on('error', () => {
-          result.other.push(-1);
-          resolve();
-        });
-        req.end(payload);
-      }),
+      request(port, method, path, { body, agent }).then(
+        (res) => {
+          last = performance.now();
+          if (res.status === 200) result.admitted++;
+          else if (res.status === 429) result.refused++;
+          else result.other.push(res.status);
+        },
+        () => void result.other.push(-1),
+      ),
     );
   }
   await Promise.all(inflight);

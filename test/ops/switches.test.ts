@@ -1,8 +1,11 @@
 // Rung 1: the operator's kill switches on the KV routes, the GET/POST surface, the mirror row.
 import { Client } from 'pg';
 import { SWITCHES_WRITE } from '../../shared/sql/system';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { metric, put, sql } from './helpers';
+import { put } from './helpers';
+import { call, kv } from '../support/http';
+import { counter, metric } from '../support/metrics';
+import { startTestApi, TestApi } from '../support/api';
+import { sql } from '../support/database';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -21,7 +24,7 @@ test('a fresh cell has every switch on and no rows: absent means on', async () =
 
 test('pausing KV answers 503 kv_disabled with Retry-After on every KV route, and resuming restores them', async () => {
   expect((await kv(api.url, [put('a', 1)])).status).toBe(200);
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_disabled' });
 
   const paused = await flip({ kv: false });
   expect(paused.status).toBe(200);
@@ -40,8 +43,8 @@ test('pausing KV answers 503 kv_disabled with Retry-After on every KV route, and
     expect(typeof res.body.message).toBe('string');
     expect(res.headers.get('retry-after')).toBe('30');
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"')).toBe(before + 5);
-  expect(await metric(api.url, 'queen_kv_timers_switch', 'switch="kv"')).toBe(0);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_disabled' })).toBe(before + 5);
+  expect(await metric(api.url, 'queen_kv_timers_switch', { switch: 'kv' })).toBe(0);
 
   // The mirror row is written, and the GET reads it fresh.
   expect(await sql(api.databaseUrl, `SELECT value FROM queen.system_state WHERE key = 'kv_enabled'`)).toEqual([{ value: false }]);

@@ -4,9 +4,11 @@
 import { Pool } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
-import { call, startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper } from '../support/sweeper';
 import { ack, configure, pop, push } from '../log/helpers';
+import { call } from '../support/http';
+import { metric } from '../support/metrics';
+import { startTestApi, TestApi } from '../support/api';
+import { closeLeakedSweepers, startTestSweeper, TestSweeper } from '../support/sweeper';
 
 let api: TestApi;
 let pool: Pool;
@@ -38,7 +40,7 @@ const FAMILIES = [
 async function gauges(): Promise<Record<(typeof FAMILIES)[number], number>> {
   await sweeper.cycles(1);
   const out = {} as Record<(typeof FAMILIES)[number], number>;
-  for (const name of FAMILIES) out[name] = await scrape(server.port, name);
+  for (const name of FAMILIES) out[name] = await metric(server.port, name);
   return out;
 }
 

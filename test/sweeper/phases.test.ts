@@ -3,8 +3,10 @@
 // two sweepers, and the shedding order under pressure.
 import { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { startTestApi, TestApi, call, kv } from '../support/api';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, until } from '../support/sweeper';
+import { call, kv } from '../support/http';
+import { waitFor } from '../support/wait';
+import { startTestApi, TestApi } from '../support/api';
+import { closeLeakedSweepers, scheduleDirect, startTestSweeper } from '../support/sweeper';
 
 const OTHER_TENANT = '00000000-0000-0000-0000-0000000000b2';
 
@@ -63,7 +65,7 @@ test('pruning deletes only expired rows, in bounded batches, and reads were alre
   expect(first.pruned).toBeGreaterThan(0);
   expect(first.pruned).toBeLessThanOrEqual(64 * batch);
   expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)).toBeGreaterThan(0);
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)) === 0, 30_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)) === 0, { what: "the expired rows of 'gone' pruned", timeoutMs: 30_000 });
   await s.cycles(1);
   expect(passes.every((p) => p.pruned <= p.shards.length * batch)).toBe(true);
   expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'live'`)).toBe(200);
@@ -71,7 +73,7 @@ test('pruning deletes only expired rows, in bounded batches, and reads were alre
   expect((await s.metrics.kvPruned.get()).values[0].value).toBe(600);
   // The gauge is read at most once per interval, so a cycle that ends quickly can leave the
   // previous reading in place; it must settle at 0 once the rows are gone.
-  await until(async () => (await s.metrics.kvExpiredNotPruned.get()).values[0].value === 0, 10_000);
+  await waitFor(async () => (await s.metrics.kvExpiredNotPruned.get()).values[0].value === 0, { what: 'queen_kv_expired_not_pruned back at 0', timeoutMs: 10_000 });
   await s.close();
 });
 
@@ -95,7 +97,7 @@ test('the usage rollup equals a direct count, per tenant, and overwrites', async
   const usage = async () =>
     (await pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
 
-  await until(async () => (await usage()) !== undefined, 10_000);
+  await waitFor(async () => (await usage()) !== undefined, { what: 'a first usage rollup', timeoutMs: 10_000 });
   const first = await usage();
   expect({ ...first, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect(first.rows).toBe(50);
@@ -104,10 +106,10 @@ test('the usage rollup equals a direct count, per tenant, and overwrites', async
   // Change the truth; the next rollup overwrites rather than adds.
   await pool.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, false)`, [OTHER_TENANT, JSON.stringify([{ op: 'delete', ns: 'usage', key: 'k1' }])]);
   await pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1 AND payload->>'i' IN ('1','2','3')`, [OTHER_TENANT]);
-  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
   // Another rollup may already be under way; wait for one that started after the change.
   await s.cycles(1);
-  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
   const second = await usage();
   expect({ ...second, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect([second.rows, second.timers]).toEqual([49, 27]);
@@ -126,7 +128,7 @@ test('two sweepers never work the same shard at once, and both get work', async 
       for (const shard of p.shards) spans.push({ who, shard, from: p.claimedAtUs, to: p.finishedAtUs });
     });
   }
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'shards'`)) === 0, 60_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'shards'`)) === 0, { what: "every 'shards' timer fired", timeoutMs: 60_000 });
   await Promise.all([a.close(), b.close()]);
   // The server's clock, read inside each claim: no two passes over one shard overlap in time.
   const byShard = new Map<number, Span[]>();
@@ -175,7 +177,7 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   for (let i = 0; i < 15 && (report.suspended.prune || report.batch < 400); i++) [report] = await s.cycles(1);
   expect(report.suspended).toEqual({ prune: false, usage: false });
   expect(report.batch).toBe(400);
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, 10_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, { what: "the expired rows of 'pressed' pruned", timeoutMs: 10_000 });
   await s.close();
 });
 
@@ -229,7 +231,7 @@ test('with the KV switched off the keys stay, and expired ones are still pruned:
     expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).status).toBe(503);
     const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
     try {
-      await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, 30_000);
+      await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, { what: "the expired rows of 'paused-gone' pruned", timeoutMs: 30_000 });
     } finally {
       await s.close();
     }
@@ -250,10 +252,10 @@ test('a usage rollup that takes long holds up no timer: firing goes on while it 
   const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 0 });
   try {
     const blocked = `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%kv_usage_rollup_v1%'`;
-    await until(async () => (await count(blocked)) > 0, 10_000);
+    await waitFor(async () => (await count(blocked)) > 0, { what: 'the rollup blocked on the held lock', timeoutMs: 10_000 });
     const [id] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'beside-rollup', payload: 1, delaySeconds: 0 }));
     s.sweeper.wake();
-    await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])) === 1, 10_000);
+    await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])) === 1, { what: 'the timer fired beside the blocked rollup', timeoutMs: 10_000 });
     expect(await count(blocked)).toBe(1);
   } finally {
     await holder.query('ROLLBACK');

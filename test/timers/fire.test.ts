@@ -2,8 +2,10 @@
 // the timersFire switch; the cancel-against-fire race with two sweepers running.
 import { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { startTestApi, TestApi, call } from '../support/api';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, timerMessageCounts, until } from '../support/sweeper';
+import { call } from '../support/http';
+import { waitFor } from '../support/wait';
+import { startTestApi, TestApi } from '../support/api';
+import { closeLeakedSweepers, scheduleDirect, startTestSweeper, timerMessageCounts } from '../support/sweeper';
 
 let api: TestApi;
 let pool: Pool;
@@ -99,7 +101,7 @@ test('timersFire off: nothing fires and nothing is lost; on again: the backlog d
 
   await pool.query(`UPDATE queen.system_state SET value = 'true' WHERE key = 'timers_fire_enabled'`);
   await pool.query(`NOTIFY queen_system_state, 'timers_fire_enabled'`);
-  await until(async () => (await pending()) === 0, 20_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 20_000 });
   const { rows } = await pool.query(
     `SELECT m.payload->>'rank' AS rank, m.transaction_id FROM queen.messages m
        JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -120,7 +122,7 @@ test('timersSchedule off: new timers are refused, and the ones already promised 
     expect((await call(api.url, 'POST', '/api/v1/timers', { queue: 'schedule-paused', payload: { p: 2 }, delaySeconds: 1 })).status).toBe(503);
     const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
     try {
-      await until(async () => (await timerMessageCounts(pool)).get(promised.body.timerId) === 1, 20_000);
+      await waitFor(async () => (await timerMessageCounts(pool)).get(promised.body.timerId) === 1, { what: "the promised timer's one message", timeoutMs: 20_000 });
       const reports = await s.cycles(1);
       expect(reports[0].fireEnabled).toBe(true);
     } finally {
@@ -154,7 +156,7 @@ test('1,000 timers due now, each cancelled while two sweepers run: cancelled and
       }
     }),
   );
-  await until(async () => (await pending()) === 0, 30_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 30_000 });
   await Promise.all([a.cycles(1), b.cycles(1)]);
   const counts = await timerMessageCounts(pool);
   let cancelled = 0;
@@ -194,7 +196,7 @@ test('the fire batch is its own setting: a pass fires up to fireBatch timers, wh
   const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, batch: 3, fireBatch: 10, shardsPerPass: 64 });
   const fired: number[] = [];
   s.sweeper.on('pass', (p: { fired: number }) => p.fired > 0 && fired.push(p.fired));
-  await until(async () => fired.reduce((a, b) => a + b, 0) >= 30, 20_000);
+  await waitFor(async () => fired.reduce((a, b) => a + b, 0) >= 30, { what: '30 timers fired', timeoutMs: 20_000 });
   await s.close();
   // Three passes of ten, not ten passes of three.
   expect(fired).toEqual([10, 10, 10]);

@@ -7,7 +7,8 @@
 import { Client, Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { createTestDatabase } from '../support/database';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, timerMessageCounts, until } from '../support/sweeper';
+import { closeLeakedSweepers, scheduleDirect, startTestSweeper, timerMessageCounts } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
 const OTHER_TENANT = '7d1f3c2e-5b6a-4c8d-9e0f-112233445566';
 let db: { url: string; drop(): Promise<void> };
@@ -92,7 +93,7 @@ test('one sweeper, default shards per pass: a paused backlog over every shard dr
   expect(paused.every((r) => r.fired === 0 && r.fireEnabled === false)).toBe(true);
   expect(await pending()).toBe(n);
   await resumeFire();
-  await until(async () => (await pending()) === 0, 60_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000 });
   expect(await ranksInLogOrder('oldest-one')).toEqual(Array.from({ length: n }, (_, i) => i));
   const counts = await timerMessageCounts(pool);
   expect(ids.filter((id) => counts.get(id) !== 1)).toEqual([]);
@@ -108,7 +109,7 @@ test('three sweepers: no timer reaches the log while more than (3 - 1) x batch o
   await Promise.all(sweepers.map((s) => s.cycles(1)));
   expect(await pending()).toBe(n);
   await resumeFire();
-  await until(async () => (await pending()) === 0, 60_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000 });
   const ranks = await ranksInLogOrder('oldest-three');
   expect(ranks.length).toBe(n);
   expect(worstOvertaking(ranks)).toBeLessThanOrEqual((sweepers.length - 1) * batch);
@@ -151,7 +152,7 @@ test('one pass moves a batch for two tenants and many partitions: once each, seq
   } finally {
     c.release();
   }
-  await until(async () => heard.length >= 6, 10_000, 20);
+  await waitFor(async () => heard.length >= 6, { what: 'six notifications heard', timeoutMs: 10_000, everyMs: 20 });
   await new Promise((r) => setTimeout(r, 200));
   expect(heard.sort()).toEqual(
     [DEFAULT_TENANT, OTHER_TENANT].flatMap((t) => [0, 1, 2].map((q) => `${t}/set-${q}`)).sort(),

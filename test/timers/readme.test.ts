@@ -1,8 +1,9 @@
 // The timer flow of docs/timers.md, run as written (its curl lines, with the placeholders filled in), so the
 // documentation cannot drift from the API: schedule with a timerKey, the same key again, peek,
 // list, reschedule, cancel.
-import { startTestApi, TestApi, call } from '../support/api';
 import { curlsIn } from '../support/markdown';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 beforeAll(async () => {

@@ -1,6 +1,7 @@
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 // The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
 // timerKey idempotency, the horizon and payload ceilings, and the billing counters.
-import { startTestApi, TestApi, call } from '../support/api';
 
 let api: TestApi;
 beforeAll(async () => {

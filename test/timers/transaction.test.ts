@@ -1,7 +1,8 @@
 // Timers riding the transaction wire: scheduled, cancelled and rescheduled in the same commit as a
 // push and a KV write, answered after them in the flat results array, and rolled back with them.
 import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
 
 let api: TestApi;
 let pool: Pool;
