@@ -16,6 +16,7 @@ import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/
 import { ApiServer, startApiServer } from '../../services/api/server';
 import { UNLIMITED_RATES } from '../support/api';
 import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
 
 const MARKER = 'kv-value-marker-5e1d';
 
@@ -176,10 +177,7 @@ test.each([
 });
 
 test('a lost required still counts as outcome="precondition" on each route (it is no longer an error to count from)', async () => {
-  const count = async (op: string) => {
-    const text = await (await fetch(`${server.url}/metrics`)).text();
-    return Number(text.match(new RegExp(`^queen_kv_ops_total\\{[^}]*op="${op}"[^}]*outcome="precondition"[^}]*\\} (\\S+)$`, 'm'))?.[1] ?? 0);
-  };
+  const count = (op: string) => counter(server.url, 'queen_kv_ops_total', { op, outcome: 'precondition' });
   await kv(server.url, [{ op: 'put', ns: 'hyg', key: 'metric', value: 1, forever: true }]);
   const before = { putIfAbsent: await count('putIfAbsent'), put: await count('put') };
   await kv(server.url, [{ op: 'putIfAbsent', ns: 'hyg', key: 'metric', value: 2, forever: true, required: true }]);

@@ -7,6 +7,7 @@ import { PushCoalescer } from '../../services/api/pushCoalescer';
 import { push } from './helpers';
 import { startTestApi, TestApi } from '../support/api';
 import { createTestDatabase } from '../support/database';
+import { metric } from '../support/metrics';
 
 /** The tenant of a cell with tenancy off (shared/config.ts). */
 const TENANT = '00000000-0000-0000-0000-000000000001';
@@ -142,9 +143,7 @@ describe('over HTTP', () => {
     expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
     expect(stored.slice(1).map((r) => r.tx).sort()).toEqual(Array.from({ length: 60 }, (_, i) => `h${i}`).sort());
     // The operator's view: every push counted once in a statement, and fewer statements than pushes.
-    const metrics = await (await fetch(`${api.url}/metrics`)).text();
-    const value = (name: string) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1]);
-    expect(value('queen_log_push_gathering_size_sum')).toBe(62);
-    expect(value('queen_log_push_gathering_size_count')).toBeLessThan(62);
+    expect(await metric(api.url, 'queen_log_push_gathering_size_sum')).toBe(62);
+    expect(await metric(api.url, 'queen_log_push_gathering_size_count')).toBeLessThan(62);
   });
 });

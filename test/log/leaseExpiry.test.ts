@@ -3,23 +3,12 @@
 // and one past the limit is dead-lettered for the group exactly as a `failed` ack past it is, so a
 // poison message that kills every consumer before it acks no longer blocks its partition forever.
 // Real leases of 1 s over HTTP; a waiting pop is what notices the expiry, as a consumer's would.
-import { Client } from 'pg';
 import { ack, configure, Message, pop, popRaw, push } from './helpers';
 import { call } from '../support/http';
 import { elapse } from '../support/wait';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Client;
-beforeAll(async () => {
-  api = await startTestApi();
-  db = new Client({ connectionString: api.databaseUrl });
-  await db.connect();
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+const api = useApi({}, { connections: 1 });
 
 /** The next pop once the current lease lapses (the long poll looks again without a notification). */
 async function popAfterExpiry(queue: string, o: { batch?: number; consumerGroup?: string } = {}): Promise<Message[]> {
@@ -34,7 +23,7 @@ async function outlive(m: Message): Promise<void> {
 
 /** The message's failure row for the group: {failures, dead}, or undefined when it never failed. */
 async function failureOf(queue: string, txid: string, group = '__QUEUE_MODE__') {
-  const { rows } = await db.query(
+  const { rows } = await api.pool.query(
     `SELECT f.failures, f.dead_lettered_at IS NOT NULL AS dead FROM queen.message_failures f
        JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
        JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -46,7 +35,7 @@ async function failureOf(queue: string, txid: string, group = '__QUEUE_MODE__') 
 
 /** The group's operator counters summed over the queue's partitions. */
 async function countersOf(queue: string, group = '__QUEUE_MODE__') {
-  const { rows } = await db.query(
+  const { rows } = await api.pool.query(
     `SELECT sum(c.deliveries)::int AS deliveries, sum(c.completed)::int AS completed,
             sum(c.failures)::int AS failures, sum(c.dead_letters)::int AS "deadLetters"
        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id

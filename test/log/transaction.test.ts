@@ -2,6 +2,7 @@
 import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
 import { call, kv } from '../support/http';
 import { startTestApi, TestApi } from '../support/api';
+import { sample, scrape } from '../support/metrics';
 
 let api: TestApi;
 beforeAll(async () => {
@@ -236,17 +237,14 @@ describe('the KV rules are the same on the wire', () => {
 
 describe('metrics', () => {
   test('the wire counts its KV operations in queen_kv_ops_total, by outcome', async () => {
-    const before = await call(api.url, 'GET', '/metrics');
-    const read = (text: string, outcome: string) => {
-      const line = text.split('\n').find((l) => l.startsWith(`queen_kv_ops_total{op="incr",outcome="${outcome}"}`));
-      return line ? Number(line.split(' ').pop()) : 0;
-    };
+    const before = await scrape(api.url);
+    const read = (text: string, outcome: string) => sample(text, 'queen_kv_ops_total', { op: 'incr', outcome }) ?? 0;
     const m = await one('metered');
     await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m), transactionId: 'absent' }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
     await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m) }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
-    const after = await call(api.url, 'GET', '/metrics');
-    expect(read(after.text, 'rolled_back') - read(before.text, 'rolled_back')).toBe(1);
-    expect(read(after.text, 'ok') - read(before.text, 'ok')).toBe(1);
+    const after = await scrape(api.url);
+    expect(read(after, 'rolled_back') - read(before, 'rolled_back')).toBe(1);
+    expect(read(after, 'ok') - read(before, 'ok')).toBe(1);
   });
 });
 

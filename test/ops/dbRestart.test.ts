@@ -13,6 +13,7 @@ import { request } from '../support/http';
 import { spawnApi, Spawned, spawnSweeper, SweeperProcess, untilHealthy } from '../support/processes';
 import { scheduleDirect } from '../support/sweeper';
 import { waitFor } from '../support/wait';
+import { parseExposition } from '../support/metrics';
 
 let root: string;
 let dataDir: string;
@@ -111,10 +112,10 @@ test('while PostgreSQL is down every route answers 503 db_unavailable (never 500
   // What QueenDatabaseUnavailable (deploy/prometheus/alerts.yml) reads: every refusal, counted by
   // code across both workers, and served while the database is away.
   const scraped = await request(port, 'GET', '/metrics');
-  const refusals = scraped.text
-    .split('\n')
-    .filter((l) => l.startsWith('queen_http_responses_total{') && l.includes('code="db_unavailable"'))
-    .reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+  const refusals = parseExposition(scraped.text)
+    .get('queen_http_responses_total')!
+    .samples.filter((s) => s.labels.code === 'db_unavailable')
+    .reduce((n, s) => n + s.value, 0);
   expect(refusals).toBeGreaterThanOrEqual(2 * calls.length);
   const lp = await waiting;
   expect([lp.status, lp.body?.error]).toEqual([503, 'db_unavailable']);

@@ -44,17 +44,41 @@ export async function startTestApi(env: Record<string, string> = {}): Promise<Te
   };
 }
 
-export interface ApiSuite extends DatabaseSuite {
-  api: TestApi;
-}
+/** A suite's API, and a pool (and with `client: true` one connection) on its database. */
+export interface ApiSuite extends TestApi, Pick<DatabaseSuite, 'pool' | 'client'> {}
 
-/** For a suite file: an API started with `env` in beforeAll, a pool on its database, both closed in afterAll. */
+/**
+ * For a suite file: an API started with `env` in beforeAll and a pool on its database (see
+ * useDatabase for the options), both closed in afterAll. The fields answer once beforeAll has run.
+ */
 export function useApi(env: Record<string, string> = {}, o: SuiteOptions = {}): ApiSuite {
-  return useDatabase<ApiSuite>({
+  let api: TestApi;
+  const db = useDatabase({
     ...o,
-    open: async (suite) => {
-      suite.api = await startTestApi(env);
-      return { url: suite.api.databaseUrl, drop: () => suite.api.close() };
+    open: async () => {
+      api = await startTestApi(env);
+      return { url: api.databaseUrl, drop: () => api.close() };
     },
   });
+  return {
+    get url() {
+      return api.url;
+    },
+    get databaseUrl() {
+      return api.databaseUrl;
+    },
+    get config() {
+      return api.config;
+    },
+    get server() {
+      return api.server;
+    },
+    close: () => api.close(),
+    get pool() {
+      return db.pool;
+    },
+    get client() {
+      return db.client;
+    },
+  };
 }

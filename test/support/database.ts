@@ -127,13 +127,11 @@ export interface DatabaseSuite {
  * pool on it), afterEach (`reset`, the sweeper check) and afterAll (pool ended, database dropped).
  * The fields are set once beforeAll has run.
  */
-export function useDatabase<S extends DatabaseSuite = DatabaseSuite>(
-  o: SuiteOptions & { open?: (suite: S) => Promise<{ url: string; drop(): Promise<void> }> } = {},
-): S {
-  const suite = {} as S;
+export function useDatabase(o: SuiteOptions & { open?: () => Promise<{ url: string; drop(): Promise<void> }> } = {}): DatabaseSuite {
+  const suite = {} as DatabaseSuite;
   let drop: (() => Promise<void>) | undefined;
   beforeAll(async () => {
-    const db = await (o.open ?? createTestDatabase)(suite);
+    const db = await (o.open ?? createTestDatabase)();
     drop = db.drop;
     suite.url = db.url;
     suite.pool = new Pool({ connectionString: db.url, max: o.connections ?? 2 });
