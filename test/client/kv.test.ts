@@ -3,14 +3,10 @@
 // apply is a value.
 import { Client } from 'pg';
 import { QueenError, QueenPrecisionError } from '@queen-kv/client';
-import { startCell, type Cell } from './helpers';
+import { startCell, useCell } from './helpers';
 import { kv as rawKv } from '../support/http';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test('answers are typed exactly as POST /api/v1/kv answers them', async () => {
   const { queen, api } = cell;

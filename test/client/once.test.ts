@@ -4,14 +4,10 @@
 // commits, then a plain ack takes the message off), the zombie whose lease lapsed, and the typed
 // refusals of a bundle the cell will not run.
 import { QueenError, type Message, type TimerOpResult, type TransactionResult } from '@queen-kv/client';
-import { startCell, type Cell } from './helpers';
+import { useCell } from './helpers';
 import { elapse } from '../support/wait';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test("the documented once example runs as written: the marker and the ack commit together", async () => {
   const { queen } = cell;

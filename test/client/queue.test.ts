@@ -2,13 +2,9 @@
 // partitions), ack and batch ack as values, renew, and consume with concurrency, failures that come
 // back, a limit, and a graceful stop.
 import type { Message } from '@queen-kv/client';
-import { startCell, type Cell } from './helpers';
+import { useCell } from './helpers';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test('push answers one result per item; a known transactionId is a duplicate, stored once', async () => {
   const { queen } = cell;

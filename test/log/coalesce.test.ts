@@ -5,7 +5,7 @@
 import { Pool } from 'pg';
 import { PushCoalescer } from '../../services/api/pushCoalescer';
 import { push } from './helpers';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { createTestDatabase } from '../support/database';
 import { metric } from '../support/metrics';
 
@@ -124,11 +124,7 @@ test('log_push_coalesced_v1 takes only the first body\'s partition: a body for a
 });
 
 describe('over HTTP', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi();
-  });
-  afterAll(() => api.close());
+  const api = useApi();
 
   test('60 concurrent pushes to one partition: every one answered queued, seqs contiguous, a malformed one refused alone', async () => {
     await push(api.url, [{ queue: 'http-gather', payload: 0 }]);

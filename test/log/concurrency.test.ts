@@ -4,22 +4,18 @@
 import { Client } from 'pg';
 import { ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
 const MESSAGES = 1000;
 const PARTITIONS = 8;
 const CONSUMERS = 4;
 
-let api: TestApi;
-beforeAll(async () => {
-  // Thousands of marker writes in seconds: the per-tenant token buckets are not what is tested here.
-  api = await startTestApi({
-    QUEEN_KV_WRITES_PER_SEC: '100000',
-    QUEEN_KV_READS_PER_SEC: '100000',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
-  });
+// Thousands of marker writes in seconds: the per-tenant token buckets are not what is tested here.
+const api = useApi({
+  QUEEN_KV_WRITES_PER_SEC: '100000',
+  QUEEN_KV_READS_PER_SEC: '100000',
+  QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
 });
-afterAll(() => api.close());
 
 test('4 consumers, 1,000 messages, once-markers: every message acked once, every marker once, none lost', async () => {
   const queue = 'race';

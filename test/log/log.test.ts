@@ -6,21 +6,11 @@ import { migrations } from '../../shared/migrations';
 import { ack, ackOf, configure, pop, popRaw, push } from './helpers';
 import { call } from '../support/http';
 import { elapse } from '../support/wait';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Client;
-beforeAll(async () => {
-  // The 256 MiB pop below builds and cancels a quarter-gigabyte answer: on this shared 2-core
-  // machine that passed the message pool's default 10 s statement limit, which is not its subject.
-  api = await startTestApi({ QUEEN_DB_STATEMENT_TIMEOUT_MS: '120000' });
-  db = new Client({ connectionString: api.databaseUrl });
-  await db.connect();
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+// The 256 MiB pop below builds and cancels a quarter-gigabyte answer: on this shared 2-core
+// machine that passed the message pool's default 10 s statement limit, which is not its subject.
+const api = useApi({ QUEEN_DB_STATEMENT_TIMEOUT_MS: '120000' }, { connections: 1 });
 
 describe('push', () => {
   test('creates queue and partition on first use; a duplicate transactionId answers duplicate and stores nothing', async () => {
@@ -43,7 +33,7 @@ describe('push', () => {
 
     const messages = await pop(api.url, 'dedup', { partition: 'Default', batch: 10 });
     expect(messages.map((m) => m.data)).toEqual([{ n: 1 }]);
-    const { rows } = await db.query(
+    const { rows } = await api.pool.query(
       `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dedup'`,
     );
@@ -293,7 +283,7 @@ describe('ack', () => {
     expect(next.transactionId).toBe('f');
     expect((await ack(api.url, next)).body.ok).toBe(true);
     expect((await popRaw(api.url, 'retry')).status).toBe(204);
-    const { rows } = await db.query(
+    const { rows } = await api.pool.query(
       `SELECT f.failures, f.dead_lettered_at IS NOT NULL AS dead FROM queen.message_failures f
          JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq WHERE m.transaction_id = 'p'`,
     );

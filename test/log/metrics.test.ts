@@ -4,14 +4,10 @@
 // and the transaction wire lands in its own route, refusals included.
 import { ack, ackOf, pop, push, transaction } from './helpers';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { parseExposition, scrape } from '../support/metrics';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 /** `family`_count by route, from the /metrics text. */
 function countsByRoute(text: string, family: string): Record<string, number> {

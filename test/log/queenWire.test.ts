@@ -3,15 +3,9 @@
 // each answer it reads. Our own flows, not the client's tests.
 import { pop, push } from './helpers';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(async () => {
-  await api.close();
-});
+const api = useApi();
 
 describe('ack batch', () => {
   test('the body-level consumerGroup applies to every acknowledgment (Queen client batch ack)', async () => {

@@ -4,17 +4,10 @@
 // that prefix is refused (400 log_reserved_transaction_id), whichever way it comes.
 import { pop, push } from './helpers';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
+import { useApi } from '../support/api';
+import { startTestSweeper } from '../support/sweeper';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterEach(async () => {
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-afterAll(() => api.close());
+const api = useApi({}, { sweepers: true });
 
 const TIMER_ID = 'timer:6f1c2a3b-0000-4000-8000-000000000001';
 

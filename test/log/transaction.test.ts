@@ -1,14 +1,10 @@
 // The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
 import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
 import { call, kv } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { sample, scrape } from '../support/metrics';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 async function marker(ns: string, key: string) {
   return (await call(api.url, 'GET', `/api/v1/kv/${ns}/${encodeURIComponent(key)}`)).body;

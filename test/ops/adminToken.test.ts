@@ -3,17 +3,13 @@
 import { freePort } from '../../shared/embeddedPostgres';
 import { call } from '../support/http';
 import { spawnApi, untilHealthy } from '../support/processes';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { createTestDatabase } from '../support/database';
 
 describe('with QUEEN_ADMIN_TOKEN set', () => {
-  let api: TestApi;
   const TOKEN = 'op-secret-7f3a';
   const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
-  beforeAll(async () => {
-    api = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
-  });
-  afterAll(() => api.close());
+  const api = useApi({ QUEEN_ADMIN_TOKEN: TOKEN });
 
   test.each([
     ['no Authorization', {}],

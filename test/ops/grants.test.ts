@@ -4,14 +4,10 @@ import { randomUUID } from 'node:crypto';
 import { grant } from './helpers';
 import { call, kv } from '../support/http';
 import { counter } from '../support/metrics';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { sql } from '../support/database';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'grants-test-token' });
-});
-afterAll(() => api.close());
+const api = useApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'grants-test-token' });
 
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 

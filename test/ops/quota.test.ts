@@ -6,14 +6,10 @@ import { grant, measure } from './helpers';
 import { ackOf, pop, popRaw, push } from '../log/helpers';
 import { call, kv } from '../support/http';
 import { counter } from '../support/metrics';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { sql } from '../support/database';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('over max_rows a put is 403 kv_quota_exceeded while get and delete answer 200; the block lifts after deletes and a fresh measurement', async () => {
   await grant(api, DEFAULT_TENANT, { maxRows: 5 });

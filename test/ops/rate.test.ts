@@ -2,21 +2,17 @@
 import { grant, put } from './helpers';
 import { call, kv } from '../support/http';
 import { counter } from '../support/metrics';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
 describe('token buckets', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
-    api = await startTestApi({
-      QUEEN_KV_READS_PER_SEC: '1',
-      QUEEN_KV_READS_BURST: '10',
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '10',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
+  const api = useApi({
+    QUEEN_KV_READS_PER_SEC: '1',
+    QUEEN_KV_READS_BURST: '10',
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '10',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   test('a batch of n operations costs n tokens, and Retry-After is computed from the bucket', async () => {
     const ten = Array.from({ length: 10 }, (_, i) => put(`w${i}`));
@@ -42,19 +38,15 @@ describe('token buckets', () => {
 });
 
 describe('Retry-After is the wait until the refused call, as sent, is admitted', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // Four tokens a second, bursts of 8: a 6-operation call on an emptied bucket needs 1.5 s, and
-    // the bucket gains less than one token (250 ms) while the call that emptied it runs.
-    api = await startTestApi({
-      QUEEN_KV_READS_PER_SEC: '4',
-      QUEEN_KV_READS_BURST: '8',
-      QUEEN_KV_WRITES_PER_SEC: '4',
-      QUEEN_KV_WRITES_BURST: '8',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  // Four tokens a second, bursts of 8: a 6-operation call on an emptied bucket needs 1.5 s, and
+  // the bucket gains less than one token (250 ms) while the call that emptied it runs.
+  const api = useApi({
+    QUEEN_KV_READS_PER_SEC: '4',
+    QUEEN_KV_READS_BURST: '8',
+    QUEEN_KV_WRITES_PER_SEC: '4',
+    QUEEN_KV_WRITES_BURST: '8',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   const gets = (n: number, prefix = 'r') => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `${prefix}${i}` }));
   const puts = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => put(`${prefix}${i}`));
@@ -121,19 +113,15 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
 });
 
 describe("the burst a call is measured against is the cell's bucket's, however many workers", () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
-    api = await startTestApi({
-      QUEEN_WORKERS: '2',
-      QUEEN_KV_READS_PER_SEC: '20',
-      QUEEN_KV_READS_BURST: '40',
-      QUEEN_KV_WRITES_PER_SEC: '20',
-      QUEEN_KV_WRITES_BURST: '40',
-      QUEEN_KV_CELL_OPS_PER_SEC: '60',
-    });
+  // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
+  const api = useApi({
+    QUEEN_WORKERS: '2',
+    QUEEN_KV_READS_PER_SEC: '20',
+    QUEEN_KV_READS_BURST: '40',
+    QUEEN_KV_WRITES_PER_SEC: '20',
+    QUEEN_KV_WRITES_BURST: '40',
+    QUEEN_KV_CELL_OPS_PER_SEC: '60',
   });
-  afterAll(() => api.close());
 
   test('over a bucket, or over the cell ceiling: 400, naming both numbers; the whole burst is admissible', async () => {
     const gets = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `s${i}` }));
@@ -152,11 +140,7 @@ describe("the burst a call is measured against is the cell's bucket's, however m
 });
 
 describe('the cell ceiling', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'rate-test-token', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
-  });
-  afterAll(() => api.close());
+  const api = useApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'rate-test-token', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
 
   test('tenants each inside their own limit are stopped together by the cell ceiling', async () => {
     const tenants = ['11111111-1111-4111-8111-111111111111', '22222222-2222-4222-8222-222222222222'];
@@ -172,19 +156,15 @@ describe('the cell ceiling', () => {
 });
 
 describe('the outermost reason wins', () => {
-  let api: TestApi;
   const tenant = '33333333-3333-4333-8333-333333333333';
   const as = { 'x-queen-tenant': tenant };
-  beforeAll(async () => {
-    api = await startTestApi({
-      QUEEN_TENANCY_HEADER: '1',
-      QUEEN_KV_TRUSTED_PROXY: '1',
-      QUEEN_ADMIN_TOKEN: 'rate-test-token',
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '3',
-    });
+  const api = useApi({
+    QUEEN_TENANCY_HEADER: '1',
+    QUEEN_KV_TRUSTED_PROXY: '1',
+    QUEEN_ADMIN_TOKEN: 'rate-test-token',
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '3',
   });
-  afterAll(() => api.close());
 
   test('switch > grant > quota > rate', async () => {
     const write = () => kv(api.url, [put('o1'), put('o2'), put('o3'), put('o4')], as);
@@ -223,15 +203,11 @@ describe('the outermost reason wins', () => {
 });
 
 describe('a malformed timer call takes no rate token', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi({
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '2',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  const api = useApi({
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '2',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   test('ten refused shapes, then the schedule and the reschedule are still admitted', async () => {
     const id = '00000000-0000-4000-8000-000000000001';

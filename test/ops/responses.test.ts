@@ -3,14 +3,10 @@
 import { surfaceOf } from '../../services/api/requestLog';
 import { call } from '../support/http';
 import { counter } from '../support/metrics';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  // One read a second with a burst of one: the second GET is refused by the flood's cheap exit.
-  api = await startTestApi({ QUEEN_KV_READS_PER_SEC: '1', QUEEN_KV_READS_BURST: '1' });
-});
-afterAll(() => api.close());
+// One read a second with a burst of one: the second GET is refused by the flood's cheap exit.
+const api = useApi({ QUEEN_KV_READS_PER_SEC: '1', QUEEN_KV_READS_BURST: '1' });
 
 const answered = (surface: string, status: number, code = '') =>
   counter(api.url, 'queen_http_responses_total', { surface, status: String(status), code });

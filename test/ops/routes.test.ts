@@ -4,13 +4,9 @@
 import { DEFAULT_TENANT } from '../../shared/config';
 import { grant } from './helpers';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 const flip = (body: unknown) => call(api.url, 'POST', '/api/v1/system/kv-timers', body);
 const tx = (body: unknown) => call(api.url, 'POST', '/api/v1/transaction', body);

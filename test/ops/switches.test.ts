@@ -4,14 +4,10 @@ import { SWITCHES_WRITE } from '../../shared/sql/system';
 import { put } from './helpers';
 import { call, kv } from '../support/http';
 import { counter, metric } from '../support/metrics';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { sql } from '../support/database';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 const flip = (body: unknown) => call(api.url, 'POST', '/api/v1/system/kv-timers', body);
 

@@ -3,13 +3,9 @@
 // list, reschedule, cancel.
 import { curlsIn } from '../support/markdown';
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('the timer flow of docs/timers.md answers as the page says', async () => {
   const curls = curlsIn('docs/timers.md', '# Timers and the sweeper');

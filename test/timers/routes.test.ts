@@ -1,14 +1,10 @@
 import { call } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
+import { useApi } from '../support/api';
 import { counter, metric } from '../support/metrics';
 // The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
 // timerKey idempotency, the horizon and payload ceilings, and the billing counters.
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
-});
-afterAll(() => api.close());
+const api = useApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
 
 const schedule = (body: unknown) => call(api.url, 'POST', '/api/v1/timers', body);
 
