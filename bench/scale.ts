@@ -24,7 +24,7 @@ import { applySchema } from '../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
-import { childrenOf, machineLine, TreeCpu, waitReady } from './lib/procs';
+import { cellEnv, childrenOf, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
 import { spawnSweeper } from '../test/support/processes';
 
 // ---------------------------------------------------------------- options
@@ -99,31 +99,11 @@ const SQL = {
 async function startCell(databaseUrl: string): Promise<{ port: number; proc: ChildProcess }> {
   const port = await freePort();
   const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      PORT: String(port),
-      QUEEN_WORKERS: '1',
-      LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
-      QUEEN_SWEEPER: 'false',
-      QUEEN_KV_READS_PER_SEC: '1000000000',
-      QUEEN_KV_READS_BURST: '1000000000',
-      QUEEN_KV_WRITES_PER_SEC: '1000000000',
-      QUEEN_KV_WRITES_BURST: '1000000000',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000000000',
-    },
+    env: cellEnv(databaseUrl, port, 1),
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   await waitReady(port, '/ready');
   return { port, proc };
-}
-
-async function stopChild(proc: ChildProcess): Promise<void> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  await new Promise<void>((resolve) => {
-    proc.once('exit', () => resolve());
-    proc.kill('SIGTERM');
-  });
 }
 
 // ---------------------------------------------------------------- figures

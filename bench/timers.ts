@@ -17,14 +17,12 @@
 // BENCH_HIGH_RATE (10000), BENCH_LAG_SECONDS (15), BENCH_HIGH_SECONDS (10), BENCH_CLIENTS (16),
 // BENCH_BOSS_WORKERS (2,8,16), BENCH_BOSS_BATCHES (100,500,2000), BENCH_ONLY (a,b,c,d). DATABASE_URL
 // to use your own server; otherwise an embedded PostgreSQL in a temporary folder (durability on).
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { Client, Pool } from 'pg';
 import PgBoss from 'pg-boss';
-import { applySchema } from '../shared/db';
-import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
 import { spawnSweeper, SweeperProcess } from '../test/support/processes';
+import { benchDatabase } from './lib/database';
+import { loadAverage } from './lib/procs';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 function envInt(name: string, fallback: number): number {
@@ -279,23 +277,8 @@ async function benchLag(
 }
 
 async function main(): Promise<void> {
-  let url = process.env.DATABASE_URL;
-  let embedded: EmbeddedPostgres | undefined;
-  let dataDir: string | undefined;
-  if (!url) {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-timers-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort(), throwaway: true });
-    url = embedded.url;
-  }
-  const admin = new Client({ connectionString: url });
-  await admin.connect();
-  const dbName = `bench_timers_${Date.now().toString(36)}`;
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const u = new URL(url);
-  u.pathname = `/${dbName}`;
-  const dbUrl = u.toString();
-  await applySchema(dbUrl);
+  const db = await benchDatabase('timers', { schema: true });
+  const dbUrl = db.url;
   const pool = new Pool({ connectionString: dbUrl, max: CLIENTS });
   const schema = 'pgboss_bench';
   const boss = new PgBoss({ connectionString: dbUrl, schema, max: Math.max(CLIENTS, ...BOSS_WORKER_COUNTS) + 4, supervise: false, schedule: false });
@@ -304,8 +287,8 @@ async function main(): Promise<void> {
   await boss.createQueue('bench-a');
   const started = Date.now();
   try {
-    out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
-    out(`load average at the start ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${db.embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
+    out(`load average at the start ${loadAverage()}`);
     out();
     if (ONLY.includes('a')) {
       const a = await benchSchedule(pool, boss);
@@ -341,17 +324,12 @@ async function main(): Promise<void> {
     };
     if (ONLY.includes('c')) await lag('(c)', RATE, LAG_SECONDS);
     if (ONLY.includes('d')) await lag('(d)', HIGH_RATE, HIGH_SECONDS);
-    out(`load average at the end ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`load average at the end ${loadAverage()}`);
     out(`total ${((Date.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await boss.stop({ graceful: false, wait: true }).catch(() => undefined);
     await pool.end();
-    const cleanup = new Client({ connectionString: url });
-    await cleanup.connect();
-    await cleanup.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => undefined);
-    await cleanup.end();
-    await embedded?.stop();
-    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+    await db.stop();
   }
 }
 
