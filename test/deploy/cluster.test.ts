@@ -9,7 +9,7 @@ import { runLoad } from './load';
 import { createTestDatabase, untilWaitingOnLock } from '../support/database';
 import { request } from '../support/http';
 import { checkExposition, sample } from '../support/metrics';
-import { alive, API_MAIN, LogLine, Spawned, spawnLogged } from '../support/processes';
+import { alive, API_MAIN, LogLine, Spawned, spawnLogged, untilGone } from '../support/processes';
 
 let db: { url: string; drop(): Promise<void> };
 let api: Spawned;
@@ -72,7 +72,7 @@ afterAll(async () => {
   }
   // Workers of a SIGKILLed primary notice the lost IPC channel and exit; wait for them by PID.
   for (const pid of new Set(api.lines.filter(listening).map((l) => l.pid as number))) {
-    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+    await untilGone(pid, 5_000).catch(() => undefined);
   }
   await db.drop();
 });

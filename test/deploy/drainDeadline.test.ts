@@ -7,7 +7,7 @@ import { DEFAULT_TENANT } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase, untilWaitingOnLock } from '../support/database';
 import { request } from '../support/http';
-import { API_MAIN, spawnLogged } from '../support/processes';
+import { API_MAIN, spawnLogged, untilHealthy } from '../support/processes';
 
 test('SIGTERM with a request stuck on a lock: the connection is cut at the deadline and the process exits 0', async () => {
   const db = await createTestDatabase();
@@ -25,12 +25,7 @@ test('SIGTERM with a request stuck on a lock: the connection is cut at the deadl
   });
   try {
     // At warn nothing is logged at boot, so readiness is the API answering.
-    for (let i = 0; ; i++) {
-      const ok = await request(port, 'GET', '/ready').then((r) => r.status === 200, () => false);
-      if (ok) break;
-      if (i > 300 || api.child.exitCode !== null) throw new Error(`the API did not come up:\n${api.output()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await untilHealthy(api, port, '/ready');
     await holder.connect();
     await holder.query('BEGIN');
     await holder.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, true)`, [

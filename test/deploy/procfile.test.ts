@@ -8,7 +8,7 @@ import { createMetrics } from '../../shared/metrics';
 import { createTestDatabase } from '../support/database';
 import { request } from '../support/http';
 import { checkExposition } from '../support/metrics';
-import { alive, LogLine, NF, REPO, Spawned, spawnLogged } from '../support/processes';
+import { alive, LogLine, NF, REPO, Spawned, spawnLogged, untilGone } from '../support/processes';
 
 let db: { url: string; drop(): Promise<void> };
 let nf: Spawned;
@@ -74,9 +74,6 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
   process.kill(-nf.child.pid!, 'SIGINT');
   const exit = await nf.exited;
   expect(exit.signal === null || exit.signal === 'SIGINT').toBe(true);
-  for (const pid of pids) {
-    for (let i = 0; i < 300 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(alive(pid)).toBe(false);
-  }
+  for (const pid of pids) await untilGone(pid);
   expect(nf.lines.some((l: LogLine) => l.msg === 'stopped' && l.process === 'api')).toBe(true);
 });

@@ -17,6 +17,7 @@ import { ApiServer, startApiServer } from '../../services/api/server';
 import { UNLIMITED_RATES } from '../support/api';
 import { call, kv } from '../support/http';
 import { counter } from '../support/metrics';
+import { waitFor } from '../support/wait';
 
 const MARKER = 'kv-value-marker-5e1d';
 
@@ -61,12 +62,10 @@ afterAll(async () => {
 async function serverLog(): Promise<string> {
   const sentinel = `sentinel-${++sentinels}-${Date.now()}`;
   await db.query(`DO $$ BEGIN RAISE WARNING '${sentinel}'; END $$`);
-  for (let i = 0; ; i++) {
-    const { rows } = await db.query(`SELECT pg_read_file(pg_current_logfile()) AS text`);
-    if (rows[0].text.includes(sentinel)) return rows[0].text;
-    if (i > 400) throw new Error('the server log never showed the sentinel');
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  let text = '';
+  const shown = async () => (text = (await db.query(`SELECT pg_read_file(pg_current_logfile()) AS text`)).rows[0].text).includes(sentinel);
+  await waitFor(shown, { what: 'the sentinel WARNING in the server log', timeoutMs: 10_000, everyMs: 25 });
+  return text;
 }
 
 function expectNoMarker(where: string, text: string): void {

@@ -12,6 +12,7 @@ import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/
 import { JsonResponse, request } from '../support/http';
 import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
+import { waitFor } from '../support/wait';
 
 let root: string;
 let pg: EmbeddedPostgres;
@@ -103,11 +104,10 @@ test('with PostgreSQL stopped (SIGSTOP), push, KV get, KV put, the wire and /hea
   }
   // The pools dropped the connections that did not answer and open new ones.
   for (const [method, route, body] of CALLS) {
-    let answer = await request(port, method, route, { body });
-    for (let i = 0; !succeeded(answer.status) && i < 50; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      answer = await request(port, method, route, { body });
-    }
+    let answer!: JsonResponse;
+    const served = async () => succeeded((answer = await request(port, method, route, { body })).status);
+    // Bounded; the expect below says which route was still refused, and how.
+    await waitFor(served, { what: `${method} ${route} served again`, timeoutMs: 5_000, everyMs: 100 }).catch(() => undefined);
     expect({ ...outcome(route, answer), succeeded: succeeded(answer.status) }).toMatchObject({ route, succeeded: true });
   }
 });

@@ -110,7 +110,7 @@ test('with zombies (consumers that stall past a 1 s lease), every message is sti
         // Every 40th message (by payload), the first time it is seen, stalls past the lease.
         if (i === 0 && m.data.n % 40 === 0 && m.retryCount === 0 && stalls < 5 && !committed.has(m.transactionId)) {
           stalls++;
-          await new Promise((resolve) => setTimeout(resolve, 1300));
+          await new Promise((resolve) => setTimeout(resolve, 1300)); // time passing is the test: past the 1 s lease
         }
         const res = await transaction(api.url, {
           operations: [{ type: 'ack', ...ackOf(m) }],

@@ -6,6 +6,7 @@ import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
 import { request } from '../support/http';
 import { spawnApi, Spawned, untilHealthy } from '../support/processes';
+import { waitFor } from '../support/wait';
 
 let db: { url: string; drop(): Promise<void> };
 let port: number;
@@ -60,7 +61,7 @@ test('a flip reaches both workers within a second, and a mirrored flip survives 
     const after = await untilBothWorkers((s) => s.kv === false && s.timersSchedule === false, 1000);
     expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
     const changes = () => api!.output().split('\n').filter((l) => l.includes('switches: kv/timers state changed'));
-    for (let i = 0; i < 200 && !changes().some((l) => l.includes('"source":"cluster"')); i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => changes().some((l) => l.includes('"source":"cluster"')), { what: "the sibling worker's state change (source cluster)", everyMs: 10 }).catch(() => undefined);
     expect(changes().some((l) => l.includes('"source":"operator"'))).toBe(true);
     expect(changes().some((l) => l.includes('"source":"cluster"'))).toBe(true);
     expect(changes().some((l) => l.includes('"source":"database"'))).toBe(false);

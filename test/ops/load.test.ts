@@ -1,5 +1,6 @@
 import { call } from '../support/http';
 import { useApi } from '../support/api';
+import { elapse } from '../support/wait';
 // At three times the rate limit, the admitted operations stay within 10% of the limit and every
 // other call is 429 rate_limited with Retry-After. This asserts a count against the limit the
 // bucket promises, not the speed of the machine: the offered load is paced by the test.
@@ -36,7 +37,7 @@ test('three times the read limit: admitted within 10% of the limit, the rest 429
   const started = performance.now();
   for (let i = 0; i < total; i++) {
     const wait = started + i * gapMs - performance.now();
-    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    if (wait > 1) await elapse(wait); // the pace of the offered load
     answers.push(
       call(api.url, 'GET', `/api/v1/kv/load/k${i % 10}`).then((r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), error: r.body?.error })),
     );

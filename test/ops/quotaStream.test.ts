@@ -8,9 +8,9 @@ import { call } from '../support/http';
 import { startTestApi, TestApi } from '../support/api';
 import { sql } from '../support/database';
 import { startTestSweeper, TestSweeper } from '../support/sweeper';
+import { elapse } from '../support/wait';
 
 const LIMIT = 60;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let api: TestApi;
 let sweeper: TestSweeper;
@@ -33,7 +33,7 @@ function measuring(rollupEveryMs: number, refreshEveryMs: number): () => Promise
   const loop = async (step: () => Promise<unknown>, everyMs: number) => {
     while (!stopped) {
       await step();
-      await sleep(everyMs);
+      await elapse(everyMs); // a cadence, as a running cell has
     }
   };
   const loops = [loop(() => sweeper.cycles(1), rollupEveryMs), loop(() => api.server.ops.book.refresh(), refreshEveryMs)];
@@ -66,7 +66,7 @@ async function streamUntilRefused(tenant: string, writers: number, gapMs: number
         return;
       }
       admitted++;
-      if (gapMs > 0) await sleep(gapMs);
+      if (gapMs > 0) await elapse(gapMs); // the writers' pace
     }
   };
   await Promise.all(Array.from({ length: writers }, writer));

@@ -3,6 +3,7 @@ import { grant, put } from './helpers';
 import { call, kv } from '../support/http';
 import { counter } from '../support/metrics';
 import { useApi } from '../support/api';
+import { elapse } from '../support/wait';
 
 describe('token buckets', () => {
   // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
@@ -50,11 +51,11 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
 
   const gets = (n: number, prefix = 'r') => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `${prefix}${i}` }));
   const puts = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => put(`${prefix}${i}`));
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  // The elapse() calls below are the subject, not waits: buckets refill with time, and Retry-After is one.
 
   /** Both buckets emptied at once, as by a tenant that has used all it had (each refills to its burst in 2 s). */
   async function emptied() {
-    await sleep(2000);
+    await elapse(2000);
     expect((await kv(api.url, [...gets(8, 'g'), ...puts(8, 'e')])).status).toBe(200);
   }
 
@@ -65,7 +66,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
     const seconds = Number(refused.headers.get('retry-after'));
     expect(seconds).toBeGreaterThanOrEqual(1);
     // A timer may fire a millisecond early; the promise is about seconds, not that.
-    await sleep(seconds * 1000 + 20);
+    await elapse(seconds * 1000 + 20);
     const again = await send();
     expect(again.status).toBe(200);
     return seconds;
@@ -78,7 +79,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
   });
 
   test('getMany is one token per operation, whatever its keys; 6 of them wait for 6 tokens', async () => {
-    await sleep(2000);
+    await elapse(2000);
     // One getMany of 100 keys is one token: admitted, however many keys, while a token is left.
     const keys = Array.from({ length: 100 }, (_, i) => `m${i}`);
     expect((await kv(api.url, [...gets(7, 'g'), { op: 'getMany', ns: 'ops', keys }, ...puts(8, 'e')])).status).toBe(200);
@@ -101,7 +102,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
   });
 
   test('a batch needing more than the burst is 400 rate_limit_exceeds_burst on a full bucket too, and takes nothing', async () => {
-    await sleep(2000);
+    await elapse(2000);
     const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limit_exceeds_burst' });
     const big = await kv(api.url, gets(9));
     expect([big.status, big.body.error]).toEqual([400, 'rate_limit_exceeds_burst']);

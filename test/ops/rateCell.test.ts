@@ -10,8 +10,8 @@ import { createTestDatabase } from '../support/database';
 import { request } from '../support/http';
 import { metric } from '../support/metrics';
 import { spawnApi, Spawned, untilHealthy } from '../support/processes';
+import { elapse, waitFor } from '../support/wait';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Offered {
   admitted: number;
@@ -35,7 +35,7 @@ async function offer(port: number, perSec: number, seconds: number, call: (i: nu
     const due = start + (i * 1000) / perSec;
     if (due - start >= seconds * 1000) break;
     const wait = due - performance.now();
-    if (wait > 0) await sleep(wait);
+    if (wait > 0) await elapse(wait); // the pace of the offered load
     const { method, path, body } = call(i);
     inflight.push(
       request(port, method, path, { body, agent }).then(
@@ -142,7 +142,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
   }, 60_000);
 
   test('the cell ceiling counts every process: writes at three times the ceiling admit the ceiling once', async () => {
-    await sleep(1500); // the ceiling's bucket refills from the reads above
+    await elapse(1500); // time passing is the test: the ceiling's bucket refills from the reads above
     const ceiling = 2 * RATE;
     const [a, b] = await Promise.all(ports.map((p) => offer(p, 1.5 * ceiling, WINDOW_S, put)));
     expect([...a.other, ...b.other]).toEqual([]);
@@ -159,8 +159,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
       await holder.query('BEGIN');
       await holder.query('LOCK TABLE queen.kv_rate_bucket, queen.kv_rate_process IN ACCESS EXCLUSIVE MODE');
       const fellBack = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are unreachable; this process enforces 1/2 of every limit');
-      for (let i = 0; i < 100 && !apis.every(fellBack); i++) await sleep(100);
-      expect(apis.every(fellBack)).toBe(true);
+      await waitFor(() => apis.every(fellBack), { what: 'both processes falling back to their share', timeoutMs: 10_000, everyMs: 100 });
       for (const p of ports) expect(await metric(`http://127.0.0.1:${p}`, 'queen_kv_rate_store_fallback')).toBe(1);
 
       const [a, b] = await Promise.all(ports.map((p) => offer(p, 3 * RATE, WINDOW_S, get)));
@@ -174,8 +173,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
     }
     // The store is back: the processes say so and leave their local share.
     const back = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are back');
-    for (let i = 0; i < 100 && !apis.every(back); i++) await sleep(100);
-    expect(apis.every(back)).toBe(true);
+    await waitFor(() => apis.every(back), { what: 'both processes back on the shared buckets', timeoutMs: 10_000, everyMs: 100 });
   }, 90_000);
 });
 

@@ -6,6 +6,7 @@ import { call, kv } from '../support/http';
 import { counter, metric } from '../support/metrics';
 import { useApi } from '../support/api';
 import { sql } from '../support/database';
+import { waitFor } from '../support/wait';
 
 const api = useApi();
 
@@ -85,12 +86,7 @@ test('a row written by another cell reaches this worker through NOTIFY', async (
      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`,
   );
   await sql(api.databaseUrl, `NOTIFY queen_system_state, 'kv-timers'`);
-  let status = 200;
-  for (let i = 0; i < 200 && status !== 503; i++) {
-    status = (await kv(api.url, [put('c')])).status;
-    if (status !== 503) await new Promise((r) => setTimeout(r, 10));
-  }
-  expect(status).toBe(503);
+  await waitFor(async () => (await kv(api.url, [put('c')])).status === 503, { what: 'KV paused (503) by the row the NOTIFY announced', everyMs: 10 });
   await flip({ kv: true });
   expect((await kv(api.url, [put('c')])).status).toBe(200);
 });
@@ -121,6 +117,7 @@ test('an announcement committed before a flip does not undo it, even when it arr
     for (let i = 0; i < 200 && status !== 503; i++) status = (await kv(api.url, [put('g')])).status;
     expect(status).toBe(503);
     await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:1","rows":{"kv_enabled":true}}')`);
+    // An ignored announcement leaves no trace to await: time for it to arrive and be ignored.
     await new Promise((r) => setTimeout(r, 200));
     expect((await kv(api.url, [put('g')])).status).toBe(503);
     await holder.query('COMMIT');
@@ -128,16 +125,11 @@ test('an announcement committed before a flip does not undo it, even when it arr
   } finally {
     await holder.end();
   }
-  await new Promise((r) => setTimeout(r, 200));
+  await new Promise((r) => setTimeout(r, 200)); // as above: the flip's own, older announcement arrives and is ignored
   expect((await kv(api.url, [put('g')])).status).toBe(503);
   // An announcement from elsewhere after this flip's own is newer, and wins.
   await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:2","rows":{"kv_enabled":true}}')`);
-  let after = 503;
-  for (let i = 0; i < 200 && after !== 200; i++) {
-    after = (await kv(api.url, [put('g')])).status;
-    if (after !== 200) await new Promise((r) => setTimeout(r, 10));
-  }
-  expect(after).toBe(200);
+  await waitFor(async () => (await kv(api.url, [put('g')])).status === 200, { what: 'KV back on (200) after the newer announcement', everyMs: 10 });
 });
 
 test('a flip whose announcement this worker missed gives way to the database once its time is up', async () => {
@@ -146,21 +138,12 @@ test('a flip whose announcement this worker missed gives way to the database onc
   // not be hidden behind it for good.
   await sql(api.databaseUrl, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database()`);
   expect((await flip({ kv: false })).body).toMatchObject({ kv: false, mirrored: true });
-  let listening = false;
-  for (let i = 0; i < 300 && !listening; i++) {
-    const rows = await sql(api.databaseUrl, `SELECT 1 FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database() AND state = 'idle'`);
-    listening = rows.length > 0;
-    if (!listening) await new Promise((r) => setTimeout(r, 20));
-  }
-  expect(listening).toBe(true);
+  const listening = async () =>
+    (await sql(api.databaseUrl, `SELECT 1 FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database() AND state = 'idle'`)).length > 0;
+  await waitFor(listening, { what: 'the switch listener connected again', everyMs: 20 });
   // Another cell turns KV back on, as its API would: the row and its announcement.
   await sql(api.databaseUrl, SWITCHES_WRITE.text, [JSON.stringify({ kv_enabled: true }), 'other-cell:1']);
-  let status = 503;
-  for (let i = 0; i < 300 && status !== 200; i++) {
-    status = (await kv(api.url, [put('h')])).status;
-    if (status !== 200) await new Promise((r) => setTimeout(r, 100));
-  }
-  expect(status).toBe(200);
+  await waitFor(async () => (await kv(api.url, [put('h')])).status === 200, { what: "KV back on (200) by the other cell's write", timeoutMs: 40_000, everyMs: 100 });
 });
 
 test('a malformed flip is a 400 with a sentence, and changes nothing', async () => {

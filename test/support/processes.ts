@@ -142,15 +142,17 @@ export async function allInOneEnv(root: string, port: number): Promise<Record<st
   };
 }
 
-/** Resolves once GET /health answers 200 (fails if the process exits first, or after 30 s). */
-export async function untilHealthy(api: Spawned, port: number): Promise<void> {
+/** Resolves once GET `path` answers 200 (fails if the process exits first, or after 30 s). */
+export async function untilHealthy(api: Spawned, port: number, path = '/health'): Promise<void> {
   await waitFor(
     async () => {
       if (api.child.exitCode !== null) throw new Error(`the API exited during boot:\n${api.output()}`);
-      return request(port, 'GET', '/health').then((r) => r.status === 200, () => false);
+      return request(port, 'GET', path).then((r) => r.status === 200, () => false);
     },
-    { what: `the API on port ${port} to answer /health 200; output:\n${api.output().slice(-4000)}`, timeoutMs: 30_000, everyMs: 50 },
-  );
+    { what: `the API on port ${port} to answer ${path} 200`, timeoutMs: 30_000, everyMs: 50 },
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}; output:\n${api.output().slice(-4000)}`);
+  });
 }
 
 export interface SweeperProcess extends Spawned {

@@ -163,7 +163,7 @@ test('sweeper processes SIGKILLed again and again while 20,000 timers drain set-
   const deadline = Date.now() + 90_000;
   for (;;) {
     if (Date.now() > deadline) throw new Error(`${await pending()} timers left after 90 s`);
-    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 200)));
+    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 200))); // a random moment to kill at is the test
     const left = await pending();
     if (left === 0) break;
     // One of the live sweepers, at a random moment: inside a batch or between two. Its replacement
