@@ -12,7 +12,7 @@ import { freePort } from '../../shared/embeddedPostgres';
 import { ackOf, configure, pop } from '../log/helpers';
 import { Bouncer, PGBOUNCER, startPgbouncer } from './pgbouncer';
 import { call } from '../support/http';
-import { alive, API_MAIN, LogLine, Spawned, spawnLogged, SWEEPER_MAIN, untilGone } from '../support/processes';
+import { API_MAIN, LogLine, Spawned, spawnLogged, SWEEPER_MAIN, untilGone } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
 import { createTestDatabase } from '../support/database';
 import { waitFor } from '../support/wait';

@@ -8,7 +8,7 @@ import { createMetrics } from '../../shared/metrics';
 import { createTestDatabase } from '../support/database';
 import { request } from '../support/http';
 import { checkExposition } from '../support/metrics';
-import { alive, LogLine, NF, REPO, Spawned, spawnLogged, untilGone } from '../support/processes';
+import { LogLine, NF, REPO, Spawned, spawnLogged, untilGone } from '../support/processes';
 
 let db: { url: string; drop(): Promise<void> };
 let nf: Spawned;

@@ -12,8 +12,8 @@ import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 
 const MIB = 1024 * 1024;
 /** The bounds the README states for the defaults (QUEEN_MAX_BODY_BYTES 4 MiB, QUEEN_MAX_INFLIGHT_BODY_BYTES 16 MiB). */
-export const WORKER_RSS_BOUND = 240 * MIB;
-export const BACKEND_ANON_BOUND = 128 * MIB;
+const WORKER_RSS_BOUND = 240 * MIB;
+const BACKEND_ANON_BOUND = 128 * MIB;
 const CONCURRENT = 32;
 
 /** A /proc/<pid>/status field in bytes (0 once the process is gone). */
