@@ -5,7 +5,7 @@
 import { pop, push } from './helpers';
 import { call } from '../support/http';
 import { useApi } from '../support/api';
-import { startTestSweeper } from '../support/sweeper';
+import { sweep } from '../support/sweeper';
 
 const api = useApi({}, { sweepers: true });
 
@@ -45,12 +45,7 @@ test('a push cannot swallow a timer: the fire into that queue delivers the timer
   const timerTx = `timer:${scheduled.body.timerId}`;
   const squat = await push(api.url, [{ queue: 'swallow', payload: { from: 'client' }, transactionId: timerTx }]);
   expect(squat.status).toBe(400);
-  const sweeper = startTestSweeper(api.databaseUrl);
-  try {
-    await sweeper.cycles(2);
-  } finally {
-    await sweeper.close();
-  }
+  await sweep(api.databaseUrl, 2);
   const messages = await pop(api.url, 'swallow', { batch: 10 });
   expect(messages.map((m) => [m.transactionId, m.data])).toEqual([[timerTx, { from: 'timer' }]]);
 });

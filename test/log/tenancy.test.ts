@@ -9,7 +9,7 @@ import { startApiServer } from '../../services/api/server';
 import type { Message } from './helpers';
 import { call } from '../support/http';
 import { UNLIMITED_RATES, useApi } from '../support/api';
-import { startTestSweeper } from '../support/sweeper';
+import { sweep } from '../support/sweeper';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
@@ -213,12 +213,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     await pushAs(B, [{ queue: 'timed', payload: 'b-own' }]);
     const timer = await call(api.url, 'POST', '/api/v1/timers', { queue: 'timed', payload: 'from-a-timer', delaySeconds: 0 }, as(A));
     expect(timer.status).toBe(200);
-    const sweeper = startTestSweeper(api.databaseUrl);
-    try {
-      await sweeper.cycles(2);
-    } finally {
-      await sweeper.close();
-    }
+    await sweep(api.databaseUrl, 2);
     expect((await popAs(B, 'timed', '?batch=10')).map((m) => m.data)).toEqual(['b-own']);
     const [fired] = await popAs(A, 'timed', '?batch=10');
     expect([fired.data, fired.transactionId]).toEqual(['from-a-timer', `timer:${timer.body.timerId}`]);

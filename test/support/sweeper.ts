@@ -62,6 +62,16 @@ export function startTestSweeper(
   return handle;
 }
 
+/** A sweeper for `n` cycles, each begun after this call, then closed: what a test that needs "the sweeper ran" awaits. */
+export async function sweep(databaseUrl: string, n = 1): Promise<CycleReport[]> {
+  const s = startTestSweeper(databaseUrl);
+  try {
+    return await s.cycles(n);
+  } finally {
+    await s.close();
+  }
+}
+
 /** For afterEach/afterAll: a sweeper left running is a leak and fails the suite. */
 export async function closeLeakedSweepers(): Promise<number> {
   const leaked = [...live];

@@ -47,6 +47,16 @@ async function run(opsText: string, fast: boolean, settings: Record<string, stri
   }
 }
 
+/** Both runs of `opsText` (the shortcut off, then on) inside one transaction, rolled back: one now() for both. */
+async function bothWays(opsText: string, settings: Record<string, string> = {}): Promise<{ off: Outcome; on: Outcome }> {
+  await db.client.query('BEGIN');
+  try {
+    return { off: await run(opsText, false, settings), on: await run(opsText, true, settings) };
+  } finally {
+    await db.client.query('ROLLBACK');
+  }
+}
+
 const big = 'x'.repeat(65534); // "x...x" is 65536 bytes of jsonb text
 const name128 = 'q'.repeat(128);
 
@@ -99,28 +109,14 @@ const single: Array<[string, unknown]> = [
 
 describe('timers fast path: one operation', () => {
   test.each(single)('%s: same outcome with the shortcut on and off', async (_name, op) => {
-    await db.client.query('BEGIN');
-    try {
-      const text = JSON.stringify([op]);
-      const off = await run(text, false, {});
-      const on = await run(text, true, {});
-      expect(on).toEqual(off);
-    } finally {
-      await db.client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays(JSON.stringify([op]));
+    expect(on).toEqual(off);
   });
 
   test('numbers in the payload are kept as written on both paths', async () => {
-    await db.client.query('BEGIN');
-    try {
-      const text = '[{"op": "schedule", "queue": "orders", "payload": {"n": 12345678901234567890.1234567890, "e": 1e400}, "delaySeconds": 1e2}]';
-      const off = await run(text, false, {});
-      const on = await run(text, true, {});
-      expect(on).toEqual(off);
-      expect(JSON.stringify(on)).toContain('"created":true');
-    } finally {
-      await db.client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays('[{"op": "schedule", "queue": "orders", "payload": {"n": 12345678901234567890.1234567890, "e": 1e400}, "delaySeconds": 1e2}]');
+    expect(on).toEqual(off);
+    expect(JSON.stringify(on)).toContain('"created":true');
   });
 });
 
@@ -135,15 +131,8 @@ describe('timers fast path: settings and batches', () => {
     ['not an array', { op: 'schedule', queue: 'orders', payload: 1, delaySeconds: 5 }, {}],
   ];
   test.each(cases)('%s: same outcome with the shortcut on and off', async (_name, ops, settings) => {
-    await db.client.query('BEGIN');
-    try {
-      const text = JSON.stringify(ops);
-      const off = await run(text, false, settings);
-      const on = await run(text, true, settings);
-      expect(on).toEqual(off);
-    } finally {
-      await db.client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays(JSON.stringify(ops), settings);
+    expect(on).toEqual(off);
   });
 });
 
