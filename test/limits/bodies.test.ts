@@ -1,21 +1,15 @@
-import { head, rawExchange } from '../support/http';
-import { startTestApi, TestApi } from '../support/api';
 // A worker's memory for request bodies is bounded whatever clients send (services/api/bodyBudget.ts):
 // one body past QUEEN_MAX_BODY_BYTES is 413 before it is read, and the bodies in flight past
 // QUEEN_MAX_INFLIGHT_BODY_BYTES are 503 server_busy, each answered at once with the connection closed.
 // Each exchange is on a raw socket, so the test decides how much of a body is ever sent.
+import { head, rawExchange } from '../support/http';
+import { useApi } from '../support/api';
 
 const MIB = 1024 * 1024;
-let api: TestApi;
+const api = useApi({ QUEEN_MAX_BODY_BYTES: String(MIB), QUEEN_MAX_INFLIGHT_BODY_BYTES: String(2 * MIB) });
 let port: number;
-
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_MAX_BODY_BYTES: String(MIB), QUEEN_MAX_INFLIGHT_BODY_BYTES: String(2 * MIB) });
+beforeAll(() => {
   port = api.server.port;
-});
-
-afterAll(async () => {
-  await api?.close();
 });
 
 const json = { 'Content-Type': 'application/json' };

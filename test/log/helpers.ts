@@ -1,5 +1,5 @@
-import { call, JsonResponse } from '../support/http';
 // What the log suites share: thin wrappers over the log's HTTP surface.
+import { call, JsonResponse } from '../support/http';
 
 export interface Message {
   transactionId: string;

@@ -1,9 +1,9 @@
-import { call } from '../support/http';
-import { useApi } from '../support/api';
-import { elapse } from '../support/wait';
 // At three times the rate limit, the admitted operations stay within 10% of the limit and every
 // other call is 429 rate_limited with Retry-After. This asserts a count against the limit the
 // bucket promises, not the speed of the machine: the offered load is paced by the test.
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { elapse } from '../support/wait';
 
 const RATE = 10;
 const BURST = 2;

@@ -1,8 +1,8 @@
+// The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
+// timerKey idempotency, the horizon and payload ceilings, and the billing counters.
 import { call } from '../support/http';
 import { useApi } from '../support/api';
 import { counter, metric } from '../support/metrics';
-// The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
-// timerKey idempotency, the horizon and payload ceilings, and the billing counters.
 
 const api = useApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
 
