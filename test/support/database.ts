@@ -168,7 +168,7 @@ export async function untilWaitingOnLock(url: string, applicationName = 'queen-a
   try {
     const waiting = async () =>
       (await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [applicationName])).rows[0].n > 0;
-    await waitFor(waiting, { what: `a ${applicationName} backend waiting on a lock`, timeoutMs: 10_000 });
+    await waitFor(waiting, { what: `a ${applicationName} backend waiting on a lock`, timeoutMs: 10_000, everyMs: 25 });
   } finally {
     await watcher.end();
   }
