@@ -135,6 +135,8 @@ export function useDatabase(o: SuiteOptions & { open?: () => Promise<{ url: stri
     drop = db.drop;
     suite.url = db.url;
     suite.pool = new Pool({ connectionString: db.url, max: o.connections ?? 2 });
+    // An idle connection the server ends (a test that restarts or terminates backends) is not the test's failure.
+    suite.pool.on('error', () => undefined);
     if (o.client) suite.client = await suite.pool.connect();
   });
   if (o.reset || o.sweepers) {
