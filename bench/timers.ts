@@ -21,6 +21,7 @@ import os from 'node:os';
 import { Client, Pool } from 'pg';
 import PgBoss from 'pg-boss';
 import { spawnSweeper, SweeperProcess } from '../test/support/processes';
+import { waitFor } from '../test/support/wait';
 import { benchDatabase } from './lib/database';
 import { loadAverage } from './lib/procs';
 
@@ -48,14 +49,6 @@ const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.rep
 
 const out = (line = '') => process.stdout.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(check: () => Promise<boolean>, timeoutMs: number, everyMs = 10): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms`);
-    await sleep(everyMs);
-  }
-}
 
 /** `clients` closed loops sharing `n` calls of `task`; answers calls a second. */
 async function closedLoop(n: number, clients: number, task: (i: number) => Promise<unknown>): Promise<number> {
@@ -123,7 +116,8 @@ async function drainOurs(pool: Pool, url: string, sweepers: number): Promise<num
   }
   if (Date.now() > dueAt) out(`    (ours, ${sweepers}: scheduling ended ${Date.now() - dueAt} ms after the due instant)`);
   await sleep(Math.max(0, dueAt - Date.now()));
-  await until(async () => !(await pool.query(`SELECT EXISTS (SELECT 1 FROM queen.log_timers WHERE queue = $1) AS x`, [queue])).rows[0].x, 300_000);
+  const drained = async () => !(await pool.query(`SELECT EXISTS (SELECT 1 FROM queen.log_timers WHERE queue = $1) AS x`, [queue])).rows[0].x;
+  await waitFor(drained, { what: `every ${queue} timer fired`, timeoutMs: 300_000, everyMs: 10 });
   const seconds = (Date.now() - dueAt) / 1000;
   const delivered = (
     await pool.query(
@@ -153,11 +147,11 @@ async function drainBoss(pool: Pool, boss: PgBoss, schema: string, c: BossConfig
   }
   if (Date.now() > dueAt) out(`    (pg-boss ${c.workers} x ${c.batch}: inserting ended ${Date.now() - dueAt} ms after the due instant)`);
   await sleep(Math.max(0, dueAt - Date.now()));
-  await until(async () => {
+  await waitFor(async () => {
     if (handled < DRAIN_N) return false;
     const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = $1 AND state = 'completed'`, [queue]);
     return rows[0].n >= DRAIN_N;
-  }, 300_000, 20);
+  }, { what: `${DRAIN_N} pg-boss jobs completed`, timeoutMs: 300_000, everyMs: 20 });
   const seconds = (Date.now() - dueAt) / 1000;
   await boss.offWork(queue);
   return DRAIN_N / seconds;
@@ -255,7 +249,7 @@ async function benchLag(
     }),
   );
   const oursScheduled = lastScheduleRate;
-  await until(async () => ours.length >= sent, 120_000, 50);
+  await waitFor(() => ours.length >= sent, { what: 'every timer of ours seen by the consumer', timeoutMs: 120_000, everyMs: 50 });
   await listener.end();
   await stopSweeper(sweeper);
 
@@ -271,7 +265,7 @@ async function benchLag(
     boss.insert(Array.from({ length: count }, () => ({ name: queue, data: { due: dueAt }, startAfter: new Date(dueAt) }))),
   );
   const theirsScheduled = lastScheduleRate;
-  await until(async () => theirs.length >= bossSent, 120_000, 50);
+  await waitFor(() => theirs.length >= bossSent, { what: 'every pg-boss job handled', timeoutMs: 120_000, everyMs: 50 });
   await boss.offWork(queue);
   return { ours: ours.sort((a, b) => a - b), theirs: theirs.sort((a, b) => a - b), oursScheduled, theirsScheduled };
 }
