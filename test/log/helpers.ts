@@ -72,3 +72,16 @@ export function transaction(base: string, body: Record<string, unknown>) {
 export function once(ns: string, key: string, value: unknown = true) {
   return { op: 'putIfAbsent', ns, key, value, ttlSeconds: 86400, required: true };
 }
+
+/**
+ * A message whose first lease (1 s) lapsed and a second consumer took over: `zombie` is the first
+ * lease's copy, `heir` the long poll's (another lease on the same message).
+ */
+export async function takenOver(base: string, queue: string, transactionId: string, payload: unknown = 'work'): Promise<{ zombie: Message; heir: Message }> {
+  await configure(base, queue, { leaseTime: 1 });
+  await push(base, [{ queue, payload, transactionId }]);
+  const [zombie] = await pop(base, queue);
+  const [heir] = await pop(base, queue, { wait: true, timeout: 10_000 });
+  expect(heir.transactionId).toBe(transactionId);
+  return { zombie, heir };
+}

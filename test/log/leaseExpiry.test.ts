@@ -53,6 +53,15 @@ async function poisonAndFine(queue: string, options: Record<string, unknown>) {
   ]);
 }
 
+/** The poison message of a retryLimit-1 queue, popped and left to lapse once: the next pop's copy (retryCount 1). */
+async function lapsedOnce(queue: string): Promise<Message> {
+  await poisonAndFine(queue, { retryLimit: 1 });
+  await pop(api.url, queue);
+  const [again] = await popAfterExpiry(queue);
+  expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+  return again;
+}
+
 describe('an expired lease is a failed delivery', () => {
   test('retryLimit 1: popped and never acked twice, the message is dead-lettered and the next pop gets the following one', async () => {
     const queue = 'lapse-1';
@@ -113,10 +122,7 @@ describe('an expired lease is a failed delivery', () => {
 
   test('an expired lease whose message a fresh pop then completes is not dead-lettered', async () => {
     const queue = 'lapse-completed';
-    await poisonAndFine(queue, { retryLimit: 1 });
-    await pop(api.url, queue);
-    const [again] = await popAfterExpiry(queue);
-    expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+    const again = await lapsedOnce(queue);
     expect((await ack(api.url, again)).body).toMatchObject({ ok: true, status: 'completed', deadLetter: false });
     expect(await failureOf(queue, 'poison')).toEqual({ failures: 1, dead: false });
     const [next] = await pop(api.url, queue);
@@ -155,10 +161,7 @@ describe('failed acks and expiries add up, and each lease counts once', () => {
 
   test('an expiry, then a failed ack: the ack is the one past the limit and says so', async () => {
     const queue = 'mixed-expiry-first';
-    await poisonAndFine(queue, { retryLimit: 1 });
-    await pop(api.url, queue);
-    const [again] = await popAfterExpiry(queue);
-    expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+    const again = await lapsedOnce(queue);
     expect((await ack(api.url, again, 'failed')).body).toMatchObject({ ok: true, status: 'failed', deadLetter: true });
     const [next] = await pop(api.url, queue);
     expect(next.transactionId).toBe('fine');

@@ -3,7 +3,7 @@
 // lease extend, and the shape refusals.
 import { Client } from 'pg';
 import { migrations } from '../../shared/migrations';
-import { ack, ackOf, configure, pop, popRaw, push } from './helpers';
+import { ack, ackOf, configure, pop, popRaw, push, takenOver } from './helpers';
 import { call } from '../support/http';
 import { elapse } from '../support/wait';
 import { useApi } from '../support/api';
@@ -128,12 +128,8 @@ describe('pop and leases', () => {
   });
 
   test('an expired lease makes the messages available again, and the old lease can no longer ack', async () => {
-    await configure(api.url, 'expiry', { leaseTime: 1 });
-    await push(api.url, [{ queue: 'expiry', payload: 'x', transactionId: 'e1' }]);
-    const [first] = await pop(api.url, 'expiry');
     // A second consumer long-polls; it gets the message once the first lease lapses.
-    const [second] = await pop(api.url, 'expiry', { wait: true, timeout: 10_000 });
-    expect(second.transactionId).toBe('e1');
+    const { zombie: first, heir: second } = await takenOver(api.url, 'expiry', 'e1', 'x');
     expect(second.leaseId).not.toBe(first.leaseId);
     const zombie = await ack(api.url, first);
     expect(zombie.status).toBe(200);

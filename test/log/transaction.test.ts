@@ -1,5 +1,5 @@
 // The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
-import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
+import { ack, ackOf, Message, once, pop, popRaw, push, takenOver, transaction } from './helpers';
 import { call, kv } from '../support/http';
 import { useApi } from '../support/api';
 import { sample, scrape } from '../support/metrics';
@@ -83,12 +83,8 @@ describe('the once-marker scenario', () => {
 
 describe('the zombie', () => {
   test('a bundle whose lease expired writes nothing: not the marker, not its unconditional write, not its push', async () => {
-    await configure(api.url, 'zombie', { leaseTime: 1 });
-    await push(api.url, [{ queue: 'zombie', payload: 'work', transactionId: 'z1' }]);
-    const [zombie] = await pop(api.url, 'zombie');
     // Another consumer takes the message over once the zombie's lease lapses.
-    const [heir] = await pop(api.url, 'zombie', { wait: true, timeout: 10_000 });
-    expect(heir.transactionId).toBe('z1');
+    const { zombie, heir } = await takenOver(api.url, 'zombie', 'z1');
 
     const res = await transaction(api.url, {
       operations: [
