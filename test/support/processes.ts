@@ -11,6 +11,7 @@ import { waitFor } from './wait';
 export const REPO = path.resolve(__dirname, '..', '..', '..');
 export const API_MAIN = path.join(REPO, 'dist', 'services', 'api', 'main.js');
 export const SWEEPER_MAIN = path.join(REPO, 'dist', 'services', 'sweeper', 'main.js');
+export const MIGRATE_MAIN = path.join(REPO, 'dist', 'services', 'migrate.js');
 export const NF = path.join(REPO, 'node_modules', '.bin', 'nf');
 
 export type LogLine = Record<string, any> & { msg?: string; pid?: number };
@@ -174,6 +175,15 @@ export async function spawnSweeper(databaseUrl: string, env: Record<string, stri
   const config = await p.waitForLine((l) => l.msg === 'config: sweeper', 'config: sweeper');
   const metricsPort = Number(p.lines.find((l) => l.msg === 'sweeper metrics listening')?.port ?? config.metricsPort);
   return Object.assign(p, { id: String(config.sweeperId), metricsPort, metric: (name: string) => metric(metricsPort, name) });
+}
+
+/** `node dist/services/migrate.js` with `env`, run to its end (SIGKILLed past 60 s): its exit code, its JSON lines, its output. */
+export async function runMigrate(env: Record<string, string>): Promise<{ code: number | null; lines: LogLine[]; output: string }> {
+  const p = spawnLogged(process.execPath, [MIGRATE_MAIN], { LOG_LEVEL: 'info', ...env });
+  const timer = setTimeout(() => p.child.kill('SIGKILL'), 60_000);
+  const { code } = await p.exited;
+  clearTimeout(timer);
+  return { code, lines: p.lines, output: p.output() };
 }
 
 /** Whether a PID is alive (signal 0). */
