@@ -6,14 +6,9 @@ import { startTestApi, TestApi } from '../support/api';
 import { call, JsonResponse, kv } from '../support/http';
 
 // The per-tenant token buckets (docs/operations.md) would turn the load-shaped tests here into 429s;
-// these suites test the store's rules, so the buckets are opened wide. The acquire timeout is long
-// because 2 shared cores under a concurrent test can queue a request for more than a second.
+// startTestApi opens them wide (UNLIMITED_RATES). The acquire timeout is long because 2 shared
+// cores under a concurrent test can queue a request for more than a second.
 const WIDE_OPEN: Record<string, string> = {
-  QUEEN_KV_READS_PER_SEC: '1000000',
-  QUEEN_KV_READS_BURST: '1000000',
-  QUEEN_KV_WRITES_PER_SEC: '1000000',
-  QUEEN_KV_WRITES_BURST: '1000000',
-  QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
   QUEEN_KV_ACQUIRE_TIMEOUT_MS: '30000',
   QUEEN_KV_STATEMENT_TIMEOUT_MS: '30000',
 };

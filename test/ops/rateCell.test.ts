@@ -7,10 +7,11 @@ import { performance } from 'node:perf_hooks';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { request } from '../support/http';
+import { call, request } from '../support/http';
 import { metric } from '../support/metrics';
 import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 import { elapse, waitFor } from '../support/wait';
+import { UNLIMITED_RATES } from '../support/api';
 
 
 interface Offered {
@@ -187,16 +188,11 @@ test('a read and writes arriving together on a worker with empty leases are all 
     PORT: String(port),
     QUEEN_WORKERS: '1',
     DB_POOL_SIZE: '10',
-    QUEEN_KV_READS_PER_SEC: '1000000',
-    QUEEN_KV_READS_BURST: '1000000',
-    QUEEN_KV_WRITES_PER_SEC: '1000000',
-    QUEEN_KV_WRITES_BURST: '1000000',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
+    ...UNLIMITED_RATES,
   });
   try {
     await untilHealthy(api, port);
-    const send = (method: string, path: string, body?: unknown) =>
-      fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) }).then((r) => r.status);
+    const send = (method: string, path: string, body?: unknown) => call(`http://127.0.0.1:${port}`, method, path, body).then((r) => r.status);
     const statuses = await Promise.all([
       send('GET', '/api/v1/kv/together/k'),
       send('PUT', '/api/v1/kv/together/k', { value: 1, forever: true }),
