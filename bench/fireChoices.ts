@@ -14,6 +14,7 @@ import path from 'node:path';
 import { Client, Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { loadAverage } from './lib/procs';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const N = Number(process.env.BENCH_N ?? 20_000);
@@ -25,6 +26,14 @@ const CHOICES: Record<string, string> = {
   'global + each': 'SELECT queen.bench_fire_global_each_v1($2::int) AS r, $1::smallint[] AS unused',
   'global + set': 'SELECT queen.timers_fire_v1($2::int) AS r, $1::smallint[] AS unused',
 };
+
+// Both per-timer candidates lock the claimed timers' partitions the same way, in the order the
+// shipped fire takes them (tenant, then queue and partition ascending).
+const LOCK_PARTITIONS = `  FOR v_tenant IN SELECT DISTINCT c.tenant_id FROM unnest(v_claimed) AS c ORDER BY c.tenant_id LOOP
+    PERFORM queen.log_lock_partitions_v1(v_tenant, (
+      SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
+      FROM unnest(v_claimed) AS c WHERE c.tenant_id = v_tenant));
+  END LOOP;`;
 
 const FUNCTIONS = `CREATE OR REPLACE FUNCTION queen.bench_fire_by_shard_v1(p_shards SMALLINT[], p_limit INT) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
@@ -62,11 +71,7 @@ BEGIN
   -- order, taken up front as queen.log_push_items_v1 does for its one tenant, so a pass and a
   -- transaction-wire bundle pushing to the same partitions can never wait on each other in a circle.
   -- Each timer fires into its own tenant's queue.
-  FOR v_tenant IN SELECT DISTINCT c.tenant_id FROM unnest(v_claimed) AS c ORDER BY c.tenant_id LOOP
-    PERFORM queen.log_lock_partitions_v1(v_tenant, (
-      SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
-      FROM unnest(v_claimed) AS c WHERE c.tenant_id = v_tenant));
-  END LOOP;
+${LOCK_PARTITIONS}
   FOREACH r IN ARRAY v_claimed LOOP
     v_answer := queen.log_push_v1(r.tenant_id, r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     IF v_answer ->> 'status' = 'duplicate' THEN
@@ -93,11 +98,7 @@ BEGIN
   IF v_claimed IS NULL THEN
     RETURN jsonb_build_object('fired', 0);
   END IF;
-  FOR v_tenant IN SELECT DISTINCT c.tenant_id FROM unnest(v_claimed) AS c ORDER BY c.tenant_id LOOP
-    PERFORM queen.log_lock_partitions_v1(v_tenant, (
-      SELECT jsonb_agg(DISTINCT jsonb_build_object('queue', c.queue, 'partition', c.partition))
-      FROM unnest(v_claimed) AS c WHERE c.tenant_id = v_tenant));
-  END LOOP;
+${LOCK_PARTITIONS}
   FOREACH r IN ARRAY v_claimed LOOP
     PERFORM queen.log_push_v1(r.tenant_id, r.queue, r.partition, r.payload, 'timer:' || r.timer_id::text);
     v_n := v_n + 1;
@@ -169,7 +170,7 @@ async function main(): Promise<void> {
     const pool = new Pool({ connectionString: u.toString(), max: 4 });
     pool.on('error', () => undefined);
     await pool.query(FUNCTIONS);
-    out(`# bench/fireChoices — ${new Date().toISOString()}, ${os.availableParallelism()} cores, load average ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`# bench/fireChoices — ${new Date().toISOString()}, ${os.availableParallelism()} cores, load average ${loadAverage()}`);
     out(`# ${N} due timers over 16 partitions (one queue), at most ${BATCH} a transaction`);
     let k = 0;
     for (const [name, text] of Object.entries(CHOICES)) {
@@ -190,7 +191,7 @@ async function main(): Promise<void> {
         out(`${name.padEnd(16)} ${connections} connection${connections > 1 ? 's' : ' '}  ${rate.toFixed(0).padStart(6)} timers/s${order}`);
       }
     }
-    out(`load average at the end ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`load average at the end ${loadAverage()}`);
     await pool.end();
   } catch (err) {
     process.stderr.write(`fireChoices failed: ${(err as Error)?.stack ?? err}\n`);

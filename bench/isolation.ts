@@ -16,11 +16,11 @@ import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from 'pg';
-import { withDatabase } from '../test/support/database';
 import { DEFAULTS } from '../shared/config';
-import { freePort, startEmbeddedPostgres, EmbeddedPostgres } from '../shared/embeddedPostgres';
+import { freePort } from '../shared/embeddedPostgres';
+import { benchDatabase } from './lib/database';
 import { median } from './lib/procedure';
+import { loadAverage } from './lib/procs';
 
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const autocannon = require('autocannon');
@@ -78,35 +78,6 @@ function machineBusy(): { busy: number; total: number } {
 
 function out(line = ''): void {
   process.stdout.write(`${line}\n`);
-}
-
-async function database(): Promise<{ url: string; postmasterPid?: number; stop(): Promise<void> }> {
-  let adminUrl = process.env.DATABASE_URL;
-  let embedded: EmbeddedPostgres | undefined;
-  let dir: string | undefined;
-  if (!adminUrl) {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-isolation-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort(), throwaway: true });
-    adminUrl = embedded.url;
-  }
-  const name = `queen_bench_isolation_${process.pid}`;
-  const admin = new Client({ connectionString: adminUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const pidFile = embedded ? path.join(embedded.dataDir, 'postmaster.pid') : undefined;
-  return {
-    url: withDatabase(adminUrl, name),
-    postmasterPid: pidFile && fs.existsSync(pidFile) ? Number(fs.readFileSync(pidFile, 'utf8').split('\n')[0]) : undefined,
-    async stop() {
-      const c = new Client({ connectionString: adminUrl });
-      await c.connect();
-      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await c.end();
-      await embedded?.stop();
-      if (dir) fs.rmSync(dir, { recursive: true, force: true });
-    },
-  };
 }
 
 async function startApi(databaseUrl: string, port: number): Promise<ChildProcess> {
@@ -191,7 +162,7 @@ async function statusCounts(port: number): Promise<Record<string, number>> {
 
 async function main(): Promise<void> {
   if (!fs.existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build first`);
-  const db = await database();
+  const db = await benchDatabase('isolation');
   const port = await freePort();
   const api = await startApi(db.url, port);
   try {
@@ -205,7 +176,7 @@ async function main(): Promise<void> {
       process.exitCode = 2;
       return;
     }
-    out(`load average before the run: ${os.loadavg().map((l) => l.toFixed(1)).join(' ')} (other work on this machine moves every number below)`);
+    out(`load average before the run: ${loadAverage()} (other work on this machine moves every number below)`);
     out(`bench:isolation  ${os.cpus().length} CPUs, API ${WORKERS} workers, ${ROUNDS} rounds of ${SECONDS}s alone + ${SECONDS}s flooded, then alone, ${PUSH_CONNECTIONS} push connections`);
     out(`KV flood: ${FLOOD_FACTOR * READS_PER_SEC} reads/s + ${FLOOD_FACTOR * WRITES_PER_SEC} writes/s offered (10 x the per-cell limits ${READS_PER_SEC}/${WRITES_PER_SEC})`);
 

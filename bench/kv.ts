@@ -21,7 +21,7 @@ import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
 import { agentClient, closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
-import { childrenOf, machineBusyUs, machineLine, rssMb, TreeCpu, waitReady } from './lib/procs';
+import { cellEnv, childrenOf, machineBusyUs, machineLine, rssMb, stopChild, TreeCpu, waitReady } from './lib/procs';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);
@@ -212,20 +212,7 @@ async function startCell(databaseUrl: string): Promise<Cell> {
   // --max-semi-space-size=N ...): where its memory goes.
   execArgv.push(...(process.env.BENCH_CELL_NODE_ARGS ?? '').split(' ').filter(Boolean));
   const proc = spawn(process.execPath, [...execArgv, main], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      PORT: String(port),
-      QUEEN_WORKERS: String(WORKERS),
-      LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
-      QUEEN_SWEEPER: 'false',
-      // Out of the way: the benchmark measures the path, not the limiter's refusals.
-      QUEEN_KV_READS_PER_SEC: '1000000000',
-      QUEEN_KV_READS_BURST: '1000000000',
-      QUEEN_KV_WRITES_PER_SEC: '1000000000',
-      QUEEN_KV_WRITES_BURST: '1000000000',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000000000',
-    },
+    env: cellEnv(databaseUrl, port, WORKERS),
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   await waitReady(port, '/ready');
@@ -245,14 +232,6 @@ async function startNaive(databaseUrl: string): Promise<{ port: number; proc: Ch
     proc.once('exit', (code) => reject(new Error(`the naive server exited during start (${code})`)));
   });
   return { port, proc };
-}
-
-async function stopChild(proc: ChildProcess): Promise<void> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  await new Promise<void>((resolve) => {
-    proc.once('exit', () => resolve());
-    proc.kill('SIGTERM');
-  });
 }
 
 function postmasterPid(dataDir: string | undefined): number | undefined {

@@ -7,7 +7,7 @@
 //   and that revision's statements from shared/sql/kv.ts, in a second database, alternating),
 //   --only=get,put (statements whose name starts so)
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../shared/sql/kv';
-import { Backend, backendUsPerCall, databaseAt, median, statementAt, withServer } from './lib/procedure';
+import { Backend, backendUsPerCall, BLOCK, databaseAt, median, statementAt, withLanes } from './lib/procedure';
 
 const CALLS = Number(process.argv.find((a) => a.startsWith('--calls='))?.slice(8) ?? process.env.BENCH_CALLS ?? 3000);
 const TENANT = '00000000-0000-0000-0000-000000000001';
@@ -97,14 +97,7 @@ async function database(url: string, name: string, ref: string | undefined): Pro
 }
 
 async function main(): Promise<void> {
-  const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
-  const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
-  await withServer(async (url) => {
-    const now = await database(url, 'queen_bench_proc_b', undefined);
-    const before = compare ? await database(url, 'queen_bench_proc_a', compare) : undefined;
-    // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on all of them.
-    const BLOCK = 100;
-    const blocks = Math.max(3, Math.round(CALLS / BLOCK));
+  await withLanes('queen_bench_proc', CALLS, database, async ({ now, before, compare, selected, blocks }) => {
     process.stdout.write(
       `one connection per lane, sequential calls, ${blocks} alternating blocks of ${BLOCK}; median over blocks of the backend's CPU µs per call ` +
         '(/proc/<backend>/schedstat: commit waits and neighbours do not count)\n',
@@ -115,7 +108,7 @@ async function main(): Promise<void> {
         : '| statement | cell statement | bare SQL | difference |\n|---|---:|---:|---:|\n',
     );
     for (const p of PAIRS) {
-      if (only && !only.split(',').some((o) => p.name.startsWith(o))) continue;
+      if (!selected(p.name)) continue;
       const perBlock = p.name.startsWith('100') ? Math.ceil(BLOCK / 20) : BLOCK;
       const a: number[] = [];
       const b: number[] = [];
@@ -137,8 +130,6 @@ async function main(): Promise<void> {
           : `| ${p.name} | ${mb.toFixed(0)} | ${mq.toFixed(0)} | ${(mb - mq).toFixed(0)} |\n`,
       );
     }
-    await now.client.end();
-    await before?.client.end();
   });
 }
 

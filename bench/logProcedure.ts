@@ -7,7 +7,7 @@
 //   name starts so)
 import { DEFAULT_TENANT } from '../shared/config';
 import { LOG_PUSH } from '../shared/sql/log';
-import { Backend, backendUsPerCall, databaseAt, median, Statement, statementAt, withServer } from './lib/procedure';
+import { Backend, backendUsPerCall, BLOCK, databaseAt, median, Statement, statementAt, withLanes } from './lib/procedure';
 
 const CALLS = Number(process.argv.find((a) => a.startsWith('--calls='))?.slice(8) ?? process.env.BENCH_CALLS ?? 3000);
 const PAYLOAD = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
@@ -50,14 +50,7 @@ async function database(url: string, name: string, ref: string | undefined): Pro
 }
 
 async function main(): Promise<void> {
-  const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
-  const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
-  await withServer(async (url) => {
-    const now = await database(url, 'queen_bench_log_b', undefined);
-    const before = compare ? await database(url, 'queen_bench_log_a', compare) : undefined;
-    // Blocks of calls alternate between the lanes, so a neighbour's burst of load lands on both.
-    const BLOCK = 100;
-    const blocks = Math.max(3, Math.round(CALLS / BLOCK));
+  await withLanes('queen_bench_log', CALLS, database, async ({ now, before, compare, selected, blocks }) => {
     process.stdout.write(
       `one connection per lane, sequential calls (each its own transaction), ${blocks} alternating blocks of ${BLOCK}; ` +
         "median over blocks of the backend's CPU µs per call (/proc/<backend>/schedstat: commit waits and neighbours do not count)\n",
@@ -66,7 +59,7 @@ async function main(): Promise<void> {
       compare ? `| push | @ ${compare} | working tree | change |\n|---|---:|---:|---:|\n` : '| push | µs per call |\n|---|---:|\n',
     );
     for (const c of CASES) {
-      if (only && !only.split(',').some((o) => c.name.startsWith(o))) continue;
+      if (!selected(c.name)) continue;
       const perBlock = c.name.startsWith('ten') ? BLOCK / 5 : BLOCK;
       const a: number[] = [];
       const b: number[] = [];
@@ -88,8 +81,6 @@ async function main(): Promise<void> {
         before ? `| ${c.name} | ${ma.toFixed(0)} | ${mb.toFixed(0)} | ${(((mb - ma) / ma) * 100).toFixed(0)}% |\n` : `| ${c.name} | ${mb.toFixed(0)} |\n`,
       );
     }
-    await now.client.end();
-    await before?.client.end();
   });
 }
 

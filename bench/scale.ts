@@ -23,9 +23,10 @@ import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
-import { spawnSweeper } from '../test/support/sweeper';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
-import { childrenOf, machineLine, TreeCpu, waitReady } from './lib/procs';
+import { cellEnv, childrenOf, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
+import { spawnSweeper } from '../test/support/processes';
+import { waitFor } from '../test/support/wait';
 
 // ---------------------------------------------------------------- options
 const argv = process.argv.slice(2);
@@ -99,31 +100,11 @@ const SQL = {
 async function startCell(databaseUrl: string): Promise<{ port: number; proc: ChildProcess }> {
   const port = await freePort();
   const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      PORT: String(port),
-      QUEEN_WORKERS: '1',
-      LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
-      QUEEN_SWEEPER: 'false',
-      QUEEN_KV_READS_PER_SEC: '1000000000',
-      QUEEN_KV_READS_BURST: '1000000000',
-      QUEEN_KV_WRITES_PER_SEC: '1000000000',
-      QUEEN_KV_WRITES_BURST: '1000000000',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000000000',
-    },
+    env: cellEnv(databaseUrl, port, 1),
     stdio: ['ignore', 'inherit', 'inherit'],
   });
   await waitReady(port, '/ready');
   return { port, proc };
-}
-
-async function stopChild(proc: ChildProcess): Promise<void> {
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  await new Promise<void>((resolve) => {
-    proc.once('exit', () => resolve());
-    proc.kill('SIGTERM');
-  });
 }
 
 // ---------------------------------------------------------------- figures
@@ -494,13 +475,8 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
       }
       await sleep(10);
     }
-    const deadline = Date.now() + 60_000;
-    for (;;) {
-      const { rows } = await ctx.admin.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = $1`, [lagQueue]);
-      if (rows[0].n === 0) break;
-      if (Date.now() > deadline) throw new Error(`the sweeper left ${rows[0].n} lag timers unfired after 60 s`);
-      await sleep(100);
-    }
+    const fired = async () => (await ctx.admin.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = $1`, [lagQueue])).rows[0].n === 0;
+    await waitFor(fired, { what: 'every lag timer fired by the sweeper', timeoutMs: 60_000, everyMs: 100 });
     const { rows } = await ctx.admin.query(
       `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l) AS p50, percentile_cont(0.99) WITHIN GROUP (ORDER BY l) AS p99, max(l) AS mx
          FROM (SELECT extract(epoch FROM m.created_at - (m.payload ->> 'at')::timestamptz) * 1000 AS l

@@ -18,9 +18,9 @@ import path from 'node:path';
 import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
-import { spawnSweeper } from '../test/support/sweeper';
 import { closedLoop } from './lib/load';
 import { childrenOf, cpuUs, machineLine, TreeCpu } from './lib/procs';
+import { spawnSweeper } from '../test/support/processes';
 
 const argv = process.argv.slice(2);
 const opt = (name: string, fallback: string) => {

@@ -17,14 +17,13 @@
 // BENCH_HIGH_RATE (10000), BENCH_LAG_SECONDS (15), BENCH_HIGH_SECONDS (10), BENCH_CLIENTS (16),
 // BENCH_BOSS_WORKERS (2,8,16), BENCH_BOSS_BATCHES (100,500,2000), BENCH_ONLY (a,b,c,d). DATABASE_URL
 // to use your own server; otherwise an embedded PostgreSQL in a temporary folder (durability on).
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { Client, Pool } from 'pg';
 import PgBoss from 'pg-boss';
-import { applySchema } from '../shared/db';
-import { startEmbeddedPostgres, freePort, EmbeddedPostgres } from '../shared/embeddedPostgres';
-import { spawnSweeper, SweeperProcess } from '../test/support/sweeper';
+import { spawnSweeper, SweeperProcess } from '../test/support/processes';
+import { waitFor } from '../test/support/wait';
+import { benchDatabase } from './lib/database';
+import { loadAverage } from './lib/procs';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 function envInt(name: string, fallback: number): number {
@@ -50,14 +49,6 @@ const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.rep
 
 const out = (line = '') => process.stdout.write(`${line}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(check: () => Promise<boolean>, timeoutMs: number, everyMs = 10): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`not reached within ${timeoutMs} ms`);
-    await sleep(everyMs);
-  }
-}
 
 /** `clients` closed loops sharing `n` calls of `task`; answers calls a second. */
 async function closedLoop(n: number, clients: number, task: (i: number) => Promise<unknown>): Promise<number> {
@@ -125,7 +116,8 @@ async function drainOurs(pool: Pool, url: string, sweepers: number): Promise<num
   }
   if (Date.now() > dueAt) out(`    (ours, ${sweepers}: scheduling ended ${Date.now() - dueAt} ms after the due instant)`);
   await sleep(Math.max(0, dueAt - Date.now()));
-  await until(async () => !(await pool.query(`SELECT EXISTS (SELECT 1 FROM queen.log_timers WHERE queue = $1) AS x`, [queue])).rows[0].x, 300_000);
+  const drained = async () => !(await pool.query(`SELECT EXISTS (SELECT 1 FROM queen.log_timers WHERE queue = $1) AS x`, [queue])).rows[0].x;
+  await waitFor(drained, { what: `every ${queue} timer fired`, timeoutMs: 300_000, everyMs: 10 });
   const seconds = (Date.now() - dueAt) / 1000;
   const delivered = (
     await pool.query(
@@ -155,11 +147,11 @@ async function drainBoss(pool: Pool, boss: PgBoss, schema: string, c: BossConfig
   }
   if (Date.now() > dueAt) out(`    (pg-boss ${c.workers} x ${c.batch}: inserting ended ${Date.now() - dueAt} ms after the due instant)`);
   await sleep(Math.max(0, dueAt - Date.now()));
-  await until(async () => {
+  await waitFor(async () => {
     if (handled < DRAIN_N) return false;
     const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${schema}.job WHERE name = $1 AND state = 'completed'`, [queue]);
     return rows[0].n >= DRAIN_N;
-  }, 300_000, 20);
+  }, { what: `${DRAIN_N} pg-boss jobs completed`, timeoutMs: 300_000, everyMs: 20 });
   const seconds = (Date.now() - dueAt) / 1000;
   await boss.offWork(queue);
   return DRAIN_N / seconds;
@@ -262,7 +254,7 @@ async function benchLag(
     }),
   );
   const oursScheduled = lastScheduleRate;
-  await until(async () => ours.length >= sent, 120_000, 50);
+  await waitFor(() => ours.length >= sent, { what: 'every timer of ours seen by the consumer', timeoutMs: 120_000, everyMs: 50 });
   await listener.end();
   await stopSweeper(sweeper);
 
@@ -278,29 +270,14 @@ async function benchLag(
     boss.insert(Array.from({ length: count }, () => ({ name: queue, data: { due: dueAt }, startAfter: new Date(dueAt) }))),
   );
   const theirsScheduled = lastScheduleRate;
-  await until(async () => theirs.length >= bossSent, 120_000, 50);
+  await waitFor(() => theirs.length >= bossSent, { what: 'every pg-boss job handled', timeoutMs: 120_000, everyMs: 50 });
   await boss.offWork(queue);
   return { ours: ours.sort((a, b) => a - b), theirs: theirs.sort((a, b) => a - b), oursScheduled, theirsScheduled };
 }
 
 async function main(): Promise<void> {
-  let url = process.env.DATABASE_URL;
-  let embedded: EmbeddedPostgres | undefined;
-  let dataDir: string | undefined;
-  if (!url) {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-timers-'));
-    embedded = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'pg'), port: await freePort(), throwaway: true });
-    url = embedded.url;
-  }
-  const admin = new Client({ connectionString: url });
-  await admin.connect();
-  const dbName = `bench_timers_${Date.now().toString(36)}`;
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const u = new URL(url);
-  u.pathname = `/${dbName}`;
-  const dbUrl = u.toString();
-  await applySchema(dbUrl);
+  const db = await benchDatabase('timers', { schema: true });
+  const dbUrl = db.url;
   const pool = new Pool({ connectionString: dbUrl, max: CLIENTS });
   const schema = 'pgboss_bench';
   const boss = new PgBoss({ connectionString: dbUrl, schema, max: Math.max(CLIENTS, ...BOSS_WORKER_COUNTS) + 4, supervise: false, schedule: false });
@@ -309,8 +286,8 @@ async function main(): Promise<void> {
   await boss.createQueue('bench-a');
   const started = Date.now();
   try {
-    out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
-    out(`load average at the start ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`# bench:timers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, PostgreSQL ${db.embedded ? 'embedded' : 'DATABASE_URL'}, pg-boss 10`);
+    out(`load average at the start ${loadAverage()}`);
     out();
     if (ONLY.includes('a')) {
       const a = await benchSchedule(pool, boss);
@@ -346,17 +323,12 @@ async function main(): Promise<void> {
     };
     if (ONLY.includes('c')) await lag('(c)', RATE, LAG_SECONDS);
     if (ONLY.includes('d')) await lag('(d)', HIGH_RATE, HIGH_SECONDS);
-    out(`load average at the end ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`);
+    out(`load average at the end ${loadAverage()}`);
     out(`total ${((Date.now() - started) / 1000).toFixed(0)} s`);
   } finally {
     await boss.stop({ graceful: false, wait: true }).catch(() => undefined);
     await pool.end();
-    const cleanup = new Client({ connectionString: url });
-    await cleanup.connect();
-    await cleanup.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`).catch(() => undefined);
-    await cleanup.end();
-    await embedded?.stop();
-    if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+    await db.stop();
   }
 }
 

@@ -21,9 +21,7 @@
 // BENCH_TX_CRASH_N (1000), BENCH_TX_KILL_P (0.03 per crash point), BENCH_TX_DATABASE_URL (use that
 // server instead of an embedded one).
 import { fork, ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import type { Client } from 'pg';
 // The server side (pg, express, the API) is loaded only in the parent: the consumer child is
 // respawned after every kill, and its start-up time would otherwise dominate the crash run.
@@ -160,31 +158,12 @@ interface Setup {
 }
 
 async function setup(): Promise<Setup> {
-  const { Client } = await import('pg');
   const { loadConfig } = await import('../shared/config');
-  const { applySchema } = await import('../shared/db');
-  const { freePort, startEmbeddedPostgres } = await import('../shared/embeddedPostgres');
   const { createLogger } = await import('../shared/log');
   const { startApiServer } = await import('../services/api/server');
-  let databaseUrl = process.env.BENCH_TX_DATABASE_URL;
-  let stopPg: (() => Promise<void>) | undefined;
-  let dataDir: string | undefined;
-  if (!databaseUrl) {
-    dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-tx-'));
-    const pg = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'data'), port: await freePort(), throwaway: true });
-    databaseUrl = pg.url;
-    stopPg = pg.stop;
-  } else {
-    const admin = new Client({ connectionString: databaseUrl });
-    await admin.connect();
-    const name = `queen_bench_tx_${Date.now().toString(36)}`;
-    await admin.query(`CREATE DATABASE ${name}`);
-    await admin.end();
-    const u = new URL(databaseUrl);
-    u.pathname = `/${name}`;
-    databaseUrl = u.toString();
-  }
-  await applySchema(databaseUrl);
+  const { benchDatabase } = await import('./lib/database');
+  const db = await benchDatabase('tx', { serverUrl: process.env.BENCH_TX_DATABASE_URL, schema: true });
+  const databaseUrl = db.url;
   const config = loadConfig({
     DATABASE_URL: databaseUrl,
     QUEEN_WORKERS: '1',
@@ -201,8 +180,7 @@ async function setup(): Promise<Setup> {
     databaseUrl,
     async close() {
       await server.close();
-      await stopPg?.();
-      if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+      await db.stop();
     },
   };
 }

@@ -85,3 +85,33 @@ export async function withServer(run: (url: string) => Promise<void>): Promise<v
     fs.rmSync(scratch, { recursive: true, force: true });
   }
 }
+
+/** Calls in a block. Blocks alternate between the lanes, so a neighbour's burst of load lands on all of them. */
+export const BLOCK = 100;
+
+/**
+ * A procedure benchmark's run: its arguments (--compare=<git ref>: a second lane, `before`, with
+ * the schema of that revision; --only=<name prefixes>), the lanes on one server (`now`: the
+ * working tree's schema, in database `<prefix>_b`), and the number of blocks for `calls`. The
+ * lanes' connections end after `run`.
+ */
+export async function withLanes<L extends { client: Client }>(
+  prefix: string,
+  calls: number,
+  open: (url: string, name: string, ref: string | undefined) => Promise<L>,
+  run: (r: { now: L; before?: L; compare?: string; selected(name: string): boolean; blocks: number }) => Promise<void>,
+): Promise<void> {
+  const compare = process.argv.find((a) => a.startsWith('--compare='))?.slice(10);
+  const only = process.argv.find((a) => a.startsWith('--only='))?.slice(7);
+  const selected = (name: string) => !only || only.split(',').some((o) => name.startsWith(o));
+  await withServer(async (url) => {
+    const now = await open(url, `${prefix}_b`, undefined);
+    const before = compare ? await open(url, `${prefix}_a`, compare) : undefined;
+    try {
+      await run({ now, before, compare, selected, blocks: Math.max(3, Math.round(calls / BLOCK)) });
+    } finally {
+      await now.client.end();
+      await before?.client.end();
+    }
+  });
+}

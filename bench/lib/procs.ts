@@ -1,5 +1,6 @@
 // Process accounting from /proc (Linux): CPU time and RSS of a process tree, so each lane can say
 // where its cores went (load client, HTTP process, PostgreSQL) instead of guessing.
+import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import http from 'node:http';
@@ -98,4 +99,39 @@ export async function waitReady(port: number, pathName: string, timeoutMs = 60_0
     if (Date.now() - started > timeoutMs) throw new Error(`nothing answered 200 on 127.0.0.1:${port}${pathName} within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/**
+ * The environment of a benchmarked cell (dist/services/api/main.js): this process's, the database,
+ * the port and the worker count, no sweeper, and the rate limits out of the way (a benchmark
+ * measures the path, not the limiter's refusals).
+ */
+export function cellEnv(databaseUrl: string, port: number, workers: number): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    DATABASE_URL: databaseUrl,
+    PORT: String(port),
+    QUEEN_WORKERS: String(workers),
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+    QUEEN_SWEEPER: 'false',
+    QUEEN_KV_READS_PER_SEC: '1000000000',
+    QUEEN_KV_READS_BURST: '1000000000',
+    QUEEN_KV_WRITES_PER_SEC: '1000000000',
+    QUEEN_KV_WRITES_BURST: '1000000000',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000000000',
+  };
+}
+
+/** SIGTERM, and resolves once the process exited. */
+export async function stopChild(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  await new Promise<void>((resolve) => {
+    proc.once('exit', () => resolve());
+    proc.kill('SIGTERM');
+  });
+}
+
+/** The load average (1, 5, 15 min) as a benchmark prints it beside its figures. */
+export function loadAverage(): string {
+  return os.loadavg().map((x) => x.toFixed(2)).join(' ');
 }

@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { freePort, startEmbeddedPostgres, EmbeddedPostgresError } from '../../shared/embeddedPostgres';
+import { waitFor } from '../support/wait';
 
 let dir: string;
 beforeAll(() => {
@@ -107,16 +108,10 @@ test('the server output the starter relays (debug lines, the last output when it
     await c.query(`SELECT '${marker}'::int`).catch(() => undefined);
     await c.query(`DO $$ BEGIN RAISE EXCEPTION 'lost' USING DETAIL = '${marker}', HINT = '${marker}'; END $$`).catch(() => undefined);
     await c.query(`DO $$ BEGIN RAISE WARNING 'relay-sentinel'; END $$`);
-    for (let i = 0; !relayed.join('\n').includes('relay-sentinel'); i++) {
-      if (i > 400) throw new Error('the WARNING line was never relayed');
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    await waitFor(() => relayed.join('\n').includes('relay-sentinel'), { what: 'the WARNING line relayed', timeoutMs: 10_000, everyMs: 25 });
     const postmaster = Number(fs.readFileSync(path.join(pg.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     process.kill(postmaster, 'SIGKILL');
-    for (let i = 0; !died; i++) {
-      if (i > 400) throw new Error('onUnexpectedExit was never called');
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    await waitFor(() => died !== undefined, { what: 'onUnexpectedExit called', timeoutMs: 10_000, everyMs: 25 });
     await c.end().catch(() => undefined);
     expect(relayed.join('\n')).not.toContain(marker);
     expect(died!.output).not.toContain(marker);

@@ -2,8 +2,8 @@
 // is not a bug by itself: it says the schema changed. Review it, then `npm run schema:dump`.
 import fs from 'node:fs';
 import path from 'node:path';
-import { createTestDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
+import { createTestDatabase } from '../support/database';
 
 test('the applied schema matches test/schema.sql', async () => {
   const db = await createTestDatabase();

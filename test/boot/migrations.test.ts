@@ -8,9 +8,8 @@ import path from 'node:path';
 import zlib from 'node:zlib';
 import { Client } from 'pg';
 import { migrate, migrations } from '../../shared/migrations';
-import { sql } from '../ops/helpers';
-import { createTestDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
+import { createTestDatabase, sql } from '../support/database';
 
 /**
  * The last release before versioned migrations (commit 315b6f9): its schema files and two of its

@@ -5,8 +5,8 @@
 // runs the whole baseline over it, as the first boot of this release does in production.
 import { Client } from 'pg';
 import { applySchema } from '../../shared/db';
-import { createTestDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
+import { createTestDatabase } from '../support/database';
 
 let db: { url: string; drop(): Promise<void> };
 beforeAll(async () => {

@@ -2,7 +2,8 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Queen, type QueenOptions, type RetryInfo } from '@queen-kv/client';
-import { startTestApi, type TestApi } from '../support/api';
+import { ApiSuite, startTestApi, type TestApi, useApi } from '../support/api';
+import type { SuiteOptions } from '../support/database';
 
 export interface Cell {
   api: TestApi;
@@ -11,11 +12,23 @@ export interface Cell {
   retries: RetryInfo[];
 }
 
-export async function startCell(env: Record<string, string> = {}, options: Partial<QueenOptions> = {}): Promise<Cell> {
-  const api = await startTestApi(env);
+function clientOf(api: TestApi, options: Partial<QueenOptions>): Pick<Cell, 'queen' | 'retries'> {
   const retries: RetryInfo[] = [];
   const queen = new Queen({ url: api.url, ...options, retry: { onRetry: (r) => void retries.push(r), ...(options.retry || {}) } });
-  return { api, queen, retries };
+  return { queen, retries };
+}
+
+/** A cell of its own for one test; the test closes `api`. */
+export async function startCell(env: Record<string, string> = {}, options: Partial<QueenOptions> = {}): Promise<Cell> {
+  const api = await startTestApi(env);
+  return { api, ...clientOf(api, options) };
+}
+
+/** For a suite file: the cell (useApi: the API, and a pool on its database) and a client, made in beforeAll. */
+export function useCell(env: Record<string, string> = {}, options: Partial<QueenOptions> = {}, o: SuiteOptions = {}): Cell & { api: ApiSuite } {
+  const cell = { api: useApi(env, o) } as Cell & { api: ApiSuite };
+  beforeAll(() => void Object.assign(cell, clientOf(cell.api, options)));
+  return cell;
 }
 
 export interface FaultProxy {
@@ -61,8 +74,4 @@ export async function faultProxy(target: string, fault: (method: string, path: s
     forwarded,
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
-}
-
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -3,14 +3,10 @@
 // apply is a value.
 import { Client } from 'pg';
 import { QueenError, QueenPrecisionError } from '@queen-kv/client';
-import { startCell, type Cell } from './helpers';
-import { kv as rawKv } from '../support/api';
+import { startCell, useCell } from './helpers';
+import { call, kv as rawKv } from '../support/http';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test('answers are typed exactly as POST /api/v1/kv answers them', async () => {
   const { queen, api } = cell;
@@ -81,11 +77,7 @@ test('incr past 2^53 comes back as an exact bigint, and a bigint writes back exa
 test('a stored fraction no double can hold is refused loudly, never rounded', async () => {
   const { queen, api } = cell;
   // Written as text, so the digits reach PostgreSQL as written (JavaScript would round them first).
-  const exact = await fetch(`${api.url}/api/v1/kv`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: '{"operations":[{"op":"put","ns":"dec","key":"pi","value":{"x":0.1000000000000000055511151231257827},"forever":true}]}',
-  });
+  const exact = await call(api.url, 'POST', '/api/v1/kv', '{"operations":[{"op":"put","ns":"dec","key":"pi","value":{"x":0.1000000000000000055511151231257827},"forever":true}]}');
   expect(exact.status).toBe(200);
   const err = await queen.kv.get('dec', 'pi').catch((e: unknown) => e);
   expect(err).toBeInstanceOf(QueenPrecisionError);

@@ -4,13 +4,10 @@
 // commits, then a plain ack takes the message off), the zombie whose lease lapsed, and the typed
 // refusals of a bundle the cell will not run.
 import { QueenError, type Message, type TimerOpResult, type TransactionResult } from '@queen-kv/client';
-import { startCell, sleep, type Cell } from './helpers';
+import { useCell } from './helpers';
+import { elapse } from '../support/wait';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test("the documented once example runs as written: the marker and the ack commit together", async () => {
   const { queen } = cell;
@@ -92,7 +89,7 @@ test('a zombie whose lease lapsed loses to the redelivery: verdicts, never throw
   await queen.queue('slow').config({ leaseTime: 1 }).create();
   await queen.queue('slow').push([{ data: { orderId: 'ord_2' } }]);
   const [zombie] = await queen.queue('slow').pop();
-  await sleep(1200); // the lease lapses
+  await elapse(1200); // time passing is the test: the 1 s lease lapses
   const [redelivered] = await queen.queue('slow').pop();
   expect(redelivered.transactionId).toBe(zombie.transactionId);
   expect(redelivered.retryCount).toBe(1);

@@ -2,13 +2,9 @@
 // partitions), ack and batch ack as values, renew, and consume with concurrency, failures that come
 // back, a limit, and a graceful stop.
 import type { Message } from '@queen-kv/client';
-import { startCell, type Cell } from './helpers';
+import { useCell } from './helpers';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 test('push answers one result per item; a known transactionId is a duplicate, stored once', async () => {
   const { queen } = cell;
@@ -117,7 +113,7 @@ test('consume hands the array when batched, and stops gracefully: the long poll 
   // Stopped while long-polling an empty queue: it resolves, and the cell leased nothing to it.
   const idle = new AbortController();
   const waiting = queen.queue('q-stop').group('c').consume(async () => undefined, { signal: idle.signal });
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  await new Promise((resolve) => setTimeout(resolve, 200)); // no signal says the client is long-polling yet
   idle.abort();
   expect(await waiting).toEqual({ processed: 0 });
   await queen.queue('q-stop').push([{ data: 3 }]);
@@ -141,7 +137,7 @@ test('consume renews the lease while a slow handler runs: its ack lands, nothing
     .renewLease(true, 200)
     .limit(1)
     .consume(async () => {
-      await new Promise((resolve) => setTimeout(resolve, 3000)); // longer than the lease
+      await new Promise((resolve) => setTimeout(resolve, 3000)); // time passing is the test: longer than the lease
     }, { onError: (e) => void errors.push(e) });
   expect(summary).toEqual({ processed: 1 });
   expect(errors).toEqual([]);
@@ -159,7 +155,7 @@ test('consume tells onError when an ack did not apply (a lapsed lease): the mess
     .group('r')
     .limit(1)
     .consume(async () => {
-      await new Promise((resolve) => setTimeout(resolve, 1500)); // past the lease, not renewed
+      await new Promise((resolve) => setTimeout(resolve, 1500)); // time passing is the test: past the lease, not renewed
     }, { onError: (e) => void errors.push(e) });
   expect(errors).toEqual([expect.objectContaining({ name: 'QueenError', code: 'ack_failed', message: expect.stringMatching(/lease_expired/) })]);
   expect((await queen.queue('q-lapse').group('r').pop()).map((m) => [m.data, m.retryCount])).toEqual([['late', 1]]);

@@ -5,13 +5,9 @@ import path from 'node:path';
 import pg from 'pg';
 import { Queen, QueenError, type Message } from '@queen-kv/client';
 import { kvOn } from '@queen-kv/client/pg';
-import { startCell, type Cell } from './helpers';
+import { useCell } from './helpers';
 
-let cell: Cell;
-beforeAll(async () => {
-  cell = await startCell();
-});
-afterAll(() => cell.api.close());
+const cell = useCell();
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 

@@ -5,16 +5,12 @@
 // cell's answer) is stored once, because the retry carries the same transactionIds.
 import { Client } from 'pg';
 import { Queen, QueenError, type RetryInfo } from '@queen-kv/client';
-import { faultProxy, startCell, type Cell } from './helpers';
-import { call } from '../support/api';
+import { faultProxy, startCell, useCell } from './helpers';
+import { call } from '../support/http';
 
-let cell: Cell;
-beforeAll(async () => {
-  // A short KV statement timeout: a statement stuck behind a lock is cancelled and answered
-  // 503 kv_unavailable with Retry-After: 1 (nothing applied).
-  cell = await startCell({ QUEEN_KV_STATEMENT_TIMEOUT_MS: '300' });
-});
-afterAll(() => cell.api.close());
+// A short KV statement timeout: a statement stuck behind a lock is cancelled and answered
+// 503 kv_unavailable with Retry-After: 1 (nothing applied).
+const cell = useCell({ QUEEN_KV_STATEMENT_TIMEOUT_MS: '300' });
 
 test('a 503 with Retry-After is retried and the incr applies once', async () => {
   const { queen, api } = cell;

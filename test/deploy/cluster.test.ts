@@ -5,10 +5,11 @@ import { Client } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { freePort } from '../../shared/embeddedPostgres';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { createTestDatabase, untilWaitingOnLock } from '../support/database';
-import { checkExposition } from './exposition';
 import { runLoad } from './load';
-import { API_MAIN, alive, LogLine, request, sample, spawnLogged, Spawned } from './processes';
+import { createTestDatabase, untilWaitingOnLock } from '../support/database';
+import { request } from '../support/http';
+import { checkExposition, sample } from '../support/metrics';
+import { alive, API_MAIN, LogLine, Spawned, spawnLogged, untilGone } from '../support/processes';
 
 let db: { url: string; drop(): Promise<void> };
 let api: Spawned;
@@ -33,7 +34,7 @@ async function waitForWorkers(n: number): Promise<number[]> {
 async function scrape(path = '/metrics'): Promise<string> {
   const r = await request(port, 'GET', path);
   expect(r.status).toBe(200);
-  expect(r.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
+  expect(r.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
   return r.text;
 }
 
@@ -71,7 +72,7 @@ afterAll(async () => {
   }
   // Workers of a SIGKILLed primary notice the lost IPC channel and exit; wait for them by PID.
   for (const pid of new Set(api.lines.filter(listening).map((l) => l.pid as number))) {
-    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+    await untilGone(pid, 5_000).catch(() => undefined);
   }
   await db.drop();
 });
@@ -87,12 +88,12 @@ test('two workers answer; /metrics on any worker is the sum over both, and parse
   const results = await runLoad({
     count: 60,
     concurrency: 4,
-    call: (i) => request(port, 'GET', `/api/v1/kv/deploy/absent-${i}`, undefined, { 'x-request-id': `sum-${i}` }),
+    call: (i) => request(port, 'GET', `/api/v1/kv/deploy/absent-${i}`, { headers: { 'x-request-id': `sum-${i}` } }),
   });
   for (const r of results) {
     expect(r.error).toBeUndefined();
     expect(r.ok!.status).toBe(200);
-    expect(r.ok!.headers['x-request-id']).toBe(`sum-${r.index}`);
+    expect(r.ok!.headers.get('x-request-id')).toBe(`sum-${r.index}`);
   }
   await api.waitForLine(() => servedGets(workers) === 60, 'request lines of the 60 GETs');
   // Both workers took some: otherwise the sum below proves nothing about aggregation.
@@ -115,13 +116,13 @@ test('two workers answer; /metrics on any worker is the sum over both, and parse
 
 test('request lines carry an id (the incoming x-request-id when plain) and never a query string or a body', async () => {
   const secretValue = 'do-not-log-this-value-7f3a';
-  const put = await request(port, 'PUT', '/api/v1/kv/deploy/logged', JSON.stringify({ value: secretValue, ttlSeconds: 60 }), { 'x-request-id': 'trace-put-1' });
+  const put = await request(port, 'PUT', '/api/v1/kv/deploy/logged', { body: { value: secretValue, ttlSeconds: 60 }, headers: { 'x-request-id': 'trace-put-1' } });
   expect(put.status).toBe(200);
-  const refused = await request(port, 'GET', '/api/v1/kv/deploy/logged?prefix=quota:acme:', undefined, { 'x-request-id': 'trace-query-1' });
+  const refused = await request(port, 'GET', '/api/v1/kv/deploy/logged?prefix=quota:acme:', { headers: { 'x-request-id': 'trace-query-1' } });
   expect(refused.status).toBe(400);
-  const odd = await request(port, 'GET', '/api/v1/kv/deploy/logged', undefined, { 'x-request-id': 'has spaces and "quotes"' });
+  const odd = await request(port, 'GET', '/api/v1/kv/deploy/logged', { headers: { 'x-request-id': 'has spaces and "quotes"' } });
   expect(odd.status).toBe(200);
-  const generated = odd.headers['x-request-id'] as string;
+  const generated = odd.headers.get('x-request-id')!;
   expect(generated).toMatch(/^[0-9a-f-]{36}$/);
 
   const putLine = await api.waitForLine((l) => l.req?.id === 'trace-put-1', 'the PUT line');
@@ -153,7 +154,7 @@ test('SIGKILL of one worker under load: it is replaced, the other keeps answerin
       if (i % 10 === 5) return request(port, 'GET', '/metrics');
       return i % 2
         ? request(port, 'GET', '/health')
-        : request(port, 'GET', `/api/v1/kv/deploy/load-${i}`, undefined, { 'x-request-id': `kill-${i}` });
+        : request(port, 'GET', `/api/v1/kv/deploy/load-${i}`, { headers: { 'x-request-id': `kill-${i}` } });
     },
     onDone: (_o, completed) => {
       if (completed === 60 && !killed) {
@@ -182,7 +183,7 @@ test('SIGKILL of one worker under load: it is replaced, the other keeps answerin
   expect(api.lines.filter((l) => kvGetLine(survivor)(l) && String(l.req.id).startsWith('kill-')).length).toBeGreaterThan(0);
 
   // Fresh connections reach the replacement too.
-  const more = await runLoad({ count: 20, concurrency: 2, call: (i) => request(port, 'GET', `/api/v1/kv/deploy/after-${i}`, undefined, { 'x-request-id': `after-${i}` }) });
+  const more = await runLoad({ count: 20, concurrency: 2, call: (i) => request(port, 'GET', `/api/v1/kv/deploy/after-${i}`, { headers: { 'x-request-id': `after-${i}` } }) });
   for (const r of more) expect(r.ok?.status).toBe(200);
   const live = [survivor, replacement.workerPid as number];
   expect(liveWorkers().sort()).toEqual([...live].sort());
@@ -220,14 +221,14 @@ test('SIGTERM under load: the request in flight completes, new connections stop,
   ]);
   // On a keep-alive connection: answered mid-drain, it is closed then, not at the deadline.
   const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const inFlight = request(port, 'PUT', '/api/v1/kv/deploy/held', JSON.stringify({ value: 'in-flight', ttlSeconds: 600 }), { 'x-request-id': 'held-1' }, keepAlive);
+  const inFlight = request(port, 'PUT', '/api/v1/kv/deploy/held', { body: { value: 'in-flight', ttlSeconds: 600 }, headers: { 'x-request-id': 'held-1' }, agent: keepAlive });
   await untilWaitingOnLock(db.url);
 
   let stop = false;
   const load = runLoad({
     count: 3000,
     concurrency: 4,
-    call: (i) => request(port, 'GET', i % 2 ? '/health' : `/api/v1/kv/deploy/term-${i}`, undefined, { 'x-request-id': `term-${i}` }),
+    call: (i) => request(port, 'GET', i % 2 ? '/health' : `/api/v1/kv/deploy/term-${i}`, { headers: { 'x-request-id': `term-${i}` } }),
     stopWhen: () => stop,
   });
   const primaryPid = api.child.pid!;
@@ -253,7 +254,7 @@ test('SIGTERM under load: the request in flight completes, new connections stop,
   expect(api.lines.some((l) => l.msg === 'request aborted')).toBe(false);
   expect(api.lines.some((l) => l.msg === 'drain deadline reached: closing the connections still open')).toBe(false);
   // Answered during the drain: with Connection: close, so the client never reuses a socket the drain closes.
-  expect(answer.headers.connection).toBe('close');
+  expect(answer.headers.get('connection')).toBe('close');
   keepAlive.destroy();
 
   // A request a worker began was answered in full; what failed never reached a worker.

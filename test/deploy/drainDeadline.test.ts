@@ -6,7 +6,8 @@ import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase, untilWaitingOnLock } from '../support/database';
-import { API_MAIN, request, spawnLogged } from './processes';
+import { request } from '../support/http';
+import { API_MAIN, spawnLogged, untilHealthy } from '../support/processes';
 
 test('SIGTERM with a request stuck on a lock: the connection is cut at the deadline and the process exits 0', async () => {
   const db = await createTestDatabase();
@@ -24,19 +25,14 @@ test('SIGTERM with a request stuck on a lock: the connection is cut at the deadl
   });
   try {
     // At warn nothing is logged at boot, so readiness is the API answering.
-    for (let i = 0; ; i++) {
-      const ok = await request(port, 'GET', '/ready').then((r) => r.status === 200, () => false);
-      if (ok) break;
-      if (i > 300 || api.child.exitCode !== null) throw new Error(`the API did not come up:\n${api.output()}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await untilHealthy(api, port, '/ready');
     await holder.connect();
     await holder.query('BEGIN');
     await holder.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, true)`, [
       DEFAULT_TENANT,
       JSON.stringify([{ op: 'put', ns: 'deploy', key: 'stuck', value: 1, ttlSeconds: 600 }]),
     ]);
-    const stuck = request(port, 'PUT', '/api/v1/kv/deploy/stuck', JSON.stringify({ value: 2, ttlSeconds: 600 })).then(
+    const stuck = request(port, 'PUT', '/api/v1/kv/deploy/stuck', { body: { value: 2, ttlSeconds: 600 } }).then(
       (r) => ({ status: r.status, error: undefined as string | undefined }),
       (e: NodeJS.ErrnoException) => ({ status: 0, error: e.code }),
     );

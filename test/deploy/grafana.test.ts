@@ -3,10 +3,10 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { createMetrics } from '../../shared/metrics';
+import { request } from '../support/http';
+import { exposes, Family, metricNames, parseExposition } from '../support/metrics';
+import { REPO } from '../support/processes';
 import { startTestApi, TestApi } from '../support/api';
-import { parseExposition, Family } from './exposition';
-import { REPO, request } from './processes';
-import { exposes, metricNames } from './promql';
 
 const DASHBOARD = path.join(REPO, 'deploy', 'grafana', 'queen-kv.json');
 

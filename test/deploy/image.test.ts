@@ -9,7 +9,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { REPO, request, spawnLogged, Spawned } from './processes';
+import { request } from '../support/http';
+import { REPO, Spawned, spawnLogged } from '../support/processes';
 
 interface Instruction {
   op: string;
@@ -174,7 +175,7 @@ describe('the runtime stage, performed in a temp folder', () => {
     expect((await request(port, 'GET', '/health')).status).toBe(200);
     expect((await request(port, 'GET', '/ready')).status).toBe(200);
     expect((await request(port, 'GET', '/metrics')).status).toBe(200);
-    const put = await request(port, 'PUT', '/api/v1/kv/image/hello', JSON.stringify({ value: { from: 'image' }, ttlSeconds: 60 }));
+    const put = await request(port, 'PUT', '/api/v1/kv/image/hello', { body: { value: { from: 'image' }, ttlSeconds: 60 } });
     expect(put.status).toBe(200);
     expect((await request(metricsPort, 'GET', '/health')).status).toBe(200);
 

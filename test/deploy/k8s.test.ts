@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { loadConfig } from '../../shared/config';
-import { REPO } from './processes';
+import { REPO } from '../support/processes';
 
 const DIR = path.join(REPO, 'deploy', 'k8s');
 const files = fs.readdirSync(DIR).filter((f) => f.endsWith('.yaml'));

@@ -4,15 +4,14 @@
 // at once; no-verify (in the URL or as PGSSLMODE) connects encrypted; verify-full with the
 // certificate as sslrootcert connects. Pool sizing: the defaults are refused with the documented
 // arithmetic (182 needed, 17 allowed) and the documented small-plan settings boot.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
-import { API_MAIN, REPO, spawnLogged } from './processes';
+import { API_MAIN, runMigrate, spawnLogged } from '../support/processes';
 
-const MIGRATE = path.join(REPO, 'dist', 'services', 'migrate.js');
 
 let dir: string;
 let pg: EmbeddedPostgres | undefined;
@@ -48,24 +47,10 @@ afterAll(async () => {
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 
-function migrate(url: string, env: Record<string, string> = {}): Promise<{ code: number | null; last: Record<string, any>; output: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(
-      process.execPath,
-      [MIGRATE],
-      { env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', DATABASE_URL: url, QUEEN_DB_BOOT_WAIT_MS: '30000', ...env }, timeout: 60_000, killSignal: 'SIGKILL' },
-      (_err, stdout) => {
-        const lines = stdout.trim().split('\n');
-        let last: Record<string, any> = {};
-        try {
-          last = JSON.parse(lines[lines.length - 1]);
-        } catch {
-          last = { msg: stdout };
-        }
-        resolve({ code: child.exitCode, last, output: stdout });
-      },
-    );
-  });
+/** The migrate process on `url`; `last` is its last line, the one that says how it ended. */
+async function migrate(url: string, env: Record<string, string> = {}) {
+  const run = await runMigrate({ DATABASE_URL: url, QUEEN_DB_BOOT_WAIT_MS: '30000', ...env });
+  return { ...run, last: run.lines[run.lines.length - 1] ?? { msg: run.output } };
 }
 
 /** Whether a session opened with this URL is encrypted, as the server sees it. */

@@ -1,47 +1,22 @@
 // The release command (`npm run migrate`, the Procfile's `release:` line, the Kubernetes Job): the
 // schema applied to a fresh database and exit 0; a database it cannot use is exit 1 with a line
 // naming it (never its password).
-import { execFile } from 'node:child_process';
-import path from 'node:path';
-import { createTestDatabase, withDatabase } from '../support/database';
 import { dumpSchema } from '../support/schemaDump';
-import { REPO } from './processes';
-
-const MIGRATE = path.join(REPO, 'dist', 'services', 'migrate.js');
-
-function migrate(env: Record<string, string>): Promise<{ code: number | null; lines: Record<string, any>[]; output: string }> {
-  return new Promise((resolve) => {
-    const child = execFile(
-      process.execPath,
-      [MIGRATE],
-      { env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env }, timeout: 60_000, killSignal: 'SIGKILL' },
-      (_err, stdout, stderr) => {
-        const output = `${stdout}${stderr}`;
-        const lines = output.split('\n').flatMap((l) => {
-          try {
-            return [JSON.parse(l)];
-          } catch {
-            return [];
-          }
-        });
-        resolve({ code: child.exitCode, lines, output });
-      },
-    );
-  });
-}
+import { createTestDatabase, withDatabase } from '../support/database';
+import { runMigrate } from '../support/processes';
 
 test('on a fresh empty database it applies the whole schema and exits 0; a second run changes nothing', async () => {
   const empty = await createTestDatabase({ empty: true });
   const reference = await createTestDatabase();
   try {
-    const first = await migrate({ DATABASE_URL: empty.url });
+    const first = await runMigrate({ DATABASE_URL: empty.url });
     expect(first.code).toBe(0);
     const database = `${new URL(empty.url).hostname}:${new URL(empty.url).port}${new URL(empty.url).pathname}`;
     expect(first.lines.some((l) => l.process === 'migrate' && l.msg === 'schema applied')).toBe(true);
     expect(first.lines[first.lines.length - 1].msg).toBe(`migrate: the schema is applied to ${database}`);
     const applied = await dumpSchema(empty.url);
     expect(applied).toBe(await dumpSchema(reference.url));
-    expect((await migrate({ DATABASE_URL: empty.url })).code).toBe(0);
+    expect((await runMigrate({ DATABASE_URL: empty.url })).code).toBe(0);
     expect(await dumpSchema(empty.url)).toBe(applied);
   } finally {
     await empty.drop();
@@ -54,7 +29,7 @@ test('a database it cannot use is exit 1 with a line naming the database and not
   try {
     const u = new URL(withDatabase(db.url, 'queen_no_such_database'));
     u.password = 's3cret-do-not-log';
-    const run = await migrate({ DATABASE_URL: u.toString(), QUEEN_DB_BOOT_WAIT_MS: '0' });
+    const run = await runMigrate({ DATABASE_URL: u.toString(), QUEEN_DB_BOOT_WAIT_MS: '0' });
     expect(run.code).toBe(1);
     const last = run.lines[run.lines.length - 1];
     expect(last.level).toBe(60);
@@ -67,7 +42,7 @@ test('a database it cannot use is exit 1 with a line naming the database and not
 });
 
 test('without DATABASE_URL it refuses (exit 1) instead of starting an embedded PostgreSQL', async () => {
-  const run = await migrate({});
+  const run = await runMigrate({});
   expect(run.code).toBe(1);
   expect(run.lines[run.lines.length - 1].msg).toMatch(/DATABASE_URL is not set/);
 });
@@ -76,7 +51,7 @@ test('sslmode=require against a server without TLS is refused at once, not waite
   const db = await createTestDatabase({ empty: true });
   try {
     // The suite's server has no TLS: pg 8 never falls back to plain text when the URL asks for TLS.
-    const run = await migrate({ DATABASE_URL: `${db.url}?sslmode=require`, QUEEN_DB_BOOT_WAIT_MS: '60000' });
+    const run = await runMigrate({ DATABASE_URL: `${db.url}?sslmode=require`, QUEEN_DB_BOOT_WAIT_MS: '60000' });
     expect(run.code).toBe(1);
     expect(run.lines.filter((l) => l.msg === 'database not reachable yet; waiting for it before booting')).toEqual([]);
     expect(run.lines[run.lines.length - 1].msg).toMatch(/does not support SSL connections/);

@@ -9,11 +9,13 @@ import { Client } from 'pg';
 import { loadConfig } from '../../shared/config';
 import { beginOf, createPools } from '../../shared/db';
 import { freePort } from '../../shared/embeddedPostgres';
-import { call, UNLIMITED_RATES } from '../support/api';
-import { createTestDatabase } from '../support/database';
 import { ackOf, configure, pop } from '../log/helpers';
 import { Bouncer, PGBOUNCER, startPgbouncer } from './pgbouncer';
-import { API_MAIN, alive, LogLine, spawnLogged, Spawned, SWEEPER_MAIN } from './processes';
+import { call } from '../support/http';
+import { API_MAIN, LogLine, Spawned, spawnLogged, SWEEPER_MAIN, untilGone } from '../support/processes';
+import { UNLIMITED_RATES } from '../support/api';
+import { createTestDatabase } from '../support/database';
+import { waitFor } from '../support/wait';
 
 const listening = (l: LogLine) => l.msg === 'API worker listening';
 
@@ -30,13 +32,8 @@ async function sql(url: string, text: string, values: unknown[] = []): Promise<a
 async function stopProcess(p: Spawned | undefined): Promise<void> {
   if (!p) return;
   const workers = new Set(p.lines.filter(listening).map((l) => l.pid as number));
-  if (p.child.exitCode === null && p.child.signalCode === null) {
-    p.child.kill('SIGTERM');
-    const killed = setTimeout(() => p.child.kill('SIGKILL'), 15_000);
-    await p.exited;
-    clearTimeout(killed);
-  }
-  for (const pid of workers) for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+  await p.stop();
+  for (const pid of workers) await untilGone(pid, 5_000).catch(() => undefined);
 }
 
 /**
@@ -48,7 +45,7 @@ async function req(base: string, method: string, path: string, body?: unknown) {
   for (let i = 0; ; i++) {
     const res = await call(base, method, path, body);
     if (res.status !== 429 || i >= 4) return res;
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, 1000)); // the Retry-After the 429 asked for
   }
 }
 const kv = (base: string, operations: unknown) => req(base, 'POST', '/api/v1/kv', { operations });
@@ -183,12 +180,7 @@ if (!PGBOUNCER) process.stderr.write(`test/deploy/pgbouncer.test.ts: not run: ${
   test('switches: a pause written on another connection reaches the API through LISTEN on the direct URL', async () => {
     await sql(db.url, `INSERT INTO queen.system_state (key, value) VALUES ('kv_enabled', 'false') ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`);
     await sql(db.url, `NOTIFY queen_system_state, 'kv-timers'`);
-    let status = 200;
-    for (let i = 0; i < 200 && status !== 503; i++) {
-      status = (await req(base, 'GET', '/api/v1/kv/pgb/a')).status;
-      if (status !== 503) await new Promise((r) => setTimeout(r, 10));
-    }
-    expect(status).toBe(503);
+    await waitFor(async () => (await req(base, 'GET', '/api/v1/kv/pgb/a')).status === 503, { what: 'KV paused (503) by the row the NOTIFY announced', everyMs: 10 });
     expect((await call(base, 'POST', '/api/v1/system/kv-timers', { kv: true })).status).toBe(200);
     expect((await req(base, 'GET', '/api/v1/kv/pgb/a')).status).toBe(200);
     // The LISTEN connections are the server's own backends, not PgBouncer's.

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
+import { waitFor } from '../support/wait';
 
 /** The binary: PGBOUNCER_BIN, else where the package put it or on PATH; undefined when it is not installed. */
 export const PGBOUNCER: string | undefined = (() => {
@@ -107,17 +108,14 @@ export async function startPgbouncer(o: BouncerOptions): Promise<Bouncer> {
     fs.rmSync(dir, { recursive: true, force: true });
   };
   // Up when its admin console answers (bounded: 10 s).
-  for (let i = 0; ; i++) {
-    try {
-      await admin('SHOW VERSION');
-      break;
-    } catch (err) {
-      if (child.exitCode !== null || i >= 100) {
-        await stop();
-        throw new Error(`pgbouncer did not start: ${(err as Error).message}; output:\n${out}`);
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
+  const answers = () => admin('SHOW VERSION').then(() => true, () => false);
+  const gone = () => {
+    if (child.exitCode !== null) throw new Error('pgbouncer exited');
+    return false;
+  };
+  await waitFor(async () => gone() || (await answers()), { what: "pgbouncer's admin console", timeoutMs: 10_000, everyMs: 100 }).catch(async (err: Error) => {
+    await stop();
+    throw new Error(`pgbouncer did not start: ${err.message}; output:\n${out}`);
+  });
   return { port, pid: child.pid!, through, admin, output: () => out, stop };
 }

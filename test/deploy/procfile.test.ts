@@ -6,8 +6,9 @@ import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createMetrics } from '../../shared/metrics';
 import { createTestDatabase } from '../support/database';
-import { checkExposition } from './exposition';
-import { alive, LogLine, NF, REPO, request, spawnLogged, Spawned } from './processes';
+import { request } from '../support/http';
+import { checkExposition } from '../support/metrics';
+import { LogLine, NF, REPO, Spawned, spawnLogged, untilGone } from '../support/processes';
 
 let db: { url: string; drop(): Promise<void> };
 let nf: Spawned;
@@ -50,7 +51,7 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
   expect(kvConfig).toMatchObject({ workers: 2 });
   expect(workers.every((w) => w.port === port)).toBe(true);
 
-  const put = await request(port, 'PUT', '/api/v1/kv/procfile/hello', JSON.stringify({ value: { from: 'nf' }, ttlSeconds: 60 }));
+  const put = await request(port, 'PUT', '/api/v1/kv/procfile/hello', { body: { value: { from: 'nf' }, ttlSeconds: 60 } });
   expect(put.status).toBe(200);
   const get = await request(port, 'GET', '/api/v1/kv/procfile/hello');
   expect(get.status).toBe(200);
@@ -73,9 +74,6 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
   process.kill(-nf.child.pid!, 'SIGINT');
   const exit = await nf.exited;
   expect(exit.signal === null || exit.signal === 'SIGINT').toBe(true);
-  for (const pid of pids) {
-    for (let i = 0; i < 300 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
-    expect(alive(pid)).toBe(false);
-  }
+  for (const pid of pids) await untilGone(pid);
   expect(nf.lines.some((l: LogLine) => l.msg === 'stopped' && l.process === 'api')).toBe(true);
 });

@@ -6,9 +6,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { createMetrics } from '../../shared/metrics';
-import { parseExposition } from './exposition';
-import { PROMTOOL, promtool, REPO } from './processes';
-import { exposes, metricNames } from './promql';
+import { exposes, metricNames, parseExposition, PROMTOOL, promtool } from '../support/metrics';
+import { REPO } from '../support/processes';
 
 const DIR = path.join(REPO, 'deploy', 'prometheus');
 const read = (file: string) => parse(fs.readFileSync(path.join(DIR, file), 'utf8'));

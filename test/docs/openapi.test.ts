@@ -7,8 +7,9 @@ import { parse } from 'yaml';
 import { createApp } from '../../services/api/app';
 import { errorCodes, statusOf } from '../../shared/errors';
 import { createLogger } from '../../shared/log';
-import { call, JsonResponse, startTestApi, TestApi } from '../support/api';
 import { KEYWORDS, Schema, schemasIn, validate } from '../support/jsonSchema';
+import { startTestApi, TestApi } from '../support/api';
+import { call, JsonResponse } from '../support/http';
 
 const ROOT = path.resolve(__dirname, '../../..');
 const doc = parse(fs.readFileSync(path.join(ROOT, 'docs/openapi.yaml'), 'utf8'));

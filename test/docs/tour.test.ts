@@ -1,13 +1,10 @@
 // The README's five-minute tour, run as written: its curl lines parsed from the README (the two
 // placeholders filled from the pop's answer), against a real cell, so the front door cannot rot.
-import { call, startTestApi, TestApi } from '../support/api';
 import { Curl, curlsIn } from '../support/markdown';
+import { useApi } from '../support/api';
+import { call } from '../support/http';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('the README tour answers as the README says', async () => {
   const curls = curlsIn('README.md', '## A five-minute tour');

@@ -5,22 +5,17 @@
 // (SET LOCAL queen.kv_fast_path = off) and once with it on, from the same state, and what a caller
 // sees (the answer, or the refusal's SQLSTATE, code, index and message) must be identical. The
 // operations sit on both sides of every edge of the shortcut's guard.
-import { Client } from 'pg';
-import { createTestDatabase } from '../support/database';
+import { useDatabase } from '../support/database';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const NOW = '2026-06-01T12:00:00.123456Z';
 
-let db: { url: string; drop(): Promise<void> };
-let client: Client;
+const db = useDatabase({ client: true });
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  client = new Client({ connectionString: db.url });
-  await client.connect();
   // Drawn versions must never equal a fixture's (normalise tells them apart by value).
-  await client.query(`SELECT setval('queen.kv_version_seq', 1000000)`);
-  await client.query(
+  await db.client.query(`SELECT setval('queen.kv_version_seq', 1000000)`);
+  await db.client.query(
     `INSERT INTO queen.kv (tenant_id, namespace, key, value, version, expires_at, created_at, updated_at) VALUES
        ($1, 'orders', 'live', '{"a": 1}', 101, NULL, '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
        ($1, 'orders', 'ttl', '"x"', 102, '2026-06-01T12:00:10Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z'),
@@ -29,11 +24,6 @@ beforeAll(async () => {
        ($1, 'orders', 'window', '2.5', 105, '2026-06-01T12:00:10Z', '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z')`,
     [TENANT],
   );
-});
-
-afterAll(async () => {
-  await client.end();
-  await db.drop();
 });
 
 type Outcome = { answer: unknown } | { error: { code?: string; message: string; detail?: string } };
@@ -45,12 +35,12 @@ function normalise(answer: unknown): unknown {
 
 /** `work` in a transaction with the KV fast path on or off, rolled back whatever happens. */
 async function rolledBack<T>(fast: boolean, work: () => Promise<T>): Promise<T> {
-  await client.query('BEGIN');
+  await db.client.query('BEGIN');
   try {
-    await client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
+    await db.client.query(`SELECT set_config('queen.kv_fast_path', $1, true)`, [fast ? 'on' : 'off']);
     return await work();
   } finally {
-    await client.query('ROLLBACK');
+    await db.client.query('ROLLBACK');
   }
 }
 
@@ -68,7 +58,7 @@ function outcome(fast: boolean, query: () => Promise<{ rows: { r: unknown }[] }>
 }
 
 function run(ops: unknown, fast: boolean): Promise<Outcome> {
-  return outcome(fast, () => client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3) AS r', [TENANT, JSON.stringify(ops), NOW]));
+  return outcome(fast, () => db.client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3) AS r', [TENANT, JSON.stringify(ops), NOW]));
 }
 
 const big = 'x'.repeat(65536 - 2); // as jsonb text "xxx…" is exactly 65536 bytes
@@ -220,8 +210,8 @@ describe('the fast check answers exactly as the general validation', () => {
     ];
     const rowsAfter = (fast: boolean) =>
       rolledBack(fast, async () => {
-        await client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3)', [TENANT, JSON.stringify(ops), NOW]);
-        const { rows } = await client.query(
+        await db.client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3)', [TENANT, JSON.stringify(ops), NOW]);
+        const { rows } = await db.client.query(
           `SELECT namespace, key, value, expires_at, created_at, updated_at FROM queen.kv WHERE tenant_id = $1 ORDER BY namespace, key`,
           [TENANT],
         );
@@ -276,8 +266,8 @@ describe('the path routes\' entry answers as the one-operation batch', () => {
       viaEntry,
       () =>
         viaEntry
-          ? client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', values)
-          : client.query(
+          ? db.client.query('SELECT queen.kv_apply_one_v1($1, $2, $3, $4, $5::jsonb) AS r', values)
+          : db.client.query(
               // The one answer, or the verdict of a lost `required` (an object where the array would be).
               `SELECT ('[]'::jsonb || queen.kv_apply_v1($1, jsonb_build_array(jsonb_build_object('op', $2::text, 'ns', $3::text, 'key', $4::text) || $5::jsonb), false)) -> 0 AS r`,
               values,
@@ -331,7 +321,7 @@ describe('the entry point kv_apply_v1 answers as the general path', () => {
 
   /** `name`: a statement of its own per case, so every case meets the custom plans of a fresh one. */
   function entry(body: unknown, fast: boolean, name: string): Promise<Outcome> {
-    return outcome(fast, () => client.query({ name, text: BATCH, values: [TENANT, JSON.stringify(body)] }), settle);
+    return outcome(fast, () => db.client.query({ name, text: BATCH, values: [TENANT, JSON.stringify(body)] }), settle);
   }
 
 

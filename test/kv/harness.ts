@@ -1,19 +1,14 @@
 // What the KV suites share: an in-process API on its own database, a direct SQL client on that
 // same database (to plant rows the API could never write, like an expired row the sweeper has not
 // pruned yet, and to check what a call left behind), and small helpers over POST /api/v1/kv.
-import http from 'node:http';
 import { Client } from 'pg';
-import { startTestApi, TestApi, kv, call, JsonResponse } from '../support/api';
+import { startTestApi, TestApi } from '../support/api';
+import { call, JsonResponse, kv } from '../support/http';
 
 // The per-tenant token buckets (docs/operations.md) would turn the load-shaped tests here into 429s;
-// these suites test the store's rules, so the buckets are opened wide. The acquire timeout is long
-// because 2 shared cores under a concurrent test can queue a request for more than a second.
+// startTestApi opens them wide (UNLIMITED_RATES). The acquire timeout is long because 2 shared
+// cores under a concurrent test can queue a request for more than a second.
 const WIDE_OPEN: Record<string, string> = {
-  QUEEN_KV_READS_PER_SEC: '1000000',
-  QUEEN_KV_READS_BURST: '1000000',
-  QUEEN_KV_WRITES_PER_SEC: '1000000',
-  QUEEN_KV_WRITES_BURST: '1000000',
-  QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
   QUEEN_KV_ACQUIRE_TIMEOUT_MS: '30000',
   QUEEN_KV_STATEMENT_TIMEOUT_MS: '30000',
 };
@@ -113,32 +108,4 @@ export function expectError(res: JsonResponse, status: number, code: string, ind
   expect(res.body.message.length).toBeGreaterThan(0);
   expect(res.text).not.toMatch(/<html|\bat .*\.js:\d+/i);
   if (index !== undefined) expect(res.body.index).toBe(index);
-}
-
-/**
- * A request whose path goes on the wire byte for byte. fetch normalises URLs (it drops a bare
- * trailing `?`), which would hide exactly the inputs some tests are about.
- */
-export function rawRequest(base: string, method: string, path: string, body?: string, headers: Record<string, string> = {}): Promise<JsonResponse> {
-  const { hostname, port } = new URL(base);
-  return new Promise((resolve, reject) => {
-    const req = http.request({ hostname, port, method, path, headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        let parsed: any;
-        try {
-          parsed = text ? JSON.parse(text) : undefined;
-        } catch {
-          parsed = undefined;
-        }
-        const headers = new Headers();
-        for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') headers.set(k, v);
-        resolve({ status: res.statusCode ?? 0, headers, text, body: parsed });
-      });
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
 }

@@ -1,7 +1,8 @@
 // The path routes (GET/PUT/DELETE /api/v1/kv/:ns/*key) and the curl examples of kv-routes.md,
 // exactly as the seed writes them. Status describes the call, never the business verdict.
 import net from 'node:net';
-import { startKv, KvHarness, expectError, secondsFromNow, rawRequest } from './harness';
+import { startKv, KvHarness, expectError, secondsFromNow } from './harness';
+import { request } from '../support/http';
 
 let h: KvHarness;
 beforeAll(async () => {
@@ -76,7 +77,7 @@ describe('GET', () => {
     const first = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 1, forever: true });
     const second = await h.one({ op: 'put', ns: 'g', key: 'etag', value: 2, forever: true });
     // Raw requests: through fetch (undici) the same call came back 200 with the body.
-    const get = (headers: Record<string, string>) => rawRequest(h.url, 'GET', '/api/v1/kv/g/etag', undefined, headers);
+    const get = (headers: Record<string, string>) => request(h.url, 'GET', '/api/v1/kv/g/etag', { headers });
     const same = await get({ 'if-none-match': `"${second.version}"` });
     expect(same.status).toBe(304);
     expect(same.body).toBeUndefined();
@@ -89,7 +90,7 @@ describe('GET', () => {
     const noCache = await get({ 'if-none-match': `"${second.version}"`, 'cache-control': 'no-cache' });
     expect(noCache.status).toBe(200);
     // An absent key has no ETag to match: If-None-Match: * does not turn "not found" into a 304.
-    const absent = await rawRequest(h.url, 'GET', '/api/v1/kv/g/etag-absent', undefined, { 'if-none-match': '*' });
+    const absent = await request(h.url, 'GET', '/api/v1/kv/g/etag-absent', { headers: { 'if-none-match': '*' } });
     expect(absent.status).toBe(200);
     expect(absent.body).toMatchObject({ found: false });
   });
@@ -139,19 +140,19 @@ describe('the catch-all key', () => {
 
 describe('odd paths', () => {
   test('a malformed percent-encoding is a 4xx JSON answer, never a 500', async () => {
-    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/%E0%A4%A');
+    const res = await request(h.url, 'GET', '/api/v1/kv/g/%E0%A4%A');
     expect(res.status).toBeGreaterThanOrEqual(400);
     expect(res.status).toBeLessThan(500);
     expect(res.headers.get('content-type')).toMatch(/^application\/json/);
     expect(typeof res.body.error).toBe('string');
-    const bad = await rawRequest(h.url, 'PUT', '/api/v1/kv/g/%FF', '{"value":1,"forever":true}');
+    const bad = await request(h.url, 'PUT', '/api/v1/kv/g/%FF', { body: '{"value":1,"forever":true}' });
     expect(bad.status).toBeGreaterThanOrEqual(400);
     expect(bad.status).toBeLessThan(500);
     expect(typeof bad.body.error).toBe('string');
   });
 
   test('a malformed percent-encoding in the namespace is 400 bad_request', async () => {
-    expectError(await rawRequest(h.url, 'GET', '/api/v1/kv/%E0%A4%A/k'), 400, 'bad_request');
+    expectError(await request(h.url, 'GET', '/api/v1/kv/%E0%A4%A/k'), 400, 'bad_request');
   });
 
   test('paths match case-sensitively, and a method a path does not take is 404 not_found JSON', async () => {
@@ -167,7 +168,7 @@ describe('odd paths', () => {
 
   test('HEAD on a key answers the GET headers with no body', async () => {
     const put = await h.one({ op: 'put', ns: 'g', key: 'head', value: { a: 1 }, forever: true });
-    const res = await rawRequest(h.url, 'HEAD', '/api/v1/kv/g/head');
+    const res = await request(h.url, 'HEAD', '/api/v1/kv/g/head');
     expect(res.status).toBe(200);
     expect(res.text).toBe('');
     expect(res.headers.get('etag')).toBe(`"${put.version}"`);
@@ -192,7 +193,7 @@ describe('odd paths', () => {
   });
 
   test('a URL past node\'s header limit is 431 with a JSON body, not an empty one', async () => {
-    const res = await rawRequest(h.url, 'GET', `/api/v1/kv/g/${'k'.repeat(20_000)}`);
+    const res = await request(h.url, 'GET', `/api/v1/kv/g/${'k'.repeat(20_000)}`);
     expectError(res, 431, 'headers_too_large');
     // The server still answers on a new connection.
     expect((await h.call('GET', '/api/v1/kv/g/head')).status).toBe(200);
@@ -275,7 +276,7 @@ describe('refusals of the path routes', () => {
   ])('%s %s: any query string is 400 kv_query_string_not_allowed', async (method, path) => {
     await h.one({ op: 'put', ns: 'g', key: 'k', value: 'keep', forever: true });
     const body = method === 'PUT' ? '{"value":1,"forever":true}' : undefined;
-    expectError(await rawRequest(h.url, method, path, body), 400, 'kv_query_string_not_allowed');
+    expectError(await request(h.url, method, path, { body }), 400, 'kv_query_string_not_allowed');
     expect((await h.row('g', 'k'))?.value).toBe('keep');
     expect(await h.row('g', 'q')).toBeNull();
   });
@@ -293,7 +294,7 @@ describe('refusals of the path routes', () => {
     await h.one({ op: 'put', ns: 'other', key: 'x', value: 'body key', forever: true });
     const body = JSON.stringify({ [field]: field === 'op' ? 'delete' : field === 'key' ? 'x' : 'other' });
     // Content-Length by hand: node frames no body on a GET by default.
-    const res = await rawRequest(h.url, 'GET', '/api/v1/kv/g/gbody', body, { 'content-length': String(Buffer.byteLength(body)) });
+    const res = await request(h.url, 'GET', '/api/v1/kv/g/gbody', { body, headers: { 'content-length': String(Buffer.byteLength(body)) } });
     expectError(res, 400, 'kv_body_conflicts_with_path');
     expect((await h.row('g', 'gbody'))?.value).toBe('path key');
   });

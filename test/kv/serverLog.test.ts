@@ -14,7 +14,10 @@ import { loadConfig } from '../../shared/config';
 import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
 import { ApiServer, startApiServer } from '../../services/api/server';
-import { call, kv, UNLIMITED_RATES } from '../support/api';
+import { UNLIMITED_RATES } from '../support/api';
+import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
+import { waitFor } from '../support/wait';
 
 const MARKER = 'kv-value-marker-5e1d';
 
@@ -59,12 +62,10 @@ afterAll(async () => {
 async function serverLog(): Promise<string> {
   const sentinel = `sentinel-${++sentinels}-${Date.now()}`;
   await db.query(`DO $$ BEGIN RAISE WARNING '${sentinel}'; END $$`);
-  for (let i = 0; ; i++) {
-    const { rows } = await db.query(`SELECT pg_read_file(pg_current_logfile()) AS text`);
-    if (rows[0].text.includes(sentinel)) return rows[0].text;
-    if (i > 400) throw new Error('the server log never showed the sentinel');
-    await new Promise((r) => setTimeout(r, 25));
-  }
+  let text = '';
+  const shown = async () => (text = (await db.query(`SELECT pg_read_file(pg_current_logfile()) AS text`)).rows[0].text).includes(sentinel);
+  await waitFor(shown, { what: 'the sentinel WARNING in the server log', timeoutMs: 10_000, everyMs: 25 });
+  return text;
 }
 
 function expectNoMarker(where: string, text: string): void {
@@ -175,10 +176,7 @@ test.each([
 });
 
 test('a lost required still counts as outcome="precondition" on each route (it is no longer an error to count from)', async () => {
-  const count = async (op: string) => {
-    const text = await (await fetch(`${server.url}/metrics`)).text();
-    return Number(text.match(new RegExp(`^queen_kv_ops_total\\{[^}]*op="${op}"[^}]*outcome="precondition"[^}]*\\} (\\S+)$`, 'm'))?.[1] ?? 0);
-  };
+  const count = (op: string) => counter(server.url, 'queen_kv_ops_total', { op, outcome: 'precondition' });
   await kv(server.url, [{ op: 'put', ns: 'hyg', key: 'metric', value: 1, forever: true }]);
   const before = { putIfAbsent: await count('putIfAbsent'), put: await count('put') };
   await kv(server.url, [{ op: 'putIfAbsent', ns: 'hyg', key: 'metric', value: 2, forever: true, required: true }]);

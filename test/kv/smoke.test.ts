@@ -1,10 +1,7 @@
-import { startTestApi, TestApi, kv, call } from '../support/api';
+import { useApi } from '../support/api';
+import { call, kv } from '../support/http';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('a putIfAbsent is answered and a get reads it back with its ETag', async () => {
   const put = await kv(api.url, [{ op: 'putIfAbsent', ns: 'orders', key: 'k1', value: { a: 1 }, ttlSeconds: 60 }]);

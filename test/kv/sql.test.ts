@@ -1,26 +1,15 @@
 // SQL-level: the pure helpers kv_live_v1 / kv_ver_v1, kv_apply_at_v1 with a chosen `now` (expiry
 // tested without sleeping), and the catalog: queen.kv exactly as kv-internals.md has it.
-import { Client } from 'pg';
-import { createTestDatabase } from '../support/database';
+import { useDatabase } from '../support/database';
 
-let db: { url: string; drop(): Promise<void> };
-let c: Client;
-beforeAll(async () => {
-  db = await createTestDatabase();
-  c = new Client({ connectionString: db.url });
-  await c.connect();
-});
-afterAll(async () => {
-  await c?.end();
-  await db?.drop();
-});
+const db = useDatabase({ client: true });
 
 const T = '2030-01-01T00:00:00Z';
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const OTHER = '7d1c9f5e-2b7a-4c1e-9a55-0c3f4b2d6e01';
 
 async function applyAt(nowIso: string, ops: unknown[], tenant = TENANT): Promise<any[]> {
-  const { rows } = await c.query('SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, false, $3::timestamptz) AS r', [tenant, JSON.stringify(ops), nowIso]);
+  const { rows } = await db.client.query('SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, false, $3::timestamptz) AS r', [tenant, JSON.stringify(ops), nowIso]);
   return rows[0].r;
 }
 const at = (seconds: number) => new Date(Date.parse(T) + seconds * 1000).toISOString();
@@ -32,7 +21,7 @@ describe('kv_live_v1 and kv_ver_v1', () => {
     ['expiring at this very instant (dead)', T, false],
     ['expired', '2029-12-31T23:59:59Z', false],
   ])('kv_live_v1: %s -> %p', async (_n, expires, live) => {
-    const { rows } = await c.query('SELECT queen.kv_live_v1($1::timestamptz, $2::timestamptz) AS v', [expires, T]);
+    const { rows } = await db.client.query('SELECT queen.kv_live_v1($1::timestamptz, $2::timestamptz) AS v', [expires, T]);
     expect(rows[0].v).toBe(live);
   });
 
@@ -43,12 +32,12 @@ describe('kv_live_v1 and kv_ver_v1', () => {
     ['an absent row (NULL version, NULL expiry)', null, null, '0'],
     ['an absent row with an expiry', null, '2031-01-01T00:00:00Z', '0'],
   ])('kv_ver_v1 is total: %s -> %s', async (_n, version, expires, want) => {
-    const { rows } = await c.query('SELECT queen.kv_ver_v1($1::bigint, $2::timestamptz, $3::timestamptz)::text AS v', [version, expires, T]);
+    const { rows } = await db.client.query('SELECT queen.kv_ver_v1($1::bigint, $2::timestamptz, $3::timestamptz)::text AS v', [version, expires, T]);
     expect(rows[0].v).toBe(want);
   });
 
   test('both are pure: IMMUTABLE, not STRICT, `now` a parameter', async () => {
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT p.proname, p.proisstrict, p.provolatile, pg_get_function_identity_arguments(p.oid) AS args
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'queen' AND p.proname IN ('kv_live_v1', 'kv_ver_v1') ORDER BY p.proname`,
@@ -60,12 +49,12 @@ describe('kv_live_v1 and kv_ver_v1', () => {
   });
 
   test('no KV function is STRICT: a STRICT helper turns an absent row or a forever key into NULL, a row that silently vanishes', async () => {
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
         WHERE n.nspname = 'queen' AND p.proname LIKE 'kv\\_%' AND p.proisstrict ORDER BY 1`,
     );
     expect(rows).toEqual([]);
-    const all = await c.query(`SELECT count(*)::int AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'queen' AND p.proname LIKE 'kv\\_%'`);
+    const all = await db.client.query(`SELECT count(*)::int AS n FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'queen' AND p.proname LIKE 'kv\\_%'`);
     expect(all.rows[0].n).toBeGreaterThan(10);
   });
 });
@@ -75,7 +64,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
     await applyAt(T, [{ op: 'put', ns: 'clock', key: 'k', value: 'v', ttlSeconds: 10 }]);
     expect((await applyAt(at(9.999), [{ op: 'get', ns: 'clock', key: 'k' }]))[0].found).toBe(true);
     expect((await applyAt(at(10), [{ op: 'get', ns: 'clock', key: 'k' }]))[0].found).toBe(false);
-    const { rows } = await c.query(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'clock'`);
+    const { rows } = await db.client.query(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'clock'`);
     expect(rows[0].n).toBe(1);
   });
 
@@ -91,7 +80,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
     expect(prefix.rows).toEqual([]);
     const [won] = await applyAt(at(11), [{ op: 'putIfAbsent', ns: 'clock', key: 'm', value: 'new', ttlSeconds: 10 }]);
     expect(won).toMatchObject({ applied: true, value: 'new', expiresAt: at(21).replace(/\.\d+Z$/, '.000Z') });
-    const { rows } = await c.query(`SELECT created_at FROM queen.kv WHERE namespace = 'clock' AND key = 'm'`);
+    const { rows } = await db.client.query(`SELECT created_at FROM queen.kv WHERE namespace = 'clock' AND key = 'm'`);
     expect(rows[0].created_at.toISOString()).toBe(at(11));
   });
 
@@ -107,7 +96,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
 
   test('inside a transaction getPrefix is refused; get and getMany are allowed', async () => {
     const inTx = (ops: unknown[]) =>
-      c.query('SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, true, $3::timestamptz) AS r', [TENANT, JSON.stringify(ops), T]);
+      db.client.query('SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, true, $3::timestamptz) AS r', [TENANT, JSON.stringify(ops), T]);
     const err = await inTx([{ op: 'getPrefix', ns: 'tx', prefix: 'a' }]).catch((e) => e);
     expect(err.code).toBe('QK400');
     expect(JSON.parse(err.detail)).toEqual({ code: 'kv_get_prefix_not_allowed_in_transaction', index: 0 });
@@ -116,7 +105,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
   });
 
   test('kv_apply_v1 (the clock) and kv_apply_at_v1 (a chosen instant) are the same rules', async () => {
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT queen.kv_apply_v1($1::uuid, $2::jsonb) AS r`,
       [TENANT, JSON.stringify([{ op: 'put', ns: 'clk', key: 'k', value: 1, ttlSeconds: 60 }])],
     );
@@ -153,7 +142,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
 
 describe('the catalog', () => {
   test('queen.kv has exactly the columns of kv-internals.md, both names COLLATE "C", shard generated', async () => {
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS notnull,
               coalesce(co.collname, '') AS collation, a.attgenerated AS generated,
               pg_get_expr(d.adbin, d.adrelid) AS expr
@@ -180,7 +169,7 @@ describe('the catalog', () => {
   });
 
   test('exactly two indexes: kv_pkey on (tenant_id, namespace, key) and the partial idx_kv_shard_expires', async () => {
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT indexrelid::regclass::text AS name, pg_get_indexdef(indexrelid) AS def
          FROM pg_index WHERE indrelid = 'queen.kv'::regclass ORDER BY 1`,
     );
@@ -190,7 +179,7 @@ describe('the catalog', () => {
   });
 
   test('storage: fillfactor = 70 and vacuum_truncate = off', async () => {
-    const { rows } = await c.query(`SELECT reloptions FROM pg_class WHERE oid = 'queen.kv'::regclass`);
+    const { rows } = await db.client.query(`SELECT reloptions FROM pg_class WHERE oid = 'queen.kv'::regclass`);
     const opts = Object.fromEntries((rows[0].reloptions as string[]).map((o) => o.split('=')));
     expect(opts.fillfactor).toBe('70');
     expect(['off', 'false']).toContain(String(opts.vacuum_truncate).toLowerCase());
@@ -198,16 +187,16 @@ describe('the catalog', () => {
   });
 
   test('the version sequence is a bigint with CACHE 1000', async () => {
-    const { rows } = await c.query(`SELECT data_type::text, cache_size::int FROM pg_sequences WHERE schemaname = 'queen' AND sequencename = 'kv_version_seq'`);
+    const { rows } = await db.client.query(`SELECT data_type::text, cache_size::int FROM pg_sequences WHERE schemaname = 'queen' AND sequencename = 'kv_version_seq'`);
     expect(rows).toEqual([{ data_type: 'bigint', cache_size: 1000 }]);
   });
 
   test('shard is hashtextextended(key, 0) & 63 and an update cannot move a row', async () => {
     await applyAt(T, [{ op: 'put', ns: 'sh', key: 'some-key', value: 1, forever: true }]);
-    const { rows } = await c.query(
+    const { rows } = await db.client.query(
       `SELECT shard, (hashtextextended('some-key', 0) & 63)::smallint AS want FROM queen.kv WHERE namespace = 'sh' AND key = 'some-key'`,
     );
     expect(rows[0].shard).toBe(rows[0].want);
-    await expect(c.query(`UPDATE queen.kv SET shard = 1 WHERE namespace = 'sh'`)).rejects.toMatchObject({ code: '428C9' });
+    await expect(db.client.query(`UPDATE queen.kv SET shard = 1 WHERE namespace = 'sh'`)).rejects.toMatchObject({ code: '428C9' });
   });
 });

@@ -2,20 +2,14 @@
 // one body past QUEEN_MAX_BODY_BYTES is 413 before it is read, and the bodies in flight past
 // QUEEN_MAX_INFLIGHT_BODY_BYTES are 503 server_busy, each answered at once with the connection closed.
 // Each exchange is on a raw socket, so the test decides how much of a body is ever sent.
-import { startTestApi, TestApi } from '../support/api';
-import { head, rawRequest } from './rawHttp';
+import { head, rawExchange } from '../support/http';
+import { useApi } from '../support/api';
 
 const MIB = 1024 * 1024;
-let api: TestApi;
+const api = useApi({ QUEEN_MAX_BODY_BYTES: String(MIB), QUEEN_MAX_INFLIGHT_BODY_BYTES: String(2 * MIB) });
 let port: number;
-
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_MAX_BODY_BYTES: String(MIB), QUEEN_MAX_INFLIGHT_BODY_BYTES: String(2 * MIB) });
+beforeAll(() => {
   port = api.server.port;
-});
-
-afterAll(async () => {
-  await api?.close();
 });
 
 const json = { 'Content-Type': 'application/json' };
@@ -27,7 +21,7 @@ test.each([
   ['POST', '/api/v1/transaction'],
   ['POST', '/api/v1/ack'],
 ])('%s %s: a Content-Length past the limit is answered 413 before a byte of the body is sent, and the connection closes', async (method, path) => {
-  const x = rawRequest(port, head(method, path, { ...json, 'Content-Length': MIB + 1 }));
+  const x = rawExchange(port, head(method, path, { ...json, 'Content-Length': MIB + 1 }));
   const answer = await x.answer;
   expect(answer).toMatchObject({ status: 413, body: { error: 'payload_too_large' } });
   expect(answer.headers.connection).toBe('close');
@@ -35,7 +29,7 @@ test.each([
 });
 
 test('a chunked body is refused 413 as soon as what arrived passes the limit, with no end of the body ever sent', async () => {
-  const x = rawRequest(port, head('POST', '/api/v1/push', { ...json, 'Transfer-Encoding': 'chunked' }));
+  const x = rawExchange(port, head('POST', '/api/v1/push', { ...json, 'Transfer-Encoding': 'chunked' }));
   const piece = Buffer.alloc(64 * 1024, 'x');
   let answered = false;
   void x.answer.then(() => (answered = true), () => (answered = true));
@@ -55,12 +49,12 @@ test('bodies in flight past the worker\'s budget: 503 server_busy with Retry-Aft
     const text = JSON.stringify({ items: [{ queue: 'budget', payload: 'x'.repeat(n) }] });
     return text + ' '.repeat(MIB - Buffer.byteLength(text));
   };
-  const held = [0, 1].map(() => rawRequest(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': MIB })));
+  const held = [0, 1].map(() => rawExchange(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': MIB })));
   // The server has admitted both once a request with a body answers 503 (each waits for its body meanwhile).
   const small = JSON.stringify({ items: [{ queue: 'budget', payload: 'small' }] });
   let refused;
   for (let i = 0; ; i++) {
-    const x = rawRequest(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': Buffer.byteLength(small) }));
+    const x = rawExchange(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': Buffer.byteLength(small) }));
     await x.send(small);
     refused = await x.answer;
     x.socket.destroy();
@@ -74,7 +68,7 @@ test('bodies in flight past the worker\'s budget: 503 server_busy with Retry-Aft
     expect((await x.answer).status).toBe(201);
     x.socket.destroy();
   }
-  const after = rawRequest(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': Buffer.byteLength(small) }));
+  const after = rawExchange(port, head('POST', '/api/v1/push', { ...json, 'Content-Length': Buffer.byteLength(small) }));
   await after.send(small);
   expect((await after.answer).status).toBe(201);
   after.socket.destroy();

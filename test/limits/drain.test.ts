@@ -4,25 +4,18 @@
 // alive, clients sent the next request on them, and the server closed them under it.
 import http from 'node:http';
 import { freePort } from '../../shared/embeddedPostgres';
-import { createTestDatabase } from '../support/database';
+import { request } from '../support/http';
+import { spawnApi, untilHealthy } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
-import { spawnApi, untilHealthy } from '../ops/spawn';
+import { createTestDatabase } from '../support/database';
 
 const CLIENTS = 32;
 
-function send(agent: http.Agent, port: number, method: string, path: string, body?: string): Promise<{ status: number; connection?: string } | { error: string }> {
-  return new Promise((resolve) => {
-    const req = http.request(
-      { host: '127.0.0.1', port, method, path, agent, headers: body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {} },
-      (res) => {
-        res.resume();
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }));
-        res.on('error', (e: NodeJS.ErrnoException) => resolve({ error: e.code ?? e.message }));
-      },
-    );
-    req.on('error', (e: NodeJS.ErrnoException) => resolve({ error: (e.code ?? e.message) }));
-    req.end(body);
-  });
+function send(agent: http.Agent, port: number, method: string, path: string, body?: string): Promise<{ status: number } | { error: string }> {
+  return request(port, method, path, { body, agent }).then(
+    (res) => ({ status: res.status }),
+    (e: NodeJS.ErrnoException) => ({ error: e.code ?? e.message }),
+  );
 }
 
 test('keep-alive clients writing through SIGTERM: every request answered or refused a connection, none reset', async () => {

@@ -9,8 +9,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { applySchema } from '../../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
+import { JsonResponse, request } from '../support/http';
+import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
-import { fresh, FreshAnswer, spawnApi, Spawned, untilHealthy } from '../ops/spawn';
+import { waitFor } from '../support/wait';
 
 let root: string;
 let pg: EmbeddedPostgres;
@@ -82,17 +84,17 @@ const CALLS: [string, string, unknown?][] = [
 
 /** A push answers 201 (Queen's wire), the rest 200. */
 const succeeded = (status: number) => status === 200 || status === 201;
-const outcome = (route: string, a: FreshAnswer) => ({ route, status: a.status, error: a.body?.error, retryAfter: a.headers['retry-after'] });
+const outcome = (route: string, a: JsonResponse) => ({ route, status: a.status, error: a.body?.error, retryAfter: a.headers.get('retry-after') });
 
 test('with PostgreSQL stopped (SIGSTOP), push, KV get, KV put, the wire and /health each answer 503 db_unavailable (a KV route: or kv_unavailable); after SIGCONT they succeed', async () => {
   // Every pool holds idle connections to the server before it freezes: the case that hung.
-  for (const [method, route, body] of CALLS) expect(succeeded((await fresh(port, method, route, body)).status)).toBe(true);
+  for (const [method, route, body] of CALLS) expect(succeeded((await request(port, method, route, { body })).status)).toBe(true);
   frozen = serverProcesses();
   try {
     for (const pid of frozen) process.kill(pid, 'SIGSTOP');
     // Twice: first on the connections the pools held (the query timeout), then on new ones (the acquire timeout).
     for (let round = 0; round < 2; round++) {
-      const answers = await Promise.all(CALLS.map(([method, route, body]) => fresh(port, method, route, body).then((a) => outcome(route, a))));
+      const answers = await Promise.all(CALLS.map(([method, route, body]) => request(port, method, route, { body }).then((a) => outcome(route, a))));
       // A KV route may also find its dedicated pool full (its acquire timeout, the shedding rung): kv_unavailable.
       const code = (route: string) => (route.startsWith('/api/v1/kv/') ? expect.stringMatching(/^(db|kv)_unavailable$/) : 'db_unavailable');
       expect(answers).toEqual(CALLS.map(([, route]) => ({ route, status: 503, error: code(route), retryAfter: '1' })));
@@ -102,11 +104,10 @@ test('with PostgreSQL stopped (SIGSTOP), push, KV get, KV put, the wire and /hea
   }
   // The pools dropped the connections that did not answer and open new ones.
   for (const [method, route, body] of CALLS) {
-    let answer = await fresh(port, method, route, body);
-    for (let i = 0; !succeeded(answer.status) && i < 50; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      answer = await fresh(port, method, route, body);
-    }
+    let answer!: JsonResponse;
+    const served = async () => succeeded((answer = await request(port, method, route, { body })).status);
+    // Bounded; the expect below says which route was still refused, and how.
+    await waitFor(served, { what: `${method} ${route} served again`, timeoutMs: 5_000, everyMs: 100 }).catch(() => undefined);
     expect({ ...outcome(route, answer), succeeded: succeeded(answer.status) }).toMatchObject({ route, succeeded: true });
   }
 });

@@ -3,33 +3,22 @@
 // holder lets go the same call succeeds. Before, the KV route answered at its statement timeout but
 // the same write through /api/v1/transaction waited as long as the holder did (34 s was seen), as
 // did pushes and acks.
-import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { call, JsonResponse, startTestApi, TestApi } from '../support/api';
 import { ackOf, pop, push, transaction } from '../log/helpers';
+import { call, JsonResponse } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let holder: Client;
-
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_DB_LOCK_TIMEOUT_MS: '300', QUEEN_DB_STATEMENT_TIMEOUT_MS: '5000', QUEEN_KV_STATEMENT_TIMEOUT_MS: '1000' });
-  holder = new Client({ connectionString: api.databaseUrl });
-  await holder.connect();
-});
-
-afterAll(async () => {
-  await holder?.end();
-  await api?.close();
-});
+// `client`: the holder, a session of its own on the cell's database.
+const api = useApi({ QUEEN_DB_LOCK_TIMEOUT_MS: '300', QUEEN_DB_STATEMENT_TIMEOUT_MS: '5000', QUEEN_KV_STATEMENT_TIMEOUT_MS: '1000' }, { client: true });
 
 /** Runs `hold` in a transaction of the holder, then `calls` while it holds, then rolls it back. */
 async function whileHeld(hold: string, values: unknown[], calls: () => Promise<void>): Promise<void> {
-  await holder.query('BEGIN');
+  await api.client.query('BEGIN');
   try {
-    await holder.query(hold, values);
+    await api.client.query(hold, values);
     await calls();
   } finally {
-    await holder.query('ROLLBACK');
+    await api.client.query('ROLLBACK');
   }
 }
 

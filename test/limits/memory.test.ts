@@ -3,17 +3,17 @@
 // the memory one body costs), and so does every PostgreSQL backend serving it. The calls the budget
 // has no room for are 503 server_busy; at least some are served.
 import fs from 'node:fs';
-import http from 'node:http';
 import { Client } from 'pg';
 import { DEFAULTS } from '../../shared/config';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { jsonLines, spawnApi, Spawned, untilHealthy } from '../ops/spawn';
+import { outcome, request } from '../support/http';
+import { spawnApi, Spawned, untilHealthy } from '../support/processes';
 
 const MIB = 1024 * 1024;
 /** The bounds the README states for the defaults (QUEEN_MAX_BODY_BYTES 4 MiB, QUEEN_MAX_INFLIGHT_BODY_BYTES 16 MiB). */
-export const WORKER_RSS_BOUND = 240 * MIB;
-export const BACKEND_ANON_BOUND = 128 * MIB;
+const WORKER_RSS_BOUND = 240 * MIB;
+const BACKEND_ANON_BOUND = 128 * MIB;
 const CONCURRENT = 32;
 
 /** A /proc/<pid>/status field in bytes (0 once the process is gone). */
@@ -30,21 +30,7 @@ function procBytes(pid: number, field: 'VmRSS' | 'RssAnon'): number {
  * One POST on a fresh connection. A refused push's connection is closed while its body is still
  * being sent: the client sees the 503, or, when its write fails first, EPIPE/ECONNRESET (status 0).
  */
-function post(port: number, path: string, body: Buffer): Promise<{ status: number; error?: string }> {
-  return new Promise((resolve) => {
-    const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path, agent: false, headers: { 'content-type': 'application/json', 'content-length': body.length } },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, error: text.startsWith('{"error"') ? JSON.parse(text).error : undefined }));
-      },
-    );
-    req.on('error', (e: NodeJS.ErrnoException) => resolve({ status: 0, error: e.code }));
-    req.end(body);
-  });
-}
+const post = (port: number, path: string, body: Buffer) => outcome(request(port, 'POST', path, { body, timeoutMs: 60_000 }));
 
 let db: { url: string; drop(): Promise<void> };
 let api: Spawned | undefined;
@@ -59,7 +45,7 @@ test('32 concurrent pushes of the largest legal body, twice: the worker and its 
   const port = await freePort();
   api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '20' });
   await untilHealthy(api, port);
-  const worker = jsonLines(api.output()).find((l) => l.msg === 'API worker listening')!.pid as number;
+  const worker = api.lines.find((l) => l.msg === 'API worker listening')!.pid as number;
   const watcher = new Client({ connectionString: db.url });
   await watcher.connect();
   const frame = Buffer.from(JSON.stringify({ items: [{ queue: 'big', payload: '' }] }));
@@ -79,7 +65,7 @@ test('32 concurrent pushes of the largest legal body, twice: the worker and its 
       for (let i = 0; i < 5; i++) {
         workerPeak = Math.max(workerPeak, procBytes(worker, 'VmRSS'));
         for (const pid of backends) backendPeak = Math.max(backendPeak, procBytes(pid, 'RssAnon'));
-        await new Promise((r) => setTimeout(r, 10));
+        await new Promise((r) => setTimeout(r, 10)); // the sampling period: a peak is looked for, not awaited
       }
     }
   })();

@@ -4,9 +4,11 @@
 // flight before the others are made. Messages of one transaction share its xmin.
 import { Pool } from 'pg';
 import { PushCoalescer } from '../../services/api/pushCoalescer';
-import { createTestDatabase } from '../support/database';
-import { startTestApi, TestApi } from '../support/api';
 import { push } from './helpers';
+import { useApi } from '../support/api';
+import { createTestDatabase } from '../support/database';
+import { metric } from '../support/metrics';
+import { call } from '../support/http';
 
 /** The tenant of a cell with tenancy off (shared/config.ts). */
 const TENANT = '00000000-0000-0000-0000-000000000001';
@@ -123,28 +125,22 @@ test('log_push_coalesced_v1 takes only the first body\'s partition: a body for a
 });
 
 describe('over HTTP', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi();
-  });
-  afterAll(() => api.close());
+  const api = useApi();
 
   test('60 concurrent pushes to one partition: every one answered queued, seqs contiguous, a malformed one refused alone', async () => {
     await push(api.url, [{ queue: 'http-gather', payload: 0 }]);
     // A number past numeric's range: PostgreSQL refuses it as data (a U+0000 is refused before the
     // gathering, http.ts refuseUnstorable).
-    const bad = fetch(`${api.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"items":[{"queue":"http-gather","payload":1e999999}]}' });
+    const bad = call(api.url, 'POST', '/api/v1/push', '{"items":[{"queue":"http-gather","payload":1e999999}]}');
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => push(api.url, [{ queue: 'http-gather', payload: { i }, transactionId: `h${i}` }])));
     expect(answers.map((a) => [a.status, a.body[0].status])).toEqual(Array(60).fill([201, 'queued']));
     const refused = await bad;
-    expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, 'invalid_json']);
+    expect([refused.status, refused.body.error]).toEqual([400, 'invalid_json']);
     const stored = await rows('http-gather', api.server.pools.message);
     expect(stored.map((r) => r.seq)).toEqual(Array.from({ length: 61 }, (_, i) => i + 1));
     expect(stored.slice(1).map((r) => r.tx).sort()).toEqual(Array.from({ length: 60 }, (_, i) => `h${i}`).sort());
     // The operator's view: every push counted once in a statement, and fewer statements than pushes.
-    const metrics = await (await fetch(`${api.url}/metrics`)).text();
-    const value = (name: string) => Number(metrics.match(new RegExp(`^${name} (\\S+)$`, 'm'))?.[1]);
-    expect(value('queen_log_push_gathering_size_sum')).toBe(62);
-    expect(value('queen_log_push_gathering_size_count')).toBeLessThan(62);
+    expect(await metric(api.url, 'queen_log_push_gathering_size_sum')).toBe(62);
+    expect(await metric(api.url, 'queen_log_push_gathering_size_count')).toBeLessThan(62);
   });
 });

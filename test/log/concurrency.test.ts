@@ -2,23 +2,16 @@
 // once-marker in the same bundle as its ack: every message acked once, every marker written once,
 // none lost. Over HTTP against the real database.
 import { Client } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
 const MESSAGES = 1000;
 const PARTITIONS = 8;
 const CONSUMERS = 4;
 
-let api: TestApi;
-beforeAll(async () => {
-  // Thousands of marker writes in seconds: the per-tenant token buckets are not what is tested here.
-  api = await startTestApi({
-    QUEEN_KV_WRITES_PER_SEC: '100000',
-    QUEEN_KV_READS_PER_SEC: '100000',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
-  });
-});
-afterAll(() => api.close());
+// Thousands of marker writes in seconds: useApi's buckets (UNLIMITED_RATES) are out of their way.
+const api = useApi();
 
 test('4 consumers, 1,000 messages, once-markers: every message acked once, every marker once, none lost', async () => {
   const queue = 'race';
@@ -113,7 +106,7 @@ test('with zombies (consumers that stall past a 1 s lease), every message is sti
         // Every 40th message (by payload), the first time it is seen, stalls past the lease.
         if (i === 0 && m.data.n % 40 === 0 && m.retryCount === 0 && stalls < 5 && !committed.has(m.transactionId)) {
           stalls++;
-          await new Promise((resolve) => setTimeout(resolve, 1300));
+          await new Promise((resolve) => setTimeout(resolve, 1300)); // time passing is the test: past the 1 s lease
         }
         const res = await transaction(api.url, {
           operations: [{ type: 'ack', ...ackOf(m) }],

@@ -2,24 +2,15 @@
 // message is delivered once it is that many seconds old) and windowBuffer (a partition is leased once
 // its newest message is that many seconds old). Time is moved by ageing the stored messages
 // (created_at) rather than by sleeping, so no test depends on how fast the machine is.
-import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { configure, pop, popRaw, push } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Pool;
-beforeAll(async () => {
-  api = await startTestApi();
-  db = new Pool({ connectionString: api.databaseUrl, max: 1 });
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+const api = useApi({}, { connections: 1 });
 
 /** Makes the named messages of a queue `seconds` older, as if they had been pushed that long ago. */
 async function age(queue: string, transactionIds: string[], seconds: number): Promise<void> {
-  const { rowCount } = await db.query(
+  const { rowCount } = await api.pool.query(
     `UPDATE queen.messages m SET created_at = m.created_at - make_interval(secs => $3)
        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
       WHERE p.id = m.partition_id AND q.name = $1 AND m.transaction_id = ANY ($2::text[])`,

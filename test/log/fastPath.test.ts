@@ -9,8 +9,8 @@
 // (counted with track_functions), so a guard that declined everything could not pass unnoticed.
 // The pushes sit on both sides of every edge of the guard.
 import { Client, Notification } from 'pg';
-import { createTestDatabase } from '../support/database';
 import { LOG_PUSH } from '../../shared/sql/log';
+import { createTestDatabase } from '../support/database';
 
 let db: { url: string; drop(): Promise<void> };
 let client: Client;

@@ -1,5 +1,5 @@
 // What the log suites share: thin wrappers over the log's HTTP surface.
-import { call, JsonResponse } from '../support/api';
+import { call, JsonResponse } from '../support/http';
 
 export interface Message {
   transactionId: string;
@@ -73,6 +73,15 @@ export function once(ns: string, key: string, value: unknown = true) {
   return { op: 'putIfAbsent', ns, key, value, ttlSeconds: 86400, required: true };
 }
 
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * A message whose first lease (1 s) lapsed and a second consumer took over: `zombie` is the first
+ * lease's copy, `heir` the long poll's (another lease on the same message).
+ */
+export async function takenOver(base: string, queue: string, transactionId: string, payload: unknown = 'work'): Promise<{ zombie: Message; heir: Message }> {
+  await configure(base, queue, { leaseTime: 1 });
+  await push(base, [{ queue, payload, transactionId }]);
+  const [zombie] = await pop(base, queue);
+  const [heir] = await pop(base, queue, { wait: true, timeout: 10_000 });
+  expect(heir.transactionId).toBe(transactionId);
+  return { zombie, heir };
 }

@@ -3,36 +3,27 @@
 // and one past the limit is dead-lettered for the group exactly as a `failed` ack past it is, so a
 // poison message that kills every consumer before it acks no longer blocks its partition forever.
 // Real leases of 1 s over HTTP; a waiting pop is what notices the expiry, as a consumer's would.
-import { Client } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
-import { ack, configure, Message, pop, popRaw, push, sleep } from './helpers';
+import { ack, configure, Message, pop, popRaw, push } from './helpers';
+import { call } from '../support/http';
+import { elapse } from '../support/wait';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Client;
-beforeAll(async () => {
-  api = await startTestApi();
-  db = new Client({ connectionString: api.databaseUrl });
-  await db.connect();
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+const api = useApi({}, { connections: 1 });
 
 /** The next pop once the current lease lapses (the long poll looks again without a notification). */
 async function popAfterExpiry(queue: string, o: { batch?: number; consumerGroup?: string } = {}): Promise<Message[]> {
   return pop(api.url, queue, { ...o, wait: true, timeout: 10_000 });
 }
 
-/** Sleeps until a lease has certainly lapsed, without popping (so nothing notices it yet). */
+/** Sleeps until a lease has certainly lapsed, without popping (so nothing notices it yet): time passing is the test. */
 async function outlive(m: Message): Promise<void> {
   const left = Date.parse(m.leaseExpiresAt) - Date.now();
-  await sleep(Math.max(0, left) + 150);
+  await elapse(Math.max(0, left) + 150);
 }
 
 /** The message's failure row for the group: {failures, dead}, or undefined when it never failed. */
 async function failureOf(queue: string, txid: string, group = '__QUEUE_MODE__') {
-  const { rows } = await db.query(
+  const { rows } = await api.pool.query(
     `SELECT f.failures, f.dead_lettered_at IS NOT NULL AS dead FROM queen.message_failures f
        JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
        JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -44,7 +35,7 @@ async function failureOf(queue: string, txid: string, group = '__QUEUE_MODE__') 
 
 /** The group's operator counters summed over the queue's partitions. */
 async function countersOf(queue: string, group = '__QUEUE_MODE__') {
-  const { rows } = await db.query(
+  const { rows } = await api.pool.query(
     `SELECT sum(c.deliveries)::int AS deliveries, sum(c.completed)::int AS completed,
             sum(c.failures)::int AS failures, sum(c.dead_letters)::int AS "deadLetters"
        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
@@ -60,6 +51,15 @@ async function poisonAndFine(queue: string, options: Record<string, unknown>) {
     { queue, payload: 'poison', transactionId: 'poison' },
     { queue, payload: 'fine', transactionId: 'fine' },
   ]);
+}
+
+/** The poison message of a retryLimit-1 queue, popped and left to lapse once: the next pop's copy (retryCount 1). */
+async function lapsedOnce(queue: string): Promise<Message> {
+  await poisonAndFine(queue, { retryLimit: 1 });
+  await pop(api.url, queue);
+  const [again] = await popAfterExpiry(queue);
+  expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+  return again;
 }
 
 describe('an expired lease is a failed delivery', () => {
@@ -122,10 +122,7 @@ describe('an expired lease is a failed delivery', () => {
 
   test('an expired lease whose message a fresh pop then completes is not dead-lettered', async () => {
     const queue = 'lapse-completed';
-    await poisonAndFine(queue, { retryLimit: 1 });
-    await pop(api.url, queue);
-    const [again] = await popAfterExpiry(queue);
-    expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+    const again = await lapsedOnce(queue);
     expect((await ack(api.url, again)).body).toMatchObject({ ok: true, status: 'completed', deadLetter: false });
     expect(await failureOf(queue, 'poison')).toEqual({ failures: 1, dead: false });
     const [next] = await pop(api.url, queue);
@@ -164,10 +161,7 @@ describe('failed acks and expiries add up, and each lease counts once', () => {
 
   test('an expiry, then a failed ack: the ack is the one past the limit and says so', async () => {
     const queue = 'mixed-expiry-first';
-    await poisonAndFine(queue, { retryLimit: 1 });
-    await pop(api.url, queue);
-    const [again] = await popAfterExpiry(queue);
-    expect(again).toMatchObject({ transactionId: 'poison', retryCount: 1 });
+    const again = await lapsedOnce(queue);
     expect((await ack(api.url, again, 'failed')).body).toMatchObject({ ok: true, status: 'failed', deadLetter: true });
     const [next] = await pop(api.url, queue);
     expect(next.transactionId).toBe('fine');

@@ -3,22 +3,14 @@
 // lease extend, and the shape refusals.
 import { Client } from 'pg';
 import { migrations } from '../../shared/migrations';
-import { startTestApi, TestApi, call } from '../support/api';
-import { ack, ackOf, configure, pop, popRaw, push, sleep } from './helpers';
+import { ack, ackOf, configure, pop, popRaw, push, takenOver } from './helpers';
+import { call } from '../support/http';
+import { elapse } from '../support/wait';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Client;
-beforeAll(async () => {
-  // The 256 MiB pop below builds and cancels a quarter-gigabyte answer: on this shared 2-core
-  // machine that passed the message pool's default 10 s statement limit, which is not its subject.
-  api = await startTestApi({ QUEEN_DB_STATEMENT_TIMEOUT_MS: '120000' });
-  db = new Client({ connectionString: api.databaseUrl });
-  await db.connect();
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+// The 256 MiB pop below builds and cancels a quarter-gigabyte answer: on this shared 2-core
+// machine that passed the message pool's default 10 s statement limit, which is not its subject.
+const api = useApi({ QUEEN_DB_STATEMENT_TIMEOUT_MS: '120000' }, { connections: 1 });
 
 describe('push', () => {
   test('creates queue and partition on first use; a duplicate transactionId answers duplicate and stores nothing', async () => {
@@ -41,7 +33,7 @@ describe('push', () => {
 
     const messages = await pop(api.url, 'dedup', { partition: 'Default', batch: 10 });
     expect(messages.map((m) => m.data)).toEqual([{ n: 1 }]);
-    const { rows } = await db.query(
+    const { rows } = await api.pool.query(
       `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dedup'`,
     );
@@ -136,12 +128,8 @@ describe('pop and leases', () => {
   });
 
   test('an expired lease makes the messages available again, and the old lease can no longer ack', async () => {
-    await configure(api.url, 'expiry', { leaseTime: 1 });
-    await push(api.url, [{ queue: 'expiry', payload: 'x', transactionId: 'e1' }]);
-    const [first] = await pop(api.url, 'expiry');
     // A second consumer long-polls; it gets the message once the first lease lapses.
-    const [second] = await pop(api.url, 'expiry', { wait: true, timeout: 10_000 });
-    expect(second.transactionId).toBe('e1');
+    const { zombie: first, heir: second } = await takenOver(api.url, 'expiry', 'e1', 'x');
     expect(second.leaseId).not.toBe(first.leaseId);
     const zombie = await ack(api.url, first);
     expect(zombie.status).toBe(200);
@@ -154,7 +142,7 @@ describe('pop and leases', () => {
     await configure(api.url, 'lapsed', { leaseTime: 1 });
     await push(api.url, [{ queue: 'lapsed', payload: 1 }]);
     const [m] = await pop(api.url, 'lapsed');
-    await sleep(1200);
+    await elapse(1200); // time passing is the test: the 1 s lease lapses
     expect((await ack(api.url, m)).body.ackReason).toBe('lease_expired');
     expect((await ack(api.url, m, 'completed', false)).body.ackReason).toBe('lease_expired');
     // It was not acked: it comes back.
@@ -169,7 +157,7 @@ describe('pop and leases', () => {
     expect(ext.status).toBe(200);
     expect(ext.body).toMatchObject({ ok: true, leaseId: m.leaseId });
     expect(Date.parse(ext.body.leaseExpiresAt)).toBeGreaterThan(Date.now() + 20_000);
-    await sleep(1200);
+    await elapse(1200); // time passing is the test: past the first 1 s expiry
     expect(await pop(api.url, 'extend')).toEqual([]);
     expect((await ack(api.url, m)).body.ok).toBe(true);
     const gone = await call(api.url, 'POST', `/api/v1/lease/${m.leaseId}/extend`);
@@ -215,18 +203,20 @@ describe('pop and leases', () => {
     await configure(api.url, 'abandoned', { leaseTime: 60 });
     const abort = new AbortController();
     const abandoned = fetch(`${api.url}/api/v1/pop/queue/abandoned?wait=true&timeout=20000`, { signal: abort.signal }).catch(() => 'aborted');
-    await sleep(200);
+    // No signal says a poll is waiting, nor that the server saw its client leave (PushSignal counts
+    // no waiters outside itself): these pauses give each step its time.
+    await elapse(200);
     abort.abort();
     expect(await abandoned).toBe('aborted');
-    await sleep(50);
+    await elapse(50);
     await push(api.url, [{ queue: 'abandoned', payload: 'for the living' }]);
-    await sleep(300);
+    await elapse(300);
     expect((await pop(api.url, 'abandoned')).map((m) => m.data)).toEqual(['for the living']);
   });
 
   test('long poll wakes when a message arrives, and answers 204 at its timeout', async () => {
     const waiting = popRaw(api.url, 'longpoll', { wait: true, timeout: 20_000 });
-    await sleep(300);
+    await elapse(300); // no signal says the poll is waiting (see the test above)
     await push(api.url, [{ queue: 'longpoll', payload: 'hello' }]);
     const res = await waiting;
     expect(res.status).toBe(200);
@@ -289,7 +279,7 @@ describe('ack', () => {
     expect(next.transactionId).toBe('f');
     expect((await ack(api.url, next)).body.ok).toBe(true);
     expect((await popRaw(api.url, 'retry')).status).toBe(204);
-    const { rows } = await db.query(
+    const { rows } = await api.pool.query(
       `SELECT f.failures, f.dead_lettered_at IS NOT NULL AS dead FROM queen.message_failures f
          JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq WHERE m.transaction_id = 'p'`,
     );

@@ -2,30 +2,21 @@
 // every route has its series from boot, as the KV histogram does, so a panel or a rule on them
 // reads 0 rather than nothing after a restart; and each of push, pop, a long poll, ack, ack batch
 // and the transaction wire lands in its own route, refusals included.
-import { call, startTestApi, TestApi } from '../support/api';
 import { ack, ackOf, pop, push, transaction } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { parseExposition, scrape } from '../support/metrics';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
-
-async function scrape(): Promise<string> {
-  const res = await call(api.url, 'GET', '/metrics');
-  expect(res.status).toBe(200);
-  return res.text;
-}
+const api = useApi();
 
 /** `family`_count by route, from the /metrics text. */
 function countsByRoute(text: string, family: string): Record<string, number> {
-  const counts: Record<string, number> = {};
-  for (const m of text.matchAll(new RegExp(`^${family}_count\\{route="([a-z_]+)"\\} (\\S+)$`, 'gm'))) counts[m[1]] = Number(m[2]);
-  return counts;
+  const counts = parseExposition(text).get(family)!.samples.filter((s) => s.name === `${family}_count`);
+  return Object.fromEntries(counts.map((s) => [s.labels.route, s.value]));
 }
 
 test('from boot, before any request: every route of the log and KV latency histograms has its series at 0', async () => {
-  const text = await scrape();
+  const text = await scrape(api.url);
   expect(countsByRoute(text, 'queen_log_request_duration_seconds')).toEqual({
     push: 0, pop: 0, pop_wait: 0, ack: 0, ack_batch: 0, transaction: 0,
   });
@@ -36,7 +27,7 @@ test('from boot, before any request: every route of the log and KV latency histo
 });
 
 test('push, pop, a long poll, ack, ack batch and the transaction wire each count in their own route, refusals included', async () => {
-  const before = countsByRoute(await scrape(), 'queen_log_request_duration_seconds');
+  const before = countsByRoute(await scrape(api.url), 'queen_log_request_duration_seconds');
 
   expect((await push(api.url, [1, 2, 3].map((n) => ({ queue: 'latency', payload: { n } })))).status).toBe(201);
   // A refused push is a push answered: its time counts too.
@@ -50,7 +41,7 @@ test('push, pop, a long poll, ack, ack batch and the transaction wire each count
   expect(batch.body.ok).toBe(true);
   expect((await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'latency', payload: 4 }] }] })).status).toBe(200);
 
-  const after = countsByRoute(await scrape(), 'queen_log_request_duration_seconds');
+  const after = countsByRoute(await scrape(api.url), 'queen_log_request_duration_seconds');
   const moved = Object.fromEntries(Object.keys(after).map((route) => [route, after[route] - (before[route] ?? 0)]));
   expect(moved).toEqual({ push: 2, pop: 1, pop_wait: 1, ack: 1, ack_batch: 1, transaction: 1 });
 });

@@ -1,16 +1,11 @@
 // Queen MQ's JavaScript client against the cell (docs/log-and-transactions.md, "Queen's client"):
 // the request shapes that client sends, written here from its recorded requests, and the parts of
 // each answer it reads. Our own flows, not the client's tests.
-import { startTestApi, TestApi, call } from '../support/api';
 import { pop, push } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(async () => {
-  await api.close();
-});
+const api = useApi();
 
 describe('ack batch', () => {
   test('the body-level consumerGroup applies to every acknowledgment (Queen client batch ack)', async () => {

@@ -2,18 +2,12 @@
 // transactionId is the fire's fence against a duplicate. A client push that took one first made the
 // fire a silent duplicate and the timer's payload was never delivered; now every client push with
 // that prefix is refused (400 log_reserved_transaction_id), whichever way it comes.
-import { call, startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 import { pop, push } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { sweep } from '../support/sweeper';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterEach(async () => {
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-afterAll(() => api.close());
+const api = useApi({}, { sweepers: true });
 
 const TIMER_ID = 'timer:6f1c2a3b-0000-4000-8000-000000000001';
 
@@ -51,12 +45,7 @@ test('a push cannot swallow a timer: the fire into that queue delivers the timer
   const timerTx = `timer:${scheduled.body.timerId}`;
   const squat = await push(api.url, [{ queue: 'swallow', payload: { from: 'client' }, transactionId: timerTx }]);
   expect(squat.status).toBe(400);
-  const sweeper = startTestSweeper(api.databaseUrl);
-  try {
-    await sweeper.cycles(2);
-  } finally {
-    await sweeper.close();
-  }
+  await sweep(api.databaseUrl, 2);
   const messages = await pop(api.url, 'swallow', { batch: 10 });
   expect(messages.map((m) => [m.transactionId, m.data])).toEqual([[timerTx, { from: 'timer' }]]);
 });

@@ -1,20 +1,11 @@
 // Queen's multi-partition pop (docs/log-and-transactions.md): `partitions=N` leases up to N partitions
 // of the queue to one consumer, `batch` messages in all, under one lease id that acks and lease
 // extends accept for every partition it covers, and that fences exactly as a partition's own does.
-import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
 import { ackOf, Message, push } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-let db: Pool;
-beforeAll(async () => {
-  api = await startTestApi();
-  db = new Pool({ connectionString: api.databaseUrl, max: 1 });
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+const api = useApi({}, { connections: 1 });
 
 async function seed(queue: string, partitions: number, each: number): Promise<void> {
   const items = [];
@@ -73,7 +64,7 @@ test('extending the shared lease id extends every partition it covers; an unknow
   const res = await popMany('sl-extend', 'batch=100&partitions=3');
   const extended = await call(api.url, 'POST', `/api/v1/lease/${res.body.leaseId}/extend`, { seconds: 3600 });
   expect([extended.body.ok, extended.body.success]).toEqual([true, true]);
-  const { rows } = await db.query(
+  const { rows } = await api.pool.query(
     `SELECT c.lease_expires_at > now() + interval '3000 seconds' AS long FROM queen.partition_consumers c
        JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
       WHERE q.name = 'sl-extend' AND c.consumer_group = '__QUEUE_MODE__'`);
@@ -87,7 +78,7 @@ test('the shared id fences like a partition lease: once a partition is taken ove
   const res = await popMany('sl-fence', 'batch=100&partitions=2');
   const [a, b] = res.body.messages as Message[];
   // Partition a's lease lapses (aged, not waited for) and another consumer takes it over.
-  await db.query(`UPDATE queen.partition_consumers SET lease_expires_at = now() - interval '1 second' WHERE partition_id = $1`, [a.partitionId]);
+  await api.pool.query(`UPDATE queen.partition_consumers SET lease_expires_at = now() - interval '1 second' WHERE partition_id = $1`, [a.partitionId]);
   const taken = await call(api.url, 'GET', `/api/v1/pop/queue/sl-fence/partition/${a.partition}?wait=false`);
   expect(taken.body.messages.map((m: Message) => m.transactionId)).toEqual([a.transactionId]);
   const zombie = await call(api.url, 'POST', '/api/v1/ack', ackOf(a));

@@ -3,32 +3,20 @@
 // lease, a queue's options, a duplicate verdict, nor a timer's fired message. Another tenant's
 // partitionId or leaseId is answered exactly as an unknown one. Rows written with tenancy off are
 // the default tenant's, which only a cell with tenancy off reaches.
-import { Pool } from 'pg';
 import { DEFAULT_TENANT, loadConfig } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer } from '../../services/api/server';
-import { call, startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper } from '../support/sweeper';
 import type { Message } from './helpers';
+import { call } from '../support/http';
+import { UNLIMITED_RATES, useApi } from '../support/api';
+import { sweep } from '../support/sweeper';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
 const NIL = '00000000-0000-0000-0000-000000000000';
 const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'tenancy-test', QUEEN_KV_REQUIRE_GRANT: '0' };
 
-let api: TestApi;
-let db: Pool;
-beforeAll(async () => {
-  api = await startTestApi(TENANCY);
-  db = new Pool({ connectionString: api.databaseUrl, max: 2 });
-});
-afterEach(async () => {
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-afterAll(async () => {
-  await db.end();
-  await api.close();
-});
+const api = useApi(TENANCY, { sweepers: true });
 
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 const pushAs = (tenant: string, items: unknown[]) => call(api.url, 'POST', '/api/v1/push', { items }, as(tenant));
@@ -77,7 +65,7 @@ describe('every data route needs a tenant', () => {
       const res = await call(api.url, method, path, body, headers as Record<string, string>);
       expect([method, path, res.status, res.body?.error]).toEqual([method, path, 400, 'tenant_required']);
     }
-    const { rows } = await db.query(`SELECT (SELECT count(*) FROM queen.queues)::int AS queues, (SELECT count(*) FROM queen.kv)::int AS kv,
+    const { rows } = await api.pool.query(`SELECT (SELECT count(*) FROM queen.queues)::int AS queues, (SELECT count(*) FROM queen.kv)::int AS kv,
                                             (SELECT count(*) FROM queen.log_timers)::int AS timers`);
     expect(rows[0]).toEqual({ queues: 0, kv: 0, timers: 0 });
   });
@@ -110,7 +98,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
       Array.from({ length: 20 }, (_, i) => pushAs(i % 2 ? B : A, [{ queue: 'shared', payload: i % 2 ? B : A, transactionId: `g${i >> 1}` }])),
     );
     expect(gathered.map((r) => r.body[0].status)).toEqual(Array(20).fill('queued'));
-    const { rows } = await db.query(
+    const { rows } = await api.pool.query(
       `SELECT q.tenant_id::text AS tenant, count(*)::int AS n, count(*) FILTER (WHERE m.payload #>> '{}' = q.tenant_id::text)::int AS own
          FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id JOIN queen.messages m ON m.partition_id = p.id
         WHERE q.name = 'shared' GROUP BY 1 ORDER BY 1`,
@@ -147,7 +135,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     expect(extended.body).toMatchObject({ ok: false, reason: 'lease_expired' });
 
     // A's state is untouched: its lease still holds (nothing acked, nothing failed) and A settles it.
-    const leased = await db.query(
+    const leased = await api.pool.query(
       `SELECT c.lease_id::text, queen.ts_v1(c.lease_expires_at) = $2 AS same_expiry, c.failures::int, c.completed::int
          FROM queen.partition_consumers c WHERE c.partition_id = $1 AND c.consumer_group = '__QUEUE_MODE__'`,
       [a1.partitionId, a1.leaseExpiresAt],
@@ -167,7 +155,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     expect(b.body.options).toMatchObject({ leaseTime: 5, retryLimit: 3 });
     const again = await call(api.url, 'POST', '/api/v1/configure', { queue: 'conf', options: {} }, as(A));
     expect(again.body.options).toMatchObject({ leaseTime: 120, retryLimit: 7 });
-    const { rows } = await db.query(`SELECT tenant_id::text AS t, lease_time, retry_limit FROM queen.queues WHERE name = 'conf' ORDER BY 1`);
+    const { rows } = await api.pool.query(`SELECT tenant_id::text AS t, lease_time, retry_limit FROM queen.queues WHERE name = 'conf' ORDER BY 1`);
     expect(rows).toEqual([
       { t: A, lease_time: 120, retry_limit: 7 },
       { t: B, lease_time: 5, retry_limit: 3 },
@@ -225,12 +213,7 @@ describe('two tenants, the same queue names and transactionIds: nothing crosses'
     await pushAs(B, [{ queue: 'timed', payload: 'b-own' }]);
     const timer = await call(api.url, 'POST', '/api/v1/timers', { queue: 'timed', payload: 'from-a-timer', delaySeconds: 0 }, as(A));
     expect(timer.status).toBe(200);
-    const sweeper = startTestSweeper(api.databaseUrl);
-    try {
-      await sweeper.cycles(2);
-    } finally {
-      await sweeper.close();
-    }
+    await sweep(api.databaseUrl, 2);
     expect((await popAs(B, 'timed', '?batch=10')).map((m) => m.data)).toEqual(['b-own']);
     const [fired] = await popAs(A, 'timed', '?batch=10');
     expect([fired.data, fired.transactionId]).toEqual(['from-a-timer', `timer:${timer.body.timerId}`]);
@@ -257,7 +240,7 @@ describe('rows written with tenancy off', () => {
     try {
       const pushed = await call(off.url, 'POST', '/api/v1/push', { items: [{ queue: 'legacy', payload: 'before', transactionId: 'old-1' }] });
       expect(pushed.body[0].status).toBe('queued');
-      const { rows } = await db.query(`SELECT tenant_id::text AS t FROM queen.queues WHERE name = 'legacy'`);
+      const { rows } = await api.pool.query(`SELECT tenant_id::text AS t FROM queen.queues WHERE name = 'legacy'`);
       expect(rows).toEqual([{ t: DEFAULT_TENANT }]);
       // The tenancy cell: tenant A has no such message and may use the same transactionId.
       expect(await popAs(A, 'legacy')).toEqual([]);

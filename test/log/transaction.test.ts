@@ -1,12 +1,10 @@
 // The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
-import { startTestApi, TestApi, call, kv } from '../support/api';
-import { ack, ackOf, configure, Message, once, pop, popRaw, push, transaction } from './helpers';
+import { ack, ackOf, Message, once, pop, popRaw, push, takenOver, transaction } from './helpers';
+import { call, kv } from '../support/http';
+import { useApi } from '../support/api';
+import { sample, scrape } from '../support/metrics';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 async function marker(ns: string, key: string) {
   return (await call(api.url, 'GET', `/api/v1/kv/${ns}/${encodeURIComponent(key)}`)).body;
@@ -85,12 +83,8 @@ describe('the once-marker scenario', () => {
 
 describe('the zombie', () => {
   test('a bundle whose lease expired writes nothing: not the marker, not its unconditional write, not its push', async () => {
-    await configure(api.url, 'zombie', { leaseTime: 1 });
-    await push(api.url, [{ queue: 'zombie', payload: 'work', transactionId: 'z1' }]);
-    const [zombie] = await pop(api.url, 'zombie');
     // Another consumer takes the message over once the zombie's lease lapses.
-    const [heir] = await pop(api.url, 'zombie', { wait: true, timeout: 10_000 });
-    expect(heir.transactionId).toBe('z1');
+    const { zombie, heir } = await takenOver(api.url, 'zombie', 'z1');
 
     const res = await transaction(api.url, {
       operations: [
@@ -235,17 +229,14 @@ describe('the KV rules are the same on the wire', () => {
 
 describe('metrics', () => {
   test('the wire counts its KV operations in queen_kv_ops_total, by outcome', async () => {
-    const before = await call(api.url, 'GET', '/metrics');
-    const read = (text: string, outcome: string) => {
-      const line = text.split('\n').find((l) => l.startsWith(`queen_kv_ops_total{op="incr",outcome="${outcome}"}`));
-      return line ? Number(line.split(' ').pop()) : 0;
-    };
+    const before = await scrape(api.url);
+    const read = (text: string, outcome: string) => sample(text, 'queen_kv_ops_total', { op: 'incr', outcome }) ?? 0;
     const m = await one('metered');
     await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m), transactionId: 'absent' }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
     await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m) }], kv: [{ op: 'incr', ns: 'm', key: 'k', forever: true }] });
-    const after = await call(api.url, 'GET', '/metrics');
-    expect(read(after.text, 'rolled_back') - read(before.text, 'rolled_back')).toBe(1);
-    expect(read(after.text, 'ok') - read(before.text, 'ok')).toBe(1);
+    const after = await scrape(api.url);
+    expect(read(after, 'rolled_back') - read(before, 'rolled_back')).toBe(1);
+    expect(read(after, 'ok') - read(before, 'ok')).toBe(1);
   });
 });
 

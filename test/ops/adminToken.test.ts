@@ -1,18 +1,15 @@
 // QUEEN_ADMIN_TOKEN: the operator's surface (/api/v1/system/*) answers only the bearer of the token,
 // and a cell that takes its tenant from a header does not boot without one.
-import { call, startTestApi, TestApi } from '../support/api';
-import { createTestDatabase } from '../support/database';
-import { jsonLines, spawnApi, untilHealthy } from './spawn';
 import { freePort } from '../../shared/embeddedPostgres';
+import { call } from '../support/http';
+import { spawnApi, untilHealthy } from '../support/processes';
+import { useApi } from '../support/api';
+import { createTestDatabase } from '../support/database';
 
 describe('with QUEEN_ADMIN_TOKEN set', () => {
-  let api: TestApi;
   const TOKEN = 'op-secret-7f3a';
   const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
-  beforeAll(async () => {
-    api = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
-  });
-  afterAll(() => api.close());
+  const api = useApi({ QUEEN_ADMIN_TOKEN: TOKEN });
 
   test.each([
     ['no Authorization', {}],
@@ -55,7 +52,7 @@ test('a cell that takes its tenant from a header refuses to boot without it, nam
   const closed = spawnApi({ ...tenancy, PORT: String(closedPort), QUEEN_ADMIN_TOKEN: 'never-logged-9d1' });
   try {
     expect((await open.exited).code).toBe(1);
-    const refusal = jsonLines(open.output()).find((l) => l.variable === 'QUEEN_ADMIN_TOKEN');
+    const refusal = open.lines.find((l) => l.variable === 'QUEEN_ADMIN_TOKEN');
     expect(refusal).toMatchObject({ level: 60, msg: expect.stringMatching(/QUEEN_ADMIN_TOKEN.*\/api\/v1\/system/) });
     // Refused at the configuration: nothing was served, not even the schema applied.
     expect(open.output()).not.toMatch(/schema applied|API worker listening/);

@@ -1,17 +1,12 @@
 // Boot refusals, seen from outside: the process exits with status 1 and a log line that says why.
 import { createTestDatabase } from '../support/database';
-import { spawnApi } from './spawn';
+import { spawnApi } from '../support/processes';
 
 test('QUEEN_TENANCY_HEADER=1 without QUEEN_KV_TRUSTED_PROXY=1 refuses to boot, and says why', async () => {
   const api = spawnApi({ QUEEN_TENANCY_HEADER: '1', DATABASE_URL: 'postgres://127.0.0.1:1/none', QUEEN_WORKERS: '1' });
   const { code } = await api.exited;
   expect(code).toBe(1);
-  const line = api
-    .output()
-    .split('\n')
-    .filter((l) => l.trim().startsWith('{'))
-    .map((l) => JSON.parse(l))
-    .find((l) => l.variable === 'QUEEN_KV_TRUSTED_PROXY');
+  const line = api.lines.find((l) => l.variable === 'QUEEN_KV_TRUSTED_PROXY')!;
   expect(line).toBeDefined();
   expect(line.level).toBe(60);
   expect(line.msg).toMatch(/QUEEN_KV_TRUSTED_PROXY/);
@@ -48,8 +43,8 @@ test('a configuration whose pools cannot fit in max_connections refuses to boot,
   try {
     const { code } = await api.exited;
     expect(code).toBe(1);
-    const lines = api.output().split('\n').filter((l) => l.trim().startsWith('{')).map((l) => JSON.parse(l));
-    const refusal = lines.find((l) => /the pools need \d+ connections but the server allows \d+/.test(l.msg));
+    const lines = api.lines;
+    const refusal = lines.find((l) => /the pools need \d+ connections but the server allows \d+/.test(String(l.msg)))!;
     expect(refusal).toBeDefined();
     expect(refusal.level).toBe(60);
     expect(refusal.msg).toMatch(/max_connections/);

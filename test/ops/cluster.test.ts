@@ -4,7 +4,9 @@
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { fresh, spawnApi, Spawned, untilHealthy } from './spawn';
+import { request } from '../support/http';
+import { spawnApi, Spawned, untilHealthy } from '../support/processes';
+import { waitFor } from '../support/wait';
 
 let db: { url: string; drop(): Promise<void> };
 let port: number;
@@ -29,7 +31,7 @@ async function untilBothWorkers(want: (state: any) => boolean, deadlineMs: numbe
   const seen = new Map<number, any>();
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
-    const res = await fresh(port, 'GET', '/api/v1/system/kv-timers');
+    const res = await request(port, 'GET', '/api/v1/system/kv-timers');
     if (res.status === 200 && want(res.body)) seen.set(res.body.worker, res.body);
     if (seen.size >= 2) return seen;
   }
@@ -55,11 +57,11 @@ test('a flip reaches both workers within a second, and a mirrored flip survives 
   try {
     await holder.query('BEGIN');
     await holder.query('LOCK TABLE queen.system_state IN SHARE MODE');
-    const flipping = fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: false, timersSchedule: false });
+    const flipping = request(port, 'POST', '/api/v1/system/kv-timers', { body: { kv: false, timersSchedule: false } });
     const after = await untilBothWorkers((s) => s.kv === false && s.timersSchedule === false, 1000);
     expect([...after.keys()].sort()).toEqual([...before.keys()].sort());
     const changes = () => api!.output().split('\n').filter((l) => l.includes('switches: kv/timers state changed'));
-    for (let i = 0; i < 200 && !changes().some((l) => l.includes('"source":"cluster"')); i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor(() => changes().some((l) => l.includes('"source":"cluster"')), { what: "the sibling worker's state change (source cluster)", everyMs: 10 }).catch(() => undefined);
     expect(changes().some((l) => l.includes('"source":"operator"'))).toBe(true);
     expect(changes().some((l) => l.includes('"source":"cluster"'))).toBe(true);
     expect(changes().some((l) => l.includes('"source":"database"'))).toBe(false);
@@ -75,8 +77,8 @@ test('a flip reaches both workers within a second, and a mirrored flip survives 
 
   // The routes of both workers refuse: every fresh connection gets 503.
   for (let i = 0; i < 6; i++) {
-    const res = await fresh(port, 'POST', '/api/v1/kv', { operations: [{ op: 'get', ns: 'n', key: 'k' }] });
-    expect([res.status, res.body.error, res.headers['retry-after']]).toEqual([503, 'kv_disabled', '30']);
+    const res = await request(port, 'POST', '/api/v1/kv', { body: { operations: [{ op: 'get', ns: 'n', key: 'k' }] } });
+    expect([res.status, res.body.error, res.headers.get('retry-after')]).toEqual([503, 'kv_disabled', '30']);
   }
 
   // Restart the whole cluster: the new workers read the mirrored rows at boot.
@@ -86,13 +88,13 @@ test('a flip reaches both workers within a second, and a mirrored flip survives 
   const restarted = await untilBothWorkers(() => true, 10_000);
   expect(restarted.size).toBe(2);
   for (const state of restarted.values()) expect(state).toMatchObject({ kv: false, timersSchedule: false, timersFire: true, mirrored: true });
-  const refused = await fresh(port, 'GET', '/api/v1/kv/n/k');
+  const refused = await request(port, 'GET', '/api/v1/kv/n/k');
   expect([refused.status, refused.body.error]).toEqual([503, 'kv_disabled']);
 
   // And back on, everywhere, within a second.
-  await fresh(port, 'POST', '/api/v1/system/kv-timers', { kv: true, timersSchedule: true });
+  await request(port, 'POST', '/api/v1/system/kv-timers', { body: { kv: true, timersSchedule: true } });
   const on = await untilBothWorkers((s) => s.kv === true && s.timersSchedule === true, 1000);
   expect(on.size).toBe(2);
-  const ok = await fresh(port, 'GET', '/api/v1/kv/n/k');
+  const ok = await request(port, 'GET', '/api/v1/kv/n/k');
   expect([ok.status, ok.body.found]).toEqual([200, false]);
 });

@@ -6,8 +6,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
-import { until } from '../support/sweeper';
-import { allInOneEnv, fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
+import { request } from '../support/http';
+import { allInOneEnv, spawnApi, Spawned, untilHealthy } from '../support/processes';
 
 let root: string;
 let api: Spawned | undefined;
@@ -26,24 +26,24 @@ test('an embedded PostgreSQL killed under the cell is logged, started again, and
   const port = await freePort();
   api = spawnApi({ ...(await allInOneEnv(root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
   await untilHealthy(api, port);
-  const before = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] });
+  const before = await request(port, 'POST', '/api/v1/push', { body: { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] } });
   expect(before.status).toBe(201);
 
-  const up = jsonLines(api!.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const up = api!.lines.find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
   process.kill(postmaster, 'SIGKILL');
 
-  await until(async () => jsonLines(api!.output()).some((l) => l.msg === 'embedded PostgreSQL is up again'), 15_000);
-  const died = jsonLines(api!.output()).find((l) => String(l.msg).startsWith('embedded PostgreSQL exited unexpectedly'))!;
+  await api.waitForLine((l) => l.msg === 'embedded PostgreSQL is up again', 'embedded PostgreSQL is up again', 15_000);
+  const died = api!.lines.find((l) => String(l.msg).startsWith('embedded PostgreSQL exited unexpectedly'))!;
   expect(died).toMatchObject({ level: 50, signal: 'SIGKILL' });
   await untilHealthy(api, port);
 
   // What was acknowledged is there; the API writes again; the sweeper fires again.
-  const popped = await fresh(port, 'GET', '/api/v1/pop/queue/kept');
+  const popped = await request(port, 'GET', '/api/v1/pop/queue/kept');
   expect([popped.status, popped.body.messages.map((m: { transactionId: string }) => m.transactionId)]).toEqual([200, ['before-1']]);
-  const timer = await fresh(port, 'POST', '/api/v1/timers', { queue: 'after', payload: { fired: true }, delaySeconds: 0 });
+  const timer = await request(port, 'POST', '/api/v1/timers', { body: { queue: 'after', payload: { fired: true }, delaySeconds: 0 } });
   expect(timer.status).toBe(200);
-  const fired = await fresh(port, 'GET', '/api/v1/pop/queue/after?wait=true&timeout=15000');
+  const fired = await request(port, 'GET', '/api/v1/pop/queue/after?wait=true&timeout=15000', { timeoutMs: 60_000 });
   expect([fired.status, fired.body?.messages?.[0]?.transactionId]).toEqual([200, `timer:${timer.body.timerId}`]);
   expect(api.child.exitCode).toBeNull();
 });

@@ -1,14 +1,13 @@
 // Rung 2 and tenancy: the tenant comes from x-queen-tenant, a grant row decides who may use the
 // surface, and two tenants with the same namespace and key never see each other.
 import { randomUUID } from 'node:crypto';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, metric, sql } from './helpers';
+import { grant } from './helpers';
+import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
+import { useApi } from '../support/api';
+import { sql } from '../support/database';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'grants-test-token' });
-});
-afterAll(() => api.close());
+const api = useApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'grants-test-token' });
 
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 
@@ -26,7 +25,7 @@ test('a missing or malformed tenant header is 400 tenant_required', async () => 
 
 test('no kv_quota row is 403 feature_gated, on every KV route, without Retry-After', async () => {
   const t = randomUUID();
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="feature_gated"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'feature_gated' });
   const answers = [
     await kv(api.url, [{ op: 'get', ns: 'n', key: 'k' }], as(t)),
     await call(api.url, 'GET', '/api/v1/kv/n/k', undefined, as(t)),
@@ -39,7 +38,7 @@ test('no kv_quota row is 403 feature_gated, on every KV route, without Retry-Aft
     expect(res.body.message).toMatch(/kv_quota/);
     expect(res.headers.get('retry-after')).toBeNull();
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="feature_gated"')).toBe(before + 4);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'feature_gated' })).toBe(before + 4);
 });
 
 test('granted: false and enabled: false are different answers', async () => {

@@ -1,17 +1,7 @@
-// What the operations suites share: a direct SQL client for writing what an operator or the sweeper
-// would write (grants, limits, measurements), and readers for the metrics text.
-import { Client } from 'pg';
-import { call, TestApi } from '../support/api';
-
-export async function sql<T = any>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
-  const client = new Client({ connectionString: databaseUrl });
-  await client.connect();
-  try {
-    return (await client.query(text, values)).rows as T[];
-  } finally {
-    await client.end();
-  }
-}
+// What the operations suites share: writing what an operator or the sweeper would write (grants,
+// limits, measurements), and a KV put of the suites' namespace.
+import { TestApi } from '../support/api';
+import { sql } from '../support/database';
 
 /** Writes a grant row as an operator would, then makes the API re-read its copy now. */
 export async function grant(
@@ -41,13 +31,6 @@ export async function measure(api: TestApi, tenant: string, usage: { rows?: numb
     [tenant, usage.rows ?? 0, usage.bytes ?? 0, usage.timers ?? 0, usage.timerBytes ?? 0],
   );
   await api.server.ops.book.refresh();
-}
-
-/** The value of one series in the API's /metrics text (0 when absent). */
-export async function metric(base: string, name: string, labels = ''): Promise<number> {
-  const res = await call(base, 'GET', '/metrics');
-  const line = res.text.split('\n').find((l) => l.startsWith(`${name}${labels ? `{${labels}}` : ''} `));
-  return line ? Number(line.split(' ').pop()) : 0;
 }
 
 export const put = (key: string, value: unknown = 1) => ({ op: 'put', ns: 'ops', key, value, forever: true });

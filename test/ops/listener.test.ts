@@ -3,10 +3,10 @@
 // never throws when the database is unreachable, and stops retrying once closed.
 import { Writable } from 'node:stream';
 import pino from 'pino';
-import { createTestDatabase } from '../support/database';
 import { freePort } from '../../shared/embeddedPostgres';
 import { CHANNEL, Listener } from '../../shared/listener';
-import { sql } from './helpers';
+import { createTestDatabase, sql } from '../support/database';
+import { waitFor } from '../support/wait';
 
 let db: { url: string; drop(): Promise<void> };
 beforeAll(async () => {
@@ -23,18 +23,6 @@ function capture() {
     },
   });
   return { lines, log: pino({ level: 'debug' }, stream) };
-}
-
-function until(check: () => boolean | Promise<boolean>, ms = 15_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  return new Promise((resolve, reject) => {
-    const tick = async () => {
-      if (await check()) return resolve();
-      if (Date.now() > deadline) return reject(new Error('condition not met in time'));
-      setTimeout(tick, 25);
-    };
-    void tick();
-  });
 }
 
 test('a killed LISTEN connection comes back, reports that it may have missed something, and hears again', async () => {
@@ -55,16 +43,16 @@ test('a killed LISTEN connection comes back, reports that it may have missed som
     expect(listener.listening).toBe(true);
     expect(listens).toEqual([false]);
     await sql(db.url, `SELECT pg_notify('${CHANNEL.log}', 'before')`);
-    await until(() => heard.includes('before'));
+    await waitFor(() => heard.includes('before'), { what: 'the notification sent before the kill heard', everyMs: 25 });
 
     await sql(db.url, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queen-test-listener' AND datname = current_database()`);
-    await until(() => listens.length === 2);
+    await waitFor(() => listens.length === 2, { what: 'the second LISTEN (the reconnect)', everyMs: 25 });
     expect(listens).toEqual([false, true]);
     expect(lines.filter((l) => l.msg === 'test: LISTEN connection lost; reconnecting')).toHaveLength(1);
     expect(lines.some((l) => l.msg === 'test: LISTEN restored')).toBe(true);
 
     await sql(db.url, `SELECT pg_notify('${CHANNEL.log}', 'after')`);
-    await until(() => heard.includes('after'));
+    await waitFor(() => heard.includes('after'), { what: 'the notification sent after the reconnect heard', everyMs: 25 });
   } finally {
     await listener.close();
   }
@@ -79,7 +67,7 @@ test('an unreachable database: start() resolves without listening, warns once, a
   expect(listener.listening).toBe(false);
   // A second call while a retry is pending keeps the retry's schedule instead of hammering the server.
   await listener.start();
-  await until(() => lines.length >= 1);
+  await waitFor(() => lines.length >= 1, { what: 'a log line', everyMs: 25 });
   await listener.close();
   const warnings = lines.filter((l) => l.msg === 'test: LISTEN connection lost; reconnecting');
   expect(warnings).toHaveLength(1);

@@ -1,25 +1,23 @@
 // At three times the rate limit, the admitted operations stay within 10% of the limit and every
 // other call is 429 rate_limited with Retry-After. This asserts a count against the limit the
 // bucket promises, not the speed of the machine: the offered load is paced by the test.
-import { call, startTestApi, TestApi } from '../support/api';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { elapse } from '../support/wait';
 
 const RATE = 10;
 const BURST = 2;
 const OFFERED = 3 * RATE;
 const SECONDS = 6;
 
-let api: TestApi;
-beforeAll(async () => {
-  // The pool is out of this test's way (it is about the bucket): on a busy machine an admitted read
-  // must wait for a connection rather than become a 503.
-  api = await startTestApi({
-    QUEEN_KV_READS_PER_SEC: String(RATE),
-    QUEEN_KV_READS_BURST: String(BURST),
-    QUEEN_KV_POOL_SIZE: '8',
-    QUEEN_KV_ACQUIRE_TIMEOUT_MS: '30000',
-  });
+// The pool is out of this test's way (it is about the bucket): on a busy machine an admitted read
+// must wait for a connection rather than become a 503.
+const api = useApi({
+  QUEEN_KV_READS_PER_SEC: String(RATE),
+  QUEEN_KV_READS_BURST: String(BURST),
+  QUEEN_KV_POOL_SIZE: '8',
+  QUEEN_KV_ACQUIRE_TIMEOUT_MS: '30000',
 });
-afterAll(() => api.close());
 
 test('three times the read limit: admitted within 10% of the limit, the rest 429 with Retry-After', async () => {
   // The server's own clock: the instant each call reached this worker (preflight is the first thing
@@ -39,7 +37,7 @@ test('three times the read limit: admitted within 10% of the limit, the rest 429
   const started = performance.now();
   for (let i = 0; i < total; i++) {
     const wait = started + i * gapMs - performance.now();
-    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    if (wait > 1) await elapse(wait); // the pace of the offered load
     answers.push(
       call(api.url, 'GET', `/api/v1/kv/load/k${i % 10}`).then((r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), error: r.body?.error })),
     );

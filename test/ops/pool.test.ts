@@ -3,30 +3,16 @@
 // Retry-After while the message pool still answers (POST /api/v1/push commits); standalone KV writes are shed at once when the
 // pool's queue is as deep as the pool.
 import { Client } from 'pg';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { metric } from './helpers';
+import { call, kv } from '../support/http';
+import { counter, metric } from '../support/metrics';
+import { startTestApi, useApi } from '../support/api';
+import { waitFor } from '../support/wait';
 
-let api: TestApi;
-let locker: Client;
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_KV_POOL_SIZE: '4', QUEEN_KV_ACQUIRE_TIMEOUT_MS: '300', QUEEN_KV_STATEMENT_TIMEOUT_MS: '20000' });
-  locker = new Client({ connectionString: api.databaseUrl });
-  await locker.connect();
-});
-afterAll(async () => {
-  await locker.end().catch(() => undefined);
-  await api.close();
-});
+// `client`: the locker, a session of its own on the cell's database.
+const api = useApi({ QUEEN_KV_POOL_SIZE: '4', QUEEN_KV_ACQUIRE_TIMEOUT_MS: '300', QUEEN_KV_STATEMENT_TIMEOUT_MS: '20000' }, { client: true });
 
 const kvPool = () => api.server.pools.kv;
 
-async function until(check: () => boolean | Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 500; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
 
 test('a burst of writes deeper than the pool on a healthy cell queues and is served, not shed', async () => {
   const burst = await Promise.all(
@@ -41,13 +27,13 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   expect((await kv(api.url, keys.map((key) => ({ op: 'put', ns: 'pool', key, value: 0, forever: true })))).status).toBe(200);
 
   // Hold the four rows, then send one write per row: each takes a KV connection and waits on the lock.
-  await locker.query('BEGIN');
-  await locker.query(`SELECT 1 FROM queen.kv WHERE namespace = 'pool' FOR UPDATE`);
+  await api.client.query('BEGIN');
+  await api.client.query(`SELECT 1 FROM queen.kv WHERE namespace = 'pool' FOR UPDATE`);
   const held = keys.map((key) => call(api.url, 'PUT', `/api/v1/kv/pool/${key}`, { value: 1, forever: true }));
-  await until(() => kvPool().totalCount - kvPool().idleCount === 4 && kvPool().waitingCount === 0, 'four KV connections in use');
+  await waitFor(() => kvPool().totalCount - kvPool().idleCount === 4 && kvPool().waitingCount === 0, { what: 'four KV connections in use', timeoutMs: 5_000, everyMs: 10 });
   expect(await metric(api.url, 'queen_kv_pool_in_use')).toBe(4);
 
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_unavailable' });
   // A read needs a connection it cannot get within QUEEN_KV_ACQUIRE_TIMEOUT_MS.
   const read = await call(api.url, 'GET', '/api/v1/kv/pool/other');
   expect(read.status).toBe(503);
@@ -63,7 +49,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
     const pushed = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'pool-isolation', payload: { i } }] });
     expect(pushed.status).toBe(201);
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_unavailable"')).toBe(before + 2);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_unavailable' })).toBe(before + 2);
 
   // Shedding: with four reads queued (a queue as deep as the pool), a standalone write is refused
   // at once, before any of the queued reads has been answered.
@@ -74,7 +60,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
       return r;
     }),
   );
-  await until(() => kvPool().waitingCount >= 4, 'four requests waiting for the pool');
+  await waitFor(() => kvPool().waitingCount >= 4, { what: 'four requests waiting for the pool', timeoutMs: 5_000, everyMs: 10 });
   expect(await metric(api.url, 'queen_kv_pool_waiting')).toBeGreaterThanOrEqual(4);
   const shed = await call(api.url, 'PUT', '/api/v1/kv/pool/new', { value: 1, forever: true });
   expect(shed.status).toBe(503);
@@ -89,12 +75,12 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   for (const r of await Promise.all(queued)) expect([r.status, r.body.error]).toEqual([503, 'kv_unavailable']);
 
   // Let go: the held writes complete, and the pool serves again.
-  await locker.query('ROLLBACK');
+  await api.client.query('ROLLBACK');
   for (const r of await Promise.all(held)) expect(r.status).toBe(200);
   const after = await call(api.url, 'GET', '/api/v1/kv/pool/h0');
   expect(after.status).toBe(200);
   expect(after.body).toMatchObject({ found: true, value: 1 });
-  await until(async () => (await metric(api.url, 'queen_kv_pool_in_use')) === 0, 'the in-use gauge back at 0');
+  await waitFor(async () => (await metric(api.url, 'queen_kv_pool_in_use')) === 0, { what: 'the in-use gauge back at 0', timeoutMs: 5_000, everyMs: 10 });
   expect(await metric(api.url, 'queen_kv_pool_waiting')).toBe(0);
 });
 

@@ -7,21 +7,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
-import { until } from '../support/sweeper';
-import { allInOneEnv, fresh, jsonLines, spawnApi, Spawned, untilHealthy } from './spawn';
+import { request } from '../support/http';
+import { alive, allInOneEnv, spawnApi, Spawned, untilGone, untilHealthy } from '../support/processes';
 
 let root: string;
 const apis: Spawned[] = [];
 const strays: number[] = [];
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 beforeAll(() => {
   root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-orphans-'));
@@ -40,24 +31,24 @@ test('after the main process is SIGKILLed, its sweeper stops and the next start 
   const first = spawnApi(env);
   apis.push(first);
   await untilHealthy(first, port);
-  const kept = await fresh(port, 'POST', '/api/v1/push', { items: [{ queue: 'kept', payload: 1, transactionId: 'kept-1' }] });
+  const kept = await request(port, 'POST', '/api/v1/push', { body: { items: [{ queue: 'kept', payload: 1, transactionId: 'kept-1' }] } });
   expect(kept.status).toBe(201);
-  const up = jsonLines(first.output()).find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const up = first.lines.find((l) => l.msg === 'embedded PostgreSQL is up')!;
   const postmaster = Number(fs.readFileSync(path.join(up.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
-  const sweeperPid = Number(jsonLines(first.output()).find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);
-  const workerPid = Number(jsonLines(first.output()).find((l) => l.msg === 'API worker listening')!.pid);
+  const sweeperPid = Number(first.lines.find((l) => l.msg === 'all-in-one start: one sweeper runs beside the API')!.sweeperPid);
+  const workerPid = Number(first.lines.find((l) => l.msg === 'API worker listening')!.pid);
   strays.push(postmaster, sweeperPid, workerPid);
 
   process.kill(first.child.pid!, 'SIGKILL');
   await first.exited;
   // The sweeper follows its parent (the worker leaves on its own, as node:cluster workers do).
-  await until(async () => !alive(sweeperPid) && !alive(workerPid), 15_000);
+  await Promise.all([untilGone(sweeperPid), untilGone(workerPid)]);
 
   const second = spawnApi(env);
   apis.push(second);
   await untilHealthy(second, port);
   expect(alive(postmaster)).toBe(false);
-  expect(jsonLines(second.output()).some((l) => String(l.msg).includes('a server left running by a cell that died'))).toBe(true);
-  const popped = await fresh(port, 'GET', '/api/v1/pop/queue/kept');
+  expect(second.lines.some((l) => String(l.msg).includes('a server left running by a cell that died'))).toBe(true);
+  const popped = await request(port, 'GET', '/api/v1/pop/queue/kept');
   expect([popped.status, popped.body.messages.map((m: { transactionId: string }) => m.transactionId)]).toEqual([200, ['kept-1']]);
 });

@@ -2,22 +2,21 @@
 // writes); release waits for a measurement taken after the block and below 90% of the limit.
 // The measurement is written here as the sweeper's usage rollup would write it.
 import { DEFAULT_TENANT } from '../../shared/config';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, measure, metric, sql } from './helpers';
+import { grant, measure } from './helpers';
 import { ackOf, pop, popRaw, push } from '../log/helpers';
+import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
+import { useApi } from '../support/api';
+import { sql } from '../support/database';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('over max_rows a put is 403 kv_quota_exceeded while get and delete answer 200; the block lifts after deletes and a fresh measurement', async () => {
   await grant(api, DEFAULT_TENANT, { maxRows: 5 });
   for (let i = 0; i < 5; i++) {
     expect((await call(api.url, 'PUT', `/api/v1/kv/ops/k${i}`, { value: i, forever: true })).status).toBe(200);
   }
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_quota_exceeded"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_quota_exceeded' });
 
   // The sixth row is refused at once, with no measurement yet: the local delta blocks.
   const over = await call(api.url, 'PUT', '/api/v1/kv/ops/k5', { value: 5, forever: true });
@@ -31,7 +30,7 @@ test('over max_rows a put is 403 kv_quota_exceeded while get and delete answer 2
     expect(res.status).toBe(403);
     expect(res.body.error).toBe('kv_quota_exceeded');
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_quota_exceeded"')).toBe(before + 4);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_quota_exceeded' })).toBe(before + 4);
 
   // Reads and deletes are never refused by rung 3: a tenant over quota must be able to get back under.
   expect((await call(api.url, 'GET', '/api/v1/kv/ops/k0')).status).toBe(200);

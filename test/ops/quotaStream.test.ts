@@ -3,12 +3,14 @@
 // writes under 100 ms apart merged into one entry whose stamp kept moving forward, no measurement
 // ever retired it, and every row written since the stream began was counted twice: a tenant with
 // max_rows 60 was blocked after about 37 rows.
-import { call, startTestApi, TestApi } from '../support/api';
+import { grant } from './helpers';
+import { call } from '../support/http';
+import { startTestApi, TestApi } from '../support/api';
+import { sql } from '../support/database';
 import { startTestSweeper, TestSweeper } from '../support/sweeper';
-import { grant, sql } from './helpers';
+import { elapse } from '../support/wait';
 
 const LIMIT = 60;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let api: TestApi;
 let sweeper: TestSweeper;
@@ -31,7 +33,7 @@ function measuring(rollupEveryMs: number, refreshEveryMs: number): () => Promise
   const loop = async (step: () => Promise<unknown>, everyMs: number) => {
     while (!stopped) {
       await step();
-      await sleep(everyMs);
+      await elapse(everyMs); // a cadence, as a running cell has
     }
   };
   const loops = [loop(() => sweeper.cycles(1), rollupEveryMs), loop(() => api.server.ops.book.refresh(), refreshEveryMs)];
@@ -64,7 +66,7 @@ async function streamUntilRefused(tenant: string, writers: number, gapMs: number
         return;
       }
       admitted++;
-      if (gapMs > 0) await sleep(gapMs);
+      if (gapMs > 0) await elapse(gapMs); // the writers' pace
     }
   };
   await Promise.all(Array.from({ length: writers }, writer));
@@ -72,16 +74,25 @@ async function streamUntilRefused(tenant: string, writers: number, gapMs: number
   return { admitted, refusals, rows: n as number };
 }
 
-test('one write at a time, slowly, against a 60-row quota: the block lands within one write of 60, and lifts only on a newer measurement below 90%', async () => {
-  const tenant = '51515151-5151-4151-8151-515151515151';
+/**
+ * One writer against a 60-row quota granted to `tenant`, the sweeper measuring and the worker
+ * re-reading on their cadences: the block lands within one write of 60, every admitted write stored.
+ */
+async function blockedWithinOneWrite(tenant: string, o: { rollupEveryMs: number; refreshEveryMs: number; gapMs: number }) {
   await grant(api, tenant, { maxRows: LIMIT });
-  const stop = measuring(150, 70);
-  const run = await streamUntilRefused(tenant, 1, 15);
+  const stop = measuring(o.rollupEveryMs, o.refreshEveryMs);
+  const run = await streamUntilRefused(tenant, 1, o.gapMs);
   await stop();
   expect(run.refusals).toEqual([{ status: 403, error: 'kv_quota_exceeded' }]);
   expect(run.rows).toBe(run.admitted);
   expect(run.admitted).toBeGreaterThanOrEqual(LIMIT - 1);
   expect(run.admitted).toBeLessThanOrEqual(LIMIT);
+  return run;
+}
+
+test('one write at a time, slowly, against a 60-row quota: the block lands within one write of 60, and lifts only on a newer measurement below 90%', async () => {
+  const tenant = '51515151-5151-4151-8151-515151515151';
+  const run = await blockedWithinOneWrite(tenant, { rollupEveryMs: 150, refreshEveryMs: 70, gapMs: 15 });
 
   const book = api.server.ops.book;
   const blocked = async () => (await putRow(tenant, 'probe')).status === 403;
@@ -105,15 +116,7 @@ test('one write at a time, slowly, against a 60-row quota: the block lands withi
 });
 
 test('writes back to back, one at a time, while the sweeper measures: the block lands within one write of 60', async () => {
-  const tenant = '52525252-5252-4252-8252-525252525252';
-  await grant(api, tenant, { maxRows: LIMIT });
-  const stop = measuring(20, 30);
-  const run = await streamUntilRefused(tenant, 1, 0);
-  await stop();
-  expect(run.refusals).toEqual([{ status: 403, error: 'kv_quota_exceeded' }]);
-  expect(run.rows).toBe(run.admitted);
-  expect(run.admitted).toBeGreaterThanOrEqual(LIMIT - 1);
-  expect(run.admitted).toBeLessThanOrEqual(LIMIT);
+  await blockedWithinOneWrite('52525252-5252-4252-8252-525252525252', { rollupEveryMs: 20, refreshEveryMs: 30, gapMs: 0 });
 });
 
 // With writes in flight while the rollup starts, a commit and the measurement can fall inside one

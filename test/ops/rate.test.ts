@@ -1,25 +1,24 @@
 // Rung 4: the token buckets, and the order of the whole ladder: a refused call gets the outermost reason.
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { grant, metric, put } from './helpers';
+import { grant, put } from './helpers';
+import { call, kv } from '../support/http';
+import { counter } from '../support/metrics';
+import { useApi } from '../support/api';
+import { elapse } from '../support/wait';
 
 describe('token buckets', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
-    api = await startTestApi({
-      QUEEN_KV_READS_PER_SEC: '1',
-      QUEEN_KV_READS_BURST: '10',
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '10',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
+  const api = useApi({
+    QUEEN_KV_READS_PER_SEC: '1',
+    QUEEN_KV_READS_BURST: '10',
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '10',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   test('a batch of n operations costs n tokens, and Retry-After is computed from the bucket', async () => {
     const ten = Array.from({ length: 10 }, (_, i) => put(`w${i}`));
     expect((await kv(api.url, ten)).status).toBe(200);
-    const before = await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limited"');
+    const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limited' });
 
     const five = await kv(api.url, ten.slice(0, 5));
     expect(five.status).toBe(429);
@@ -31,7 +30,7 @@ describe('token buckets', () => {
     const one = await call(api.url, 'PUT', '/api/v1/kv/ops/w0', { value: 2, forever: true });
     expect(one.status).toBe(429);
     expect(one.headers.get('retry-after')).toBe('1');
-    expect(await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limited"')).toBe(before + 2);
+    expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limited' })).toBe(before + 2);
 
     // Reads have their own bucket: the drained write bucket does not stop them.
     const reads = await kv(api.url, [{ op: 'get', ns: 'ops', key: 'w0' }, { op: 'getMany', ns: 'ops', keys: ['w1', 'w2'] }]);
@@ -40,27 +39,23 @@ describe('token buckets', () => {
 });
 
 describe('Retry-After is the wait until the refused call, as sent, is admitted', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // Four tokens a second, bursts of 8: a 6-operation call on an emptied bucket needs 1.5 s, and
-    // the bucket gains less than one token (250 ms) while the call that emptied it runs.
-    api = await startTestApi({
-      QUEEN_KV_READS_PER_SEC: '4',
-      QUEEN_KV_READS_BURST: '8',
-      QUEEN_KV_WRITES_PER_SEC: '4',
-      QUEEN_KV_WRITES_BURST: '8',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  // Four tokens a second, bursts of 8: a 6-operation call on an emptied bucket needs 1.5 s, and
+  // the bucket gains less than one token (250 ms) while the call that emptied it runs.
+  const api = useApi({
+    QUEEN_KV_READS_PER_SEC: '4',
+    QUEEN_KV_READS_BURST: '8',
+    QUEEN_KV_WRITES_PER_SEC: '4',
+    QUEEN_KV_WRITES_BURST: '8',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   const gets = (n: number, prefix = 'r') => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `${prefix}${i}` }));
   const puts = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => put(`${prefix}${i}`));
-  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  // The elapse() calls below are the subject, not waits: buckets refill with time, and Retry-After is one.
 
   /** Both buckets emptied at once, as by a tenant that has used all it had (each refills to its burst in 2 s). */
   async function emptied() {
-    await sleep(2000);
+    await elapse(2000);
     expect((await kv(api.url, [...gets(8, 'g'), ...puts(8, 'e')])).status).toBe(200);
   }
 
@@ -71,7 +66,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
     const seconds = Number(refused.headers.get('retry-after'));
     expect(seconds).toBeGreaterThanOrEqual(1);
     // A timer may fire a millisecond early; the promise is about seconds, not that.
-    await sleep(seconds * 1000 + 20);
+    await elapse(seconds * 1000 + 20);
     const again = await send();
     expect(again.status).toBe(200);
     return seconds;
@@ -84,7 +79,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
   });
 
   test('getMany is one token per operation, whatever its keys; 6 of them wait for 6 tokens', async () => {
-    await sleep(2000);
+    await elapse(2000);
     // One getMany of 100 keys is one token: admitted, however many keys, while a token is left.
     const keys = Array.from({ length: 100 }, (_, i) => `m${i}`);
     expect((await kv(api.url, [...gets(7, 'g'), { op: 'getMany', ns: 'ops', keys }, ...puts(8, 'e')])).status).toBe(200);
@@ -107,31 +102,27 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
   });
 
   test('a batch needing more than the burst is 400 rate_limit_exceeds_burst on a full bucket too, and takes nothing', async () => {
-    await sleep(2000);
-    const before = await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limit_exceeds_burst"');
+    await elapse(2000);
+    const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limit_exceeds_burst' });
     const big = await kv(api.url, gets(9));
     expect([big.status, big.body.error]).toEqual([400, 'rate_limit_exceeds_burst']);
     expect(big.body.message).toMatch(/needs 9 read tokens/);
-    expect(await metric(api.url, 'queen_kv_refusals_total', 'code="rate_limit_exceeds_burst"')).toBe(before + 1);
+    expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'rate_limit_exceeds_burst' })).toBe(before + 1);
     // Nothing was taken: the whole burst is still there.
     expect((await kv(api.url, gets(8))).status).toBe(200);
   });
 });
 
 describe("the burst a call is measured against is the cell's bucket's, however many workers", () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
-    api = await startTestApi({
-      QUEEN_WORKERS: '2',
-      QUEEN_KV_READS_PER_SEC: '20',
-      QUEEN_KV_READS_BURST: '40',
-      QUEEN_KV_WRITES_PER_SEC: '20',
-      QUEEN_KV_WRITES_BURST: '40',
-      QUEEN_KV_CELL_OPS_PER_SEC: '60',
-    });
+  // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
+  const api = useApi({
+    QUEEN_WORKERS: '2',
+    QUEEN_KV_READS_PER_SEC: '20',
+    QUEEN_KV_READS_BURST: '40',
+    QUEEN_KV_WRITES_PER_SEC: '20',
+    QUEEN_KV_WRITES_BURST: '40',
+    QUEEN_KV_CELL_OPS_PER_SEC: '60',
   });
-  afterAll(() => api.close());
 
   test('over a bucket, or over the cell ceiling: 400, naming both numbers; the whole burst is admissible', async () => {
     const gets = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `s${i}` }));
@@ -150,11 +141,7 @@ describe("the burst a call is measured against is the cell's bucket's, however m
 });
 
 describe('the cell ceiling', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'rate-test-token', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
-  });
-  afterAll(() => api.close());
+  const api = useApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'rate-test-token', QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_KV_CELL_OPS_PER_SEC: '20' });
 
   test('tenants each inside their own limit are stopped together by the cell ceiling', async () => {
     const tenants = ['11111111-1111-4111-8111-111111111111', '22222222-2222-4222-8222-222222222222'];
@@ -170,19 +157,15 @@ describe('the cell ceiling', () => {
 });
 
 describe('the outermost reason wins', () => {
-  let api: TestApi;
   const tenant = '33333333-3333-4333-8333-333333333333';
   const as = { 'x-queen-tenant': tenant };
-  beforeAll(async () => {
-    api = await startTestApi({
-      QUEEN_TENANCY_HEADER: '1',
-      QUEEN_KV_TRUSTED_PROXY: '1',
-      QUEEN_ADMIN_TOKEN: 'rate-test-token',
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '3',
-    });
+  const api = useApi({
+    QUEEN_TENANCY_HEADER: '1',
+    QUEEN_KV_TRUSTED_PROXY: '1',
+    QUEEN_ADMIN_TOKEN: 'rate-test-token',
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '3',
   });
-  afterAll(() => api.close());
 
   test('switch > grant > quota > rate', async () => {
     const write = () => kv(api.url, [put('o1'), put('o2'), put('o3'), put('o4')], as);
@@ -221,15 +204,11 @@ describe('the outermost reason wins', () => {
 });
 
 describe('a malformed timer call takes no rate token', () => {
-  let api: TestApi;
-  beforeAll(async () => {
-    api = await startTestApi({
-      QUEEN_KV_WRITES_PER_SEC: '1',
-      QUEEN_KV_WRITES_BURST: '2',
-      QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-    });
+  const api = useApi({
+    QUEEN_KV_WRITES_PER_SEC: '1',
+    QUEEN_KV_WRITES_BURST: '2',
+    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
   });
-  afterAll(() => api.close());
 
   test('ten refused shapes, then the schedule and the reschedule are still admitted', async () => {
     const id = '00000000-0000-4000-8000-000000000001';

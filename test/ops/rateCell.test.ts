@@ -7,10 +7,12 @@ import { performance } from 'node:perf_hooks';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
-import { metric } from './helpers';
-import { spawnApi, Spawned, untilHealthy } from './spawn';
+import { call, request } from '../support/http';
+import { metric } from '../support/metrics';
+import { spawnApi, Spawned, untilHealthy } from '../support/processes';
+import { elapse, waitFor } from '../support/wait';
+import { UNLIMITED_RATES } from '../support/api';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Offered {
   admitted: number;
@@ -34,30 +36,18 @@ async function offer(port: number, perSec: number, seconds: number, call: (i: nu
     const due = start + (i * 1000) / perSec;
     if (due - start >= seconds * 1000) break;
     const wait = due - performance.now();
-    if (wait > 0) await sleep(wait);
+    if (wait > 0) await elapse(wait); // the pace of the offered load
     const { method, path, body } = call(i);
-    const payload = body === undefined ? undefined : JSON.stringify(body);
     inflight.push(
-      new Promise<void>((resolve) => {
-        const req = http.request(
-          { host: '127.0.0.1', port, method, path, agent, headers: payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {} },
-          (res) => {
-            res.resume();
-            res.on('end', () => {
-              last = performance.now();
-              if (res.statusCode === 200) result.admitted++;
-              else if (res.statusCode === 429) result.refused++;
-              else result.other.push(res.statusCode ?? 0);
-              resolve();
-            });
-          },
-        );
-        req.on('error', () => {
-          result.other.push(-1);
-          resolve();
-        });
-        req.end(payload);
-      }),
+      request(port, method, path, { body, agent }).then(
+        (res) => {
+          last = performance.now();
+          if (res.status === 200) result.admitted++;
+          else if (res.status === 429) result.refused++;
+          else result.other.push(res.status);
+        },
+        () => void result.other.push(-1),
+      ),
     );
   }
   await Promise.all(inflight);
@@ -153,7 +143,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
   }, 60_000);
 
   test('the cell ceiling counts every process: writes at three times the ceiling admit the ceiling once', async () => {
-    await sleep(1500); // the ceiling's bucket refills from the reads above
+    await elapse(1500); // time passing is the test: the ceiling's bucket refills from the reads above
     const ceiling = 2 * RATE;
     const [a, b] = await Promise.all(ports.map((p) => offer(p, 1.5 * ceiling, WINDOW_S, put)));
     expect([...a.other, ...b.other]).toEqual([]);
@@ -170,8 +160,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
       await holder.query('BEGIN');
       await holder.query('LOCK TABLE queen.kv_rate_bucket, queen.kv_rate_process IN ACCESS EXCLUSIVE MODE');
       const fellBack = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are unreachable; this process enforces 1/2 of every limit');
-      for (let i = 0; i < 100 && !apis.every(fellBack); i++) await sleep(100);
-      expect(apis.every(fellBack)).toBe(true);
+      await waitFor(() => apis.every(fellBack), { what: 'both processes falling back to their share', timeoutMs: 10_000, everyMs: 100 });
       for (const p of ports) expect(await metric(`http://127.0.0.1:${p}`, 'queen_kv_rate_store_fallback')).toBe(1);
 
       const [a, b] = await Promise.all(ports.map((p) => offer(p, 3 * RATE, WINDOW_S, get)));
@@ -185,8 +174,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
     }
     // The store is back: the processes say so and leave their local share.
     const back = (a: Spawned) => a.output().includes('rate limits: the shared buckets in PostgreSQL are back');
-    for (let i = 0; i < 100 && !apis.every(back); i++) await sleep(100);
-    expect(apis.every(back)).toBe(true);
+    await waitFor(() => apis.every(back), { what: 'both processes back on the shared buckets', timeoutMs: 10_000, everyMs: 100 });
   }, 90_000);
 });
 
@@ -200,16 +188,11 @@ test('a read and writes arriving together on a worker with empty leases are all 
     PORT: String(port),
     QUEEN_WORKERS: '1',
     DB_POOL_SIZE: '10',
-    QUEEN_KV_READS_PER_SEC: '1000000',
-    QUEEN_KV_READS_BURST: '1000000',
-    QUEEN_KV_WRITES_PER_SEC: '1000000',
-    QUEEN_KV_WRITES_BURST: '1000000',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
+    ...UNLIMITED_RATES,
   });
   try {
     await untilHealthy(api, port);
-    const send = (method: string, path: string, body?: unknown) =>
-      fetch(`http://127.0.0.1:${port}${path}`, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) }).then((r) => r.status);
+    const send = (method: string, path: string, body?: unknown) => call(`http://127.0.0.1:${port}`, method, path, body).then((r) => r.status);
     const statuses = await Promise.all([
       send('GET', '/api/v1/kv/together/k'),
       send('PUT', '/api/v1/kv/together/k', { value: 1, forever: true }),

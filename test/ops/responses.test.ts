@@ -1,18 +1,15 @@
 // queen_http_responses_total: every answer a route or a KV guard wrote, by surface, status and error
 // code, so an outage, a bug or a flood shows on the dashboard and in the alerts (deploy/prometheus).
 import { surfaceOf } from '../../services/api/requestLog';
-import { call, startTestApi, TestApi } from '../support/api';
-import { metric } from './helpers';
+import { call } from '../support/http';
+import { counter } from '../support/metrics';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  // One read a second with a burst of one: the second GET is refused by the flood's cheap exit.
-  api = await startTestApi({ QUEEN_KV_READS_PER_SEC: '1', QUEEN_KV_READS_BURST: '1' });
-});
-afterAll(() => api.close());
+// One read a second with a burst of one: the second GET is refused by the flood's cheap exit.
+const api = useApi({ QUEEN_KV_READS_PER_SEC: '1', QUEEN_KV_READS_BURST: '1' });
 
 const answered = (surface: string, status: number, code = '') =>
-  metric(api.url, 'queen_http_responses_total', `surface="${surface}",status="${status}",code="${code}"`);
+  counter(api.url, 'queen_http_responses_total', { surface, status: String(status), code });
 
 test('successes, refusals and errors are each counted under their surface, status and code', async () => {
   expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'counted', payload: 1 }] })).status).toBe(201);

@@ -2,14 +2,11 @@
 // Retry-After inside /api/v1/transaction and 503 with it on a route; timer cancel, peek and list
 // are never blocked; timers have their own quota dimension and their own enabled=false answer.
 import { DEFAULT_TENANT } from '../../shared/config';
-import { call, startTestApi, TestApi } from '../support/api';
 import { grant } from './helpers';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 const flip = (body: unknown) => call(api.url, 'POST', '/api/v1/system/kv-timers', body);
 const tx = (body: unknown) => call(api.url, 'POST', '/api/v1/transaction', body);

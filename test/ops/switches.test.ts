@@ -1,14 +1,14 @@
 // Rung 1: the operator's kill switches on the KV routes, the GET/POST surface, the mirror row.
 import { Client } from 'pg';
 import { SWITCHES_WRITE } from '../../shared/sql/system';
-import { call, kv, startTestApi, TestApi } from '../support/api';
-import { metric, put, sql } from './helpers';
+import { put } from './helpers';
+import { call, kv } from '../support/http';
+import { counter, metric } from '../support/metrics';
+import { useApi } from '../support/api';
+import { sql } from '../support/database';
+import { waitFor } from '../support/wait';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 const flip = (body: unknown) => call(api.url, 'POST', '/api/v1/system/kv-timers', body);
 
@@ -21,7 +21,7 @@ test('a fresh cell has every switch on and no rows: absent means on', async () =
 
 test('pausing KV answers 503 kv_disabled with Retry-After on every KV route, and resuming restores them', async () => {
   expect((await kv(api.url, [put('a', 1)])).status).toBe(200);
-  const before = await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"');
+  const before = await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_disabled' });
 
   const paused = await flip({ kv: false });
   expect(paused.status).toBe(200);
@@ -40,8 +40,8 @@ test('pausing KV answers 503 kv_disabled with Retry-After on every KV route, and
     expect(typeof res.body.message).toBe('string');
     expect(res.headers.get('retry-after')).toBe('30');
   }
-  expect(await metric(api.url, 'queen_kv_refusals_total', 'code="kv_disabled"')).toBe(before + 5);
-  expect(await metric(api.url, 'queen_kv_timers_switch', 'switch="kv"')).toBe(0);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_disabled' })).toBe(before + 5);
+  expect(await metric(api.url, 'queen_kv_timers_switch', { switch: 'kv' })).toBe(0);
 
   // The mirror row is written, and the GET reads it fresh.
   expect(await sql(api.databaseUrl, `SELECT value FROM queen.system_state WHERE key = 'kv_enabled'`)).toEqual([{ value: false }]);
@@ -86,12 +86,7 @@ test('a row written by another cell reaches this worker through NOTIFY', async (
      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`,
   );
   await sql(api.databaseUrl, `NOTIFY queen_system_state, 'kv-timers'`);
-  let status = 200;
-  for (let i = 0; i < 200 && status !== 503; i++) {
-    status = (await kv(api.url, [put('c')])).status;
-    if (status !== 503) await new Promise((r) => setTimeout(r, 10));
-  }
-  expect(status).toBe(503);
+  await waitFor(async () => (await kv(api.url, [put('c')])).status === 503, { what: 'KV paused (503) by the row the NOTIFY announced', everyMs: 10 });
   await flip({ kv: true });
   expect((await kv(api.url, [put('c')])).status).toBe(200);
 });
@@ -122,6 +117,7 @@ test('an announcement committed before a flip does not undo it, even when it arr
     for (let i = 0; i < 200 && status !== 503; i++) status = (await kv(api.url, [put('g')])).status;
     expect(status).toBe(503);
     await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:1","rows":{"kv_enabled":true}}')`);
+    // An ignored announcement leaves no trace to await: time for it to arrive and be ignored.
     await new Promise((r) => setTimeout(r, 200));
     expect((await kv(api.url, [put('g')])).status).toBe(503);
     await holder.query('COMMIT');
@@ -129,16 +125,11 @@ test('an announcement committed before a flip does not undo it, even when it arr
   } finally {
     await holder.end();
   }
-  await new Promise((r) => setTimeout(r, 200));
+  await new Promise((r) => setTimeout(r, 200)); // as above: the flip's own, older announcement arrives and is ignored
   expect((await kv(api.url, [put('g')])).status).toBe(503);
   // An announcement from elsewhere after this flip's own is newer, and wins.
   await sql(api.databaseUrl, `SELECT pg_notify('queen_system_state', '{"token":"elsewhere:2","rows":{"kv_enabled":true}}')`);
-  let after = 503;
-  for (let i = 0; i < 200 && after !== 200; i++) {
-    after = (await kv(api.url, [put('g')])).status;
-    if (after !== 200) await new Promise((r) => setTimeout(r, 10));
-  }
-  expect(after).toBe(200);
+  await waitFor(async () => (await kv(api.url, [put('g')])).status === 200, { what: 'KV back on (200) after the newer announcement', everyMs: 10 });
 });
 
 test('a flip whose announcement this worker missed gives way to the database once its time is up', async () => {
@@ -147,21 +138,12 @@ test('a flip whose announcement this worker missed gives way to the database onc
   // not be hidden behind it for good.
   await sql(api.databaseUrl, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database()`);
   expect((await flip({ kv: false })).body).toMatchObject({ kv: false, mirrored: true });
-  let listening = false;
-  for (let i = 0; i < 300 && !listening; i++) {
-    const rows = await sql(api.databaseUrl, `SELECT 1 FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database() AND state = 'idle'`);
-    listening = rows.length > 0;
-    if (!listening) await new Promise((r) => setTimeout(r, 20));
-  }
-  expect(listening).toBe(true);
+  const listening = async () =>
+    (await sql(api.databaseUrl, `SELECT 1 FROM pg_stat_activity WHERE application_name = 'queen-api-switches' AND datname = current_database() AND state = 'idle'`)).length > 0;
+  await waitFor(listening, { what: 'the switch listener connected again', everyMs: 20 });
   // Another cell turns KV back on, as its API would: the row and its announcement.
   await sql(api.databaseUrl, SWITCHES_WRITE.text, [JSON.stringify({ kv_enabled: true }), 'other-cell:1']);
-  let status = 503;
-  for (let i = 0; i < 300 && status !== 200; i++) {
-    status = (await kv(api.url, [put('h')])).status;
-    if (status !== 200) await new Promise((r) => setTimeout(r, 100));
-  }
-  expect(status).toBe(200);
+  await waitFor(async () => (await kv(api.url, [put('h')])).status === 200, { what: "KV back on (200) by the other cell's write", timeoutMs: 40_000, everyMs: 100 });
 });
 
 test('a malformed flip is a 400 with a sentence, and changes nothing', async () => {

@@ -1,9 +1,11 @@
 // An API worker in-process against a fresh database cloned from the template: what every HTTP
-// suite starts from. Call `close()` in afterAll; it ends the pools and drops the database.
+// suite starts from. `useApi` does it for a suite (with a pool on the same database); a test that
+// starts its own calls `startTestApi` and `close()` in afterAll (it ends the pools and drops the
+// database).
 import { loadConfig, Config } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer, ApiServer } from '../../services/api/server';
-import { createTestDatabase } from './database';
+import { createTestDatabase, DatabaseSuite, SuiteOptions, useDatabase } from './database';
 
 export interface TestApi {
   url: string;
@@ -42,35 +44,41 @@ export async function startTestApi(env: Record<string, string> = {}): Promise<Te
   };
 }
 
-export interface JsonResponse<T = any> {
-  status: number;
-  headers: Headers;
-  text: string;
-  body: T;
-}
+/** A suite's API, and a pool (and with `client: true` one connection) on its database. */
+export interface ApiSuite extends TestApi, Pick<DatabaseSuite, 'pool' | 'client'> {}
 
-/** fetch with a JSON (or raw text) body; the answer parsed, and its raw text kept for exactness checks. */
-export async function call<T = any>(
-  base: string,
-  method: string,
-  path: string,
-  body?: unknown,
-  headers: Record<string, string> = {},
-): Promise<JsonResponse<T>> {
-  const init: RequestInit = { method, headers: { 'content-type': 'application/json', ...headers } };
-  if (body !== undefined) init.body = typeof body === 'string' ? body : JSON.stringify(body);
-  const res = await fetch(base + path, init);
-  const text = await res.text();
-  let parsed: any;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    parsed = undefined;
-  }
-  return { status: res.status, headers: res.headers, text, body: parsed };
-}
-
-/** POST /api/v1/kv with these operations. */
-export function kv<T = any>(base: string, operations: unknown, headers?: Record<string, string>) {
-  return call<T>(base, 'POST', '/api/v1/kv', { operations }, headers);
+/**
+ * For a suite file: an API started with `env` in beforeAll and a pool on its database (see
+ * useDatabase for the options), both closed in afterAll. The fields answer once beforeAll has run.
+ */
+export function useApi(env: Record<string, string> = {}, o: SuiteOptions = {}): ApiSuite {
+  let api: TestApi;
+  const db = useDatabase({
+    ...o,
+    open: async () => {
+      api = await startTestApi(env);
+      return { url: api.databaseUrl, drop: () => api.close() };
+    },
+  });
+  return {
+    get url() {
+      return api.url;
+    },
+    get databaseUrl() {
+      return api.databaseUrl;
+    },
+    get config() {
+      return api.config;
+    },
+    get server() {
+      return api.server;
+    },
+    close: () => api.close(),
+    get pool() {
+      return db.pool;
+    },
+    get client() {
+      return db.client;
+    },
+  };
 }

@@ -1,12 +1,15 @@
 // The test database, resolved once per run: TEST_DATABASE_URL if set, else testcontainers where a
 // Docker engine answers, else embedded PostgreSQL (the path these machines take). The schema is
-// built once into a template database; every test file gets its own database cloned from it.
+// built once into a template database; every test file gets its own database cloned from it
+// (`useDatabase` does it for a suite, with a pool on it).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from 'pg';
+import { Client, Pool, PoolClient } from 'pg';
 import { applySchema } from '../../shared/db';
 import { startEmbeddedPostgres, freePort } from '../../shared/embeddedPostgres';
+import { closeLeakedSweepers } from './sweeper';
+import { waitFor } from './wait';
 
 export interface TestServer {
   /** URL of a maintenance database on the server (used to create and drop databases). */
@@ -101,6 +104,60 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
   };
 }
 
+export interface SuiteOptions {
+  /** Connections of the suite's pool (default 2). */
+  connections?: number;
+  /** Also check one connection out of the pool as `client`: a transaction spread over statements needs one. */
+  client?: boolean;
+  /** Statements run after each test (truncations, a switch row put back), so tests do not see each other's rows. */
+  reset?: string[];
+  /** After each test, a sweeper left running fails it (the suite starts in-process sweepers). */
+  sweepers?: boolean;
+}
+
+export interface DatabaseSuite {
+  url: string;
+  pool: Pool;
+  /** With `client: true`. */
+  client: PoolClient;
+}
+
+/**
+ * A suite's database: registers beforeAll (a fresh database, or what `open` starts on one, and a
+ * pool on it), afterEach (`reset`, the sweeper check) and afterAll (pool ended, database dropped).
+ * The fields are set once beforeAll has run.
+ */
+export function useDatabase(o: SuiteOptions & { open?: () => Promise<{ url: string; drop(): Promise<void> }> } = {}): DatabaseSuite {
+  const suite = {} as DatabaseSuite;
+  let drop: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    const db = await (o.open ?? createTestDatabase)();
+    drop = db.drop;
+    suite.url = db.url;
+    suite.pool = new Pool({ connectionString: db.url, max: o.connections ?? 2 });
+    // An idle connection the server ends (a test that restarts or terminates backends) is not the test's failure.
+    suite.pool.on('error', () => undefined);
+    if (o.client) suite.client = await suite.pool.connect();
+  });
+  if (o.reset || o.sweepers) {
+    afterEach(async () => {
+      for (const statement of o.reset ?? []) await suite.pool.query(statement);
+      if (o.sweepers) expect(await closeLeakedSweepers()).toBe(0);
+    });
+  }
+  afterAll(async () => {
+    suite.client?.release();
+    await suite.pool?.end();
+    await drop?.();
+  });
+  return suite;
+}
+
+/** One statement on a connection of its own (an operator's write, a check of what a process left). */
+export async function sql<T = any>(databaseUrl: string, text: string, values: unknown[] = []): Promise<T[]> {
+  return admin(databaseUrl, async (c) => (await c.query(text, values)).rows as T[]);
+}
+
 /**
  * Resolves once a backend of `applicationName` waits on a lock: the way a test knows a request it
  * sent has reached the row another session holds. Ask from a session of its own: inside a
@@ -111,15 +168,9 @@ export async function untilWaitingOnLock(url: string, applicationName = 'queen-a
   watcher.on('error', () => undefined);
   await watcher.connect();
   try {
-    for (let i = 0; ; i++) {
-      const { rows } = await watcher.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-        [applicationName],
-      );
-      if (rows[0].n > 0) return;
-      if (i > 400) throw new Error(`no ${applicationName} backend waited on a lock within 10 s`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    const waiting = async () =>
+      (await watcher.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`, [applicationName])).rows[0].n > 0;
+    await waitFor(waiting, { what: `a ${applicationName} backend waiting on a lock`, timeoutMs: 10_000, everyMs: 25 });
   } finally {
     await watcher.end();
   }

@@ -1,8 +1,6 @@
-// Sweepers for tests: in-process (a Sweeper with its own pool, awaited through its cycle signals)
-// and as real processes (node dist/services/sweeper/main.js), for the properties that are about
-// processes: several at once, SIGKILL, SIGTERM.
-import { spawn, ChildProcess } from 'node:child_process';
-import path from 'node:path';
+// Sweepers for tests, in-process: a Sweeper with its own pool, awaited through its cycle signals (a
+// sweeper as a real process is spawnSweeper in ./processes). And timers written straight through
+// the product's procedure, and the fired messages counted, for the suites that drive sweepers.
 import { Pool } from 'pg';
 import { createLogger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
@@ -64,100 +62,21 @@ export function startTestSweeper(
   return handle;
 }
 
+/** A sweeper for `n` cycles, each begun after this call, then closed: what a test that needs "the sweeper ran" awaits. */
+export async function sweep(databaseUrl: string, n = 1): Promise<CycleReport[]> {
+  const s = startTestSweeper(databaseUrl);
+  try {
+    return await s.cycles(n);
+  } finally {
+    await s.close();
+  }
+}
+
 /** For afterEach/afterAll: a sweeper left running is a leak and fails the suite. */
 export async function closeLeakedSweepers(): Promise<number> {
   const leaked = [...live];
   await Promise.all(leaked.map((s) => s.close()));
   return leaked.length;
-}
-
-export interface SweeperProcess {
-  child: ChildProcess;
-  pid: number;
-  /** The Sweeper's id (`swept_by` in queen.sweeper_shards), from its config line. */
-  id: string;
-  metricsPort: number;
-  lines: string[];
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  metric(name: string): Promise<number>;
-}
-
-const MAIN = path.resolve(__dirname, '..', '..', 'services', 'sweeper', 'main.js');
-
-/** Spawns a sweeper process and resolves once it has printed its `config: sweeper` line. */
-export function spawnSweeper(databaseUrl: string, env: Record<string, string> = {}): Promise<SweeperProcess> {
-  const child = spawn(process.execPath, [MAIN], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      DATABASE_URL: databaseUrl,
-      QUEEN_SWEEPER_METRICS_PORT: '0',
-      QUEEN_SWEEPER_INTERVAL_MS: '50',
-      LOG_LEVEL: 'info',
-      ...env,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const lines: string[] = [];
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
-  );
-  return new Promise((resolve, reject) => {
-    let buffer = '';
-    let metricsPort: number | undefined;
-    const timer = setTimeout(() => reject(new Error(`sweeper did not boot in time:\n${lines.join('\n')}`)), 30_000);
-    child.stdout!.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      let nl: number;
-      while ((nl = buffer.indexOf('\n')) >= 0) {
-        const line = buffer.slice(0, nl);
-        buffer = buffer.slice(nl + 1);
-        lines.push(line);
-        let parsed: Record<string, unknown>;
-        try {
-          parsed = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (parsed.msg === 'sweeper metrics listening') metricsPort = Number(parsed.port);
-        if (parsed.msg === 'config: sweeper') {
-          clearTimeout(timer);
-          const port = metricsPort ?? Number(parsed.metricsPort);
-          resolve({
-            child,
-            pid: child.pid!,
-            id: String(parsed.sweeperId),
-            metricsPort: port,
-            lines,
-            exited,
-            metric: (name) => scrape(port, name),
-          });
-        }
-      }
-    });
-    child.stderr!.on('data', (chunk: Buffer) => lines.push(chunk.toString()));
-    void exited.then(({ code, signal }) => {
-      clearTimeout(timer);
-      reject(new Error(`sweeper exited during boot (code ${code}, signal ${signal}):\n${lines.join('\n')}`));
-    });
-  });
-}
-
-/** The value of one unlabelled series on a metrics endpoint. */
-export async function scrape(port: number, name: string): Promise<number> {
-  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
-  if (!line) throw new Error(`${name} is not on the metrics endpoint`);
-  return Number(line.slice(name.length + 1));
-}
-
-/** Polls `check` until it answers true (a database condition a process brings about), bounded. */
-export async function until(check: () => Promise<boolean>, timeoutMs = 60_000, everyMs = 50): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`condition not reached within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, everyMs));
-  }
 }
 
 /** Schedules `count` timers straight through queen.timers_apply_v1, in batches; answers their ids. */

@@ -1,30 +1,29 @@
 // The message log's gauges, read by the sweeper (sql/040_broker_gauges.sql): backlog summed over
 // every consumer group, the worst single group, the oldest unfinished message's age and the dead
 // letters, driven by real traffic through the API and read from the sweeper's /metrics.
-import { Pool } from 'pg';
 import { createMetrics } from '../../shared/metrics';
 import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
-import { call, startTestApi, TestApi } from '../support/api';
-import { closeLeakedSweepers, scrape, startTestSweeper, TestSweeper, until } from '../support/sweeper';
 import { ack, configure, pop, push } from '../log/helpers';
+import { call } from '../support/http';
+import { metric } from '../support/metrics';
+import { useApi } from '../support/api';
+import { closeLeakedSweepers, startTestSweeper, TestSweeper } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
-let api: TestApi;
-let pool: Pool;
 let sweeper: TestSweeper;
 let server: MetricsServer;
-beforeAll(async () => {
-  api = await startTestApi();
-  pool = new Pool({ connectionString: api.databaseUrl, max: 2 });
-  // Every cycle reads the log's gauges (a running sweeper reads them every 15 s).
-  sweeper = startTestSweeper(api.databaseUrl, { logGaugesIntervalMs: 0 });
-  server = await startMetricsServer(sweeper.metrics.register, 0);
-});
+// Declared before useApi: jest runs after-hooks in the order they are declared, and the sweeper
+// stops before its database goes.
 afterAll(async () => {
   await server.close();
   await sweeper.close();
   expect(await closeLeakedSweepers()).toBe(0);
-  await pool.end();
-  await api.close();
+});
+const api = useApi();
+beforeAll(async () => {
+  // Every cycle reads the log's gauges (a running sweeper reads them every 15 s).
+  sweeper = startTestSweeper(api.databaseUrl, { logGaugesIntervalMs: 0 });
+  server = await startMetricsServer(sweeper.metrics.register, 0);
 });
 
 const FAMILIES = [
@@ -38,7 +37,7 @@ const FAMILIES = [
 async function gauges(): Promise<Record<(typeof FAMILIES)[number], number>> {
   await sweeper.sweeper.nextGauges();
   const out = {} as Record<(typeof FAMILIES)[number], number>;
-  for (const name of FAMILIES) out[name] = await scrape(server.port, name);
+  for (const name of FAMILIES) out[name] = await metric(server.port, name);
   return out;
 }
 
@@ -76,13 +75,13 @@ test('backlog, worst group, oldest unfinished age and dead letters follow pushes
   g = await gauges();
   expect([g.queen_log_backlog_messages, g.queen_log_backlog_max_group_messages]).toEqual([3 + 4 + 2, 4]);
   // The runbook's query names them (queen.log_backlog_v1, the same reading by queue and group).
-  const named = await pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v1() ORDER BY queue, consumer_group`);
+  const named = await api.pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v1() ORDER BY queue, consumer_group`);
   expect(named.rows.map((r) => [r.queue, r.consumer_group, r.backlog])).toEqual([
     ['idle', '__QUEUE_MODE__', 2], ['orders', '__QUEUE_MODE__', 3], ['orders', 'audit', 4],
   ]);
 
   // The oldest unfinished message is the first of `idle`: made two hours old, the gauge says so.
-  await pool.query(
+  await api.pool.query(
     `UPDATE queen.messages m SET created_at = now() - interval '2 hours'
        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
       WHERE p.id = m.partition_id AND q.name = 'idle' AND m.seq = 1`,
@@ -111,15 +110,15 @@ test('before a sweeper has read them, the families are declared but carry no sam
 test('a reading that fails leaves the cycle whole: timers still fire, the last figures stay', async () => {
   const before = await gauges();
   // This test's own database: the reading now fails as a statement on a sick database would.
-  await pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+  await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION 'gauges unavailable'; END $$`);
   const faults: unknown[] = [];
   sweeper.sweeper.on('fault', (err) => faults.push(err));
-  await pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
+  await api.pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
     JSON.stringify([{ op: 'schedule', queue: 'after-fault', payload: 1, delaySeconds: 0 }]),
   ]);
   await sweeper.cycles(1);
-  const fired = await pool.query(
+  const fired = await api.pool.query(
     `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'after-fault'`,
   );
@@ -130,31 +129,33 @@ test('a reading that fails leaves the cycle whole: timers still fire, the last f
 
 test('a slow reading holds up no timer: firing goes on while the log gauges are still being read', async () => {
   // The reading blocks on a lock this test holds, as a pass over 40,000 partitions takes seconds.
-  const original = (await pool.query(`SELECT pg_get_functiondef('queen.log_gauges_v1'::regproc) AS def`)).rows[0].def as string;
-  const holder = await pool.connect();
+  const original = (await api.pool.query(`SELECT pg_get_functiondef('queen.log_gauges_v1'::regproc) AS def`)).rows[0].def as string;
+  const holder = await api.pool.connect();
   try {
     await holder.query('SELECT pg_advisory_lock(4242)');
-    await pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+    await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242);
       RETURN jsonb_build_object('backlog', 0, 'maxGroupBacklog', 0, 'oldestUnconsumedSeconds', 0, 'deadLetters', 0); END $$`);
     const reading = sweeper.sweeper.nextGauges();
-    await until(async () => (await pool.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`)).rowCount === 1, 10_000);
-    await pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
+    await waitFor(async () => (await api.pool.query(`SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted`)).rowCount === 1, {
+      what: 'the gauge reading waiting on the lock',
+    });
+    await api.pool.query(`SELECT queen.timers_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, $1::jsonb)`, [
       JSON.stringify([{ op: 'schedule', queue: 'beside-a-slow-reading', payload: 1, delaySeconds: 0 }]),
     ]);
     // Before, the cycle awaited the reading and nothing fired until the lock was let go.
-    await until(async () => {
-      const { rows } = await pool.query(
+    await waitFor(async () => {
+      const { rows } = await api.pool.query(
         `SELECT count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
            JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'beside-a-slow-reading'`,
       );
       return rows[0].n === 1;
-    }, 10_000);
+    }, { what: 'the timer fired while the reading is held' });
     await holder.query('SELECT pg_advisory_unlock(4242)');
     await reading;
   } finally {
     await holder.query('SELECT pg_advisory_unlock_all()');
     holder.release();
-    await pool.query(original);
+    await api.pool.query(original);
   }
 });

@@ -1,26 +1,15 @@
 // The sweeper's phases in-process: pruning (only expired rows, bounded batches, reads already
 // correct before it ran), the usage rollup against a direct count, exclusive shard claims between
 // two sweepers, and the shedding order under pressure.
-import { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { startTestApi, TestApi, call, kv } from '../support/api';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, until } from '../support/sweeper';
+import { call, kv } from '../support/http';
+import { waitFor } from '../support/wait';
+import { useApi } from '../support/api';
+import { scheduleDirect, startTestSweeper } from '../support/sweeper';
 
 const OTHER_TENANT = '00000000-0000-0000-0000-0000000000b2';
 
-let api: TestApi;
-let pool: Pool;
-beforeAll(async () => {
-  api = await startTestApi();
-  pool = new Pool({ connectionString: api.databaseUrl, max: 4 });
-});
-afterEach(async () => {
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-afterAll(async () => {
-  await pool.end();
-  await api.close();
-});
+const api = useApi({}, { connections: 4, sweepers: true });
 
 /** Writes keys through the product's own procedure at an instant an hour ago, so they are expired now. */
 async function putAt(tenant: string, ns: string, count: number, ttlSeconds: number | null, hoursAgo: number): Promise<void> {
@@ -29,7 +18,7 @@ async function putAt(tenant: string, ns: string, count: number, ttlSeconds: numb
     for (let i = start; i < Math.min(count, start + 500); i++) {
       ops.push({ op: 'put', ns, key: `k${i}`, value: { i, pad: 'x'.repeat(i % 50) }, ...(ttlSeconds === null ? { forever: true } : { ttlSeconds }) });
     }
-    await pool.query(`SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, false, now() - make_interval(hours => $3))`, [
+    await api.pool.query(`SELECT queen.kv_apply_at_v1($1::uuid, $2::jsonb, false, now() - make_interval(hours => $3))`, [
       tenant,
       JSON.stringify(ops),
       hoursAgo,
@@ -38,7 +27,7 @@ async function putAt(tenant: string, ns: string, count: number, ttlSeconds: numb
 }
 
 async function count(sql: string, values: unknown[] = []): Promise<number> {
-  return (await pool.query(sql, values)).rows[0].n;
+  return (await api.pool.query(sql, values)).rows[0].n;
 }
 
 test('pruning deletes only expired rows, in bounded batches, and reads were already correct before it ran', async () => {
@@ -63,7 +52,7 @@ test('pruning deletes only expired rows, in bounded batches, and reads were alre
   expect(first.pruned).toBeGreaterThan(0);
   expect(first.pruned).toBeLessThanOrEqual(64 * batch);
   expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)).toBeGreaterThan(0);
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)) === 0, 30_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'gone'`)) === 0, { what: "the expired rows of 'gone' pruned", timeoutMs: 30_000 });
   await s.cycles(1);
   expect(passes.every((p) => p.pruned <= p.shards.length * batch)).toBe(true);
   expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'live'`)).toBe(200);
@@ -71,18 +60,18 @@ test('pruning deletes only expired rows, in bounded batches, and reads were alre
   expect((await s.metrics.kvPruned.get()).values[0].value).toBe(600);
   // The gauge is read at most once per interval, so a cycle that ends quickly can leave the
   // previous reading in place; it must settle at 0 once the rows are gone.
-  await until(async () => (await s.metrics.kvExpiredNotPruned.get()).values[0].value === 0, 10_000);
+  await waitFor(async () => (await s.metrics.kvExpiredNotPruned.get()).values[0].value === 0, { what: 'queen_kv_expired_not_pruned back at 0', timeoutMs: 10_000 });
   await s.close();
 });
 
 test('the usage rollup equals a direct count, per tenant, and overwrites', async () => {
   await putAt(OTHER_TENANT, 'usage', 50, 7200, 0);
   await putAt(OTHER_TENANT, 'usage-dead', 20, 60, 2); // expired: not the tenant's any more
-  await scheduleDirect(pool, OTHER_TENANT, 30, (i) => ({ queue: 'usage', payload: { i }, delaySeconds: 3000 }));
+  await scheduleDirect(api.pool, OTHER_TENANT, 30, (i) => ({ queue: 'usage', payload: { i }, delaySeconds: 3000 }));
   const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 100 });
   const direct = async () =>
     (
-      await pool.query(
+      await api.pool.query(
         `SELECT
            (SELECT count(*) FROM queen.kv WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > now()))::int AS rows,
            (SELECT coalesce(sum(octet_length(namespace) + octet_length(key) + pg_column_size(value)), 0)
@@ -93,30 +82,30 @@ test('the usage rollup equals a direct count, per tenant, and overwrites', async
       )
     ).rows[0];
   const usage = async () =>
-    (await pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
+    (await api.pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
 
-  await until(async () => (await usage()) !== undefined, 10_000);
+  await waitFor(async () => (await usage()) !== undefined, { what: 'a first usage rollup', timeoutMs: 10_000 });
   const first = await usage();
   expect({ ...first, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect(first.rows).toBe(50);
   expect(first.timers).toBe(30);
 
   // Change the truth; the next rollup overwrites rather than adds.
-  await pool.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, false)`, [OTHER_TENANT, JSON.stringify([{ op: 'delete', ns: 'usage', key: 'k1' }])]);
-  await pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1 AND payload->>'i' IN ('1','2','3')`, [OTHER_TENANT]);
-  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  await api.pool.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, false)`, [OTHER_TENANT, JSON.stringify([{ op: 'delete', ns: 'usage', key: 'k1' }])]);
+  await api.pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1 AND payload->>'i' IN ('1','2','3')`, [OTHER_TENANT]);
+  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
   // Another rollup may already be under way; wait for one that started after the change.
   await s.cycles(1);
-  await until(async () => (await usage()).computed_at > first.computed_at, 10_000);
+  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
   const second = await usage();
   expect({ ...second, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect([second.rows, second.timers]).toEqual([49, 27]);
   await s.close();
-  await pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1`, [OTHER_TENANT]);
+  await api.pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1`, [OTHER_TENANT]);
 });
 
 test('two sweepers never work the same shard at once, and both get work', async () => {
-  await scheduleDirect(pool, DEFAULT_TENANT, 3000, (i) => ({ queue: 'shards', partition: `p${i % 8}`, payload: { i }, delaySeconds: 0 }));
+  await scheduleDirect(api.pool, DEFAULT_TENANT, 3000, (i) => ({ queue: 'shards', partition: `p${i % 8}`, payload: { i }, delaySeconds: 0 }));
   const a = startTestSweeper(api.databaseUrl, { intervalMs: 5, batch: 20, shardsPerPass: 4, id: 'sweeper-a' });
   const b = startTestSweeper(api.databaseUrl, { intervalMs: 5, batch: 20, shardsPerPass: 4, id: 'sweeper-b' });
   type Span = { who: string; shard: number; from: number; to: number };
@@ -126,7 +115,7 @@ test('two sweepers never work the same shard at once, and both get work', async 
       for (const shard of p.shards) spans.push({ who, shard, from: p.claimedAtUs, to: p.finishedAtUs });
     });
   }
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'shards'`)) === 0, 60_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = 'shards'`)) === 0, { what: "every 'shards' timer fired", timeoutMs: 60_000 });
   await Promise.all([a.close(), b.close()]);
   // The server's clock, read inside each claim: no two passes over one shard overlap in time.
   const byShard = new Map<number, Span[]>();
@@ -140,7 +129,7 @@ test('two sweepers never work the same shard at once, and both get work', async 
   expect(byShard.size).toBe(64);
   expect(spans.some((s) => s.who === 'a')).toBe(true);
   expect(spans.some((s) => s.who === 'b')).toBe(true);
-  const swept = await pool.query(`SELECT DISTINCT swept_by FROM queen.sweeper_shards`);
+  const swept = await api.pool.query(`SELECT DISTINCT swept_by FROM queen.sweeper_shards`);
   expect(swept.rows.map((r) => r.swept_by).sort()).toEqual(expect.arrayContaining(['sweeper-a', 'sweeper-b']));
 });
 
@@ -161,7 +150,7 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
 
   // Still firing: a due timer is delivered by the very next cycle, and nothing was pruned meanwhile.
   await putAt(DEFAULT_TENANT, 'pressed', 10, 60, 1);
-  const [id] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'pressed', payload: 1, delaySeconds: 0 }));
+  const [id] = await scheduleDirect(api.pool, DEFAULT_TENANT, 1, () => ({ queue: 'pressed', payload: 1, delaySeconds: 0 }));
   const [three] = await s.cycles(1);
   expect(three.fired).toBe(1);
   expect(three.pruned).toBe(0);
@@ -175,7 +164,7 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   for (let i = 0; i < 15 && (report.suspended.prune || report.batch < 400); i++) [report] = await s.cycles(1);
   expect(report.suspended).toEqual({ prune: false, usage: false });
   expect(report.batch).toBe(400);
-  await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, 10_000);
+  await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)) === 0, { what: "the expired rows of 'pressed' pruned", timeoutMs: 10_000 });
   await s.close();
 });
 
@@ -184,15 +173,15 @@ test('the prune never deletes a row a writer is reviving, nor another tenant\'s 
   // an expired key in the same namespace, which is the prune's to take.
   await putAt(DEFAULT_TENANT, 'revive', 1, 60, 2);
   await putAt(OTHER_TENANT, 'revive', 2, 60, 2);
-  await pool.query(
+  await api.pool.query(
     `SELECT queen.kv_apply_v1($1::uuid, '[{"op":"put","ns":"revive","key":"k0","value":"B live","forever":true}]'::jsonb)`,
     [OTHER_TENANT],
   );
-  const shardOf = async (key: string) => (await pool.query(`SELECT (hashtextextended($1, 0) & 63)::smallint AS s`, [key])).rows[0].s;
+  const shardOf = async (key: string) => (await api.pool.query(`SELECT (hashtextextended($1, 0) & 63)::smallint AS s`, [key])).rows[0].s;
   expect(await shardOf('k0')).not.toBe(await shardOf('k1')); // two shards, so each prune below is about one key
 
   // A writer revives A's expired k0 (putIfAbsent wins against it) and has not committed yet.
-  const writer = await pool.connect();
+  const writer = await api.pool.connect();
   try {
     await writer.query('BEGIN');
     const won = await writer.query(
@@ -201,18 +190,18 @@ test('the prune never deletes a row a writer is reviving, nor another tenant\'s 
     );
     expect(won.rows[0].r[0]).toMatchObject({ applied: true });
     // The prune of that shard, meanwhile: the row being rewritten is skipped, B's live row is not expired.
-    const pruned = (await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n;
+    const pruned = (await api.pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n;
     expect(pruned).toBe(0);
     await writer.query('COMMIT');
   } finally {
     writer.release();
   }
   // The prune after the commit finds nothing to take there either: the revived row is live now.
-  expect((await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n).toBe(0);
+  expect((await api.pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k0')])).rows[0].n).toBe(0);
   // B's expired k1 is taken.
-  expect((await pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k1')])).rows[0].n).toBe(1);
+  expect((await api.pool.query('SELECT queen.kv_prune_v1($1, 1000) AS n', [await shardOf('k1')])).rows[0].n).toBe(1);
 
-  const rows = await pool.query(`SELECT tenant_id::text AS tenant, key, value FROM queen.kv WHERE namespace = 'revive' ORDER BY tenant_id, key`);
+  const rows = await api.pool.query(`SELECT tenant_id::text AS tenant, key, value FROM queen.kv WHERE namespace = 'revive' ORDER BY tenant_id, key`);
   expect(rows.rows).toEqual([
     { tenant: DEFAULT_TENANT, key: 'k0', value: 'A again' },
     { tenant: OTHER_TENANT, key: 'k0', value: 'B live' },
@@ -229,7 +218,7 @@ test('with the KV switched off the keys stay, and expired ones are still pruned:
     expect((await call(api.url, 'GET', '/api/v1/kv/paused-live/k1')).status).toBe(503);
     const s = startTestSweeper(api.databaseUrl, { intervalMs: 20 });
     try {
-      await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, 30_000);
+      await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'paused-gone'`)) === 0, { what: "the expired rows of 'paused-gone' pruned", timeoutMs: 30_000 });
     } finally {
       await s.close();
     }
@@ -244,16 +233,16 @@ test('a usage rollup that takes long holds up no timer: firing goes on while it 
   // The rollup cannot finish while this transaction holds queen.kv_usage: a stand-in for a rollup over
   // millions of keys (about a second a million, bench:scale). The sweeper used to await it inside its
   // cycle, and no timer fired until it ended.
-  const holder = await pool.connect();
+  const holder = await api.pool.connect();
   await holder.query('BEGIN');
   await holder.query('LOCK TABLE queen.kv_usage IN EXCLUSIVE MODE');
   const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 0 });
   try {
     const blocked = `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%kv_usage_rollup_v1%'`;
-    await until(async () => (await count(blocked)) > 0, 10_000);
-    const [id] = await scheduleDirect(pool, DEFAULT_TENANT, 1, () => ({ queue: 'beside-rollup', payload: 1, delaySeconds: 0 }));
+    await waitFor(async () => (await count(blocked)) > 0, { what: 'the rollup blocked on the held lock', timeoutMs: 10_000 });
+    const [id] = await scheduleDirect(api.pool, DEFAULT_TENANT, 1, () => ({ queue: 'beside-rollup', payload: 1, delaySeconds: 0 }));
     s.sweeper.wake();
-    await until(async () => (await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])) === 1, 10_000);
+    await waitFor(async () => (await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])) === 1, { what: 'the timer fired beside the blocked rollup', timeoutMs: 10_000 });
     expect(await count(blocked)).toBe(1);
   } finally {
     await holder.query('ROLLBACK');

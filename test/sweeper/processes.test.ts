@@ -4,7 +4,10 @@
 import { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { createTestDatabase } from '../support/database';
-import { scheduleDirect, spawnSweeper, SweeperProcess, timerMessageCounts, until } from '../support/sweeper';
+import { scrape } from '../support/metrics';
+import { spawnSweeper, SweeperProcess } from '../support/processes';
+import { scheduleDirect, timerMessageCounts } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
 let db: { url: string; drop(): Promise<void> };
 let pool: Pool;
@@ -49,7 +52,7 @@ function expectExactlyOnce(ids: string[], counts: Map<string, number>): void {
 
 test('the metrics families answer from the first second, before any work', async () => {
   const p = await spawn();
-  const text = await (await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`)).text();
+  const text = await scrape(p.metricsPort);
   for (const name of [
     'queen_kv_expired_not_pruned',
     'queen_kv_expiry_lag_seconds',
@@ -69,7 +72,7 @@ test('the metrics families answer from the first second, before any work', async
     expect(text).toContain(`# TYPE ${name} `);
   }
   expect(text).toMatch(/queen_sweeper_phase_suspended\{phase="prune"\} 0/);
-  expect(p.lines.some((l) => l.includes('"msg":"config: sweeper"') && l.includes('"intervalMs":50'))).toBe(true);
+  expect(p.lines.some((l) => l.msg === 'config: sweeper' && l.intervalMs === 50)).toBe(true);
   p.child.kill('SIGTERM');
   expect(await p.exited).toEqual({ code: 0, signal: null });
 });
@@ -85,16 +88,16 @@ test('three sweeper processes over 20,000 due timers: each delivered exactly onc
   // beside a sweeper that is already firing. That is the path that deadlocked before 030 created its
   // indexes only when missing.
   const procs = await Promise.all([spawn({ QUEEN_SWEEPER_BATCH: '200' }), spawn({ QUEEN_SWEEPER_BATCH: '200' }), spawn({ QUEEN_SWEEPER_BATCH: '200' })]);
-  await until(async () => (await pending()) === 0, 120_000, 200);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 120_000, everyMs: 200 });
   expectExactlyOnce(ids, await timerMessageCounts(pool));
   // The fence (transactionId) would hide a second fire in the log; the counters cannot hide one.
-  await until(async () => (await Promise.all(procs.map((p) => p.metric('queen_timers_fired_total')))).reduce((a, b) => a + b, 0) === 20_000, 10_000);
+  await waitFor(async () => (await Promise.all(procs.map((p) => p.metric('queen_timers_fired_total')))).reduce((a, b) => a + b, 0) === 20_000, { what: 'queen_timers_fired_total summing to 20,000 over the sweepers', timeoutMs: 10_000 });
   // Leaderless: all three take shards. swept_by is the last sweeper of each shard, and on a quiet
   // machine the first one up can drain everything before the others boot, so this is awaited over
   // the idle cycles that follow rather than read once.
   const sweepers = async () =>
     (await pool.query(`SELECT count(DISTINCT swept_by)::int AS n FROM queen.sweeper_shards WHERE swept_by = ANY ($1)`, [procs.map((p) => p.id)])).rows[0].n;
-  await until(async () => (await sweepers()) === 3, 20_000, 100);
+  await waitFor(async () => (await sweepers()) === 3, { what: 'all three sweepers in swept_by', timeoutMs: 20_000, everyMs: 100 });
   for (const p of procs) p.child.kill('SIGTERM');
   for (const p of procs) expect(await p.exited).toEqual({ code: 0, signal: null });
 });
@@ -108,7 +111,7 @@ test('a sweeper SIGKILLed mid-batch: nothing lost, nothing doubled, its shards t
   }));
   const victim = await spawn({ QUEEN_SWEEPER_BATCH: '100' });
   // Mid-batch: it has committed some passes and is inside others.
-  await until(async () => (await pending()) < 7000, 60_000, 10);
+  await waitFor(async () => (await pending()) < 7000, { what: 'the first 3,000 timers fired', timeoutMs: 60_000, everyMs: 10 });
   victim.child.kill('SIGKILL');
   expect((await victim.exited).signal).toBe('SIGKILL');
   const left = await pending();
@@ -117,11 +120,11 @@ test('a sweeper SIGKILLed mid-batch: nothing lost, nothing doubled, its shards t
   const heir = await spawn({ QUEEN_SWEEPER_BATCH: '100', QUEEN_SWEEPER_INTERVAL_MS: '1000' });
   // Within one cycle the heir has claimed every shard, the victim's included (its claims died with
   // its connection). One cycle here is the heir's first 64 shards; its sleep is a second long.
-  await until(async () => {
+  await waitFor(async () => {
     const { rows } = await pool.query(`SELECT count(*)::int AS n FROM queen.sweeper_shards WHERE swept_by = $1`, [heir.id]);
     return rows[0].n === 64;
-  }, 5_000, 20);
-  await until(async () => (await pending()) === 0, 60_000, 100);
+  }, { what: 'the heir holding all 64 shards', timeoutMs: 5_000, everyMs: 20 });
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000, everyMs: 100 });
   expectExactlyOnce(ids, await timerMessageCounts(pool));
   heir.child.kill('SIGTERM');
   expect(await heir.exited).toEqual({ code: 0, signal: null });
@@ -130,14 +133,14 @@ test('a sweeper SIGKILLed mid-batch: nothing lost, nothing doubled, its shards t
 test('SIGTERM during a backlog finishes the pass in flight, commits, and exits 0; nothing is lost', async () => {
   const ids = await scheduleDirect(pool, DEFAULT_TENANT, 5000, (i) => ({ queue: 'term', payload: { i }, delaySeconds: 0 }));
   const p = await spawn({ QUEEN_SWEEPER_BATCH: '50' });
-  await until(async () => (await pending()) < 4900, 60_000, 10);
+  await waitFor(async () => (await pending()) < 4900, { what: 'the first 100 timers fired', timeoutMs: 60_000, everyMs: 10 });
   p.child.kill('SIGTERM');
   expect(await p.exited).toEqual({ code: 0, signal: null });
   const firedByFirst = ids.length - (await pending());
   expect(firedByFirst).toBeGreaterThan(0);
   expect((await timerMessageCounts(pool)).size).toBeGreaterThanOrEqual(firedByFirst);
   const next = await spawn();
-  await until(async () => (await pending()) === 0, 60_000, 100);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000, everyMs: 100 });
   expectExactlyOnce(ids, await timerMessageCounts(pool));
   next.child.kill('SIGTERM');
   expect(await next.exited).toEqual({ code: 0, signal: null });
@@ -160,7 +163,7 @@ test('sweeper processes SIGKILLed again and again while 20,000 timers drain set-
   const deadline = Date.now() + 90_000;
   for (;;) {
     if (Date.now() > deadline) throw new Error(`${await pending()} timers left after 90 s`);
-    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 200)));
+    await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 200))); // a random moment to kill at is the test
     const left = await pending();
     if (left === 0) break;
     // One of the live sweepers, at a random moment: inside a batch or between two. Its replacement

@@ -6,45 +6,35 @@
 // (the answer with the drawn timerId set aside, or the refusal's SQLSTATE, detail and message) and the
 // rows written (all but the drawn id) must be identical. The operations sit on both sides of every
 // edge of the shortcut's guard.
-import { Client } from 'pg';
-import { createTestDatabase } from '../support/database';
+import { useDatabase } from '../support/database';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 
-let db: { url: string; drop(): Promise<void> };
-let client: Client;
+const db = useDatabase({ client: true });
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  client = new Client({ connectionString: db.url });
-  await client.connect();
-  await client.query(
+  await db.client.query(
     `INSERT INTO queen.log_timers (tenant_id, timer_key, queue, payload, deliver_at, created_at)
      VALUES ($1, 'taken', 'orders', '{"a": 1}', '2030-01-01T00:00:00Z', '2026-01-01T00:00:00Z')`,
     [TENANT],
   );
 });
 
-afterAll(async () => {
-  await client.end();
-  await db.drop();
-});
-
 type Outcome = { answer: unknown; rows: unknown } | { error: { code?: string; message: string; detail?: string } };
 
 async function run(opsText: string, fast: boolean, settings: Record<string, string>): Promise<Outcome> {
-  await client.query('SAVEPOINT probe');
+  await db.client.query('SAVEPOINT probe');
   try {
-    await client.query(`SELECT set_config('queen.timers_fast_path', $1, true)`, [fast ? 'on' : 'off']);
+    await db.client.query(`SELECT set_config('queen.timers_fast_path', $1, true)`, [fast ? 'on' : 'off']);
     for (const [name, value] of Object.entries(settings)) {
-      await client.query(`SELECT set_config($1, $2, true)`, [name, value]);
+      await db.client.query(`SELECT set_config($1, $2, true)`, [name, value]);
     }
-    const answer = (await client.query(`SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)::text AS a`, [TENANT, opsText])).rows[0].a as string;
-    const rows = (await client.query(
+    const answer = (await db.client.query(`SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)::text AS a`, [TENANT, opsText])).rows[0].a as string;
+    const rows = (await db.client.query(
       `SELECT coalesce(jsonb_agg(to_jsonb(t) - 'timer_id' - 'shard' ORDER BY t.timer_key, t.queue, t.payload::text), '[]')::text AS r
        FROM queen.log_timers t WHERE t.created_at = now()`,
     )).rows[0].r as string;
-    const ids = (await client.query(`SELECT coalesce(jsonb_agg(timer_id), '[]')::text AS i FROM queen.log_timers WHERE created_at = now()`)).rows[0].i as string;
+    const ids = (await db.client.query(`SELECT coalesce(jsonb_agg(timer_id), '[]')::text AS i FROM queen.log_timers WHERE created_at = now()`)).rows[0].i as string;
     const drawn = new Set(JSON.parse(ids) as string[]);
     // A created timer's id is drawn anew by each run: it must be the row's id, and is then set aside.
     const parsed = JSON.parse(answer, (k, v) => (k === 'timerId' && drawn.has(v) ? 'drawn' : v));
@@ -53,7 +43,17 @@ async function run(opsText: string, fast: boolean, settings: Record<string, stri
     const e = err as { code?: string; message: string; detail?: string };
     return { error: { code: e.code, message: e.message, detail: e.detail } };
   } finally {
-    await client.query('ROLLBACK TO SAVEPOINT probe');
+    await db.client.query('ROLLBACK TO SAVEPOINT probe');
+  }
+}
+
+/** Both runs of `opsText` (the shortcut off, then on) inside one transaction, rolled back: one now() for both. */
+async function bothWays(opsText: string, settings: Record<string, string> = {}): Promise<{ off: Outcome; on: Outcome }> {
+  await db.client.query('BEGIN');
+  try {
+    return { off: await run(opsText, false, settings), on: await run(opsText, true, settings) };
+  } finally {
+    await db.client.query('ROLLBACK');
   }
 }
 
@@ -109,28 +109,14 @@ const single: Array<[string, unknown]> = [
 
 describe('timers fast path: one operation', () => {
   test.each(single)('%s: same outcome with the shortcut on and off', async (_name, op) => {
-    await client.query('BEGIN');
-    try {
-      const text = JSON.stringify([op]);
-      const off = await run(text, false, {});
-      const on = await run(text, true, {});
-      expect(on).toEqual(off);
-    } finally {
-      await client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays(JSON.stringify([op]));
+    expect(on).toEqual(off);
   });
 
   test('numbers in the payload are kept as written on both paths', async () => {
-    await client.query('BEGIN');
-    try {
-      const text = '[{"op": "schedule", "queue": "orders", "payload": {"n": 12345678901234567890.1234567890, "e": 1e400}, "delaySeconds": 1e2}]';
-      const off = await run(text, false, {});
-      const on = await run(text, true, {});
-      expect(on).toEqual(off);
-      expect(JSON.stringify(on)).toContain('"created":true');
-    } finally {
-      await client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays('[{"op": "schedule", "queue": "orders", "payload": {"n": 12345678901234567890.1234567890, "e": 1e400}, "delaySeconds": 1e2}]');
+    expect(on).toEqual(off);
+    expect(JSON.stringify(on)).toContain('"created":true');
   });
 });
 
@@ -145,20 +131,13 @@ describe('timers fast path: settings and batches', () => {
     ['not an array', { op: 'schedule', queue: 'orders', payload: 1, delaySeconds: 5 }, {}],
   ];
   test.each(cases)('%s: same outcome with the shortcut on and off', async (_name, ops, settings) => {
-    await client.query('BEGIN');
-    try {
-      const text = JSON.stringify(ops);
-      const off = await run(text, false, settings);
-      const on = await run(text, true, settings);
-      expect(on).toEqual(off);
-    } finally {
-      await client.query('ROLLBACK');
-    }
+    const { off, on } = await bothWays(JSON.stringify(ops), settings);
+    expect(on).toEqual(off);
   });
 });
 
 test('the plain schedule is answered and stored as the general path does', async () => {
-  await client.query('BEGIN');
+  await db.client.query('BEGIN');
   try {
     const text = JSON.stringify([{ op: 'schedule', queue: 'orders', payload: { n: 1 }, delaySeconds: 3600 }]);
     const on = await run(text, true, {});
@@ -167,6 +146,6 @@ test('the plain schedule is answered and stored as the general path does', async
       rows: [{ queue: 'orders', partition: 'Default', payload: { n: 1 }, timer_key: null }],
     });
   } finally {
-    await client.query('ROLLBACK');
+    await db.client.query('ROLLBACK');
   }
 });

@@ -4,41 +4,31 @@
 // fired or is in a batch another sweeper claimed earlier, so at most (sweepers - 1) x batch older
 // timers are still pending when any timer's message reaches the log. And the batch itself is
 // set-based: one pass moves many timers, for several tenants and partitions, with the duplicate check.
-import { Client, Pool } from 'pg';
+import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { createTestDatabase } from '../support/database';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, timerMessageCounts, until } from '../support/sweeper';
+import { useDatabase } from '../support/database';
+import { scheduleDirect, startTestSweeper, timerMessageCounts } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
 const OTHER_TENANT = '7d1f3c2e-5b6a-4c8d-9e0f-112233445566';
-let db: { url: string; drop(): Promise<void> };
-let pool: Pool;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  pool = new Pool({ connectionString: db.url, max: 4 });
-});
-afterEach(async () => {
-  await pool.query('DELETE FROM queen.system_state WHERE key = $1', ['timers_fire_enabled']);
-  await pool.query('DELETE FROM queen.log_timers');
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-afterAll(async () => {
-  await pool.end();
-  await db.drop();
+const db = useDatabase({
+  connections: 4,
+  reset: ["DELETE FROM queen.system_state WHERE key = 'timers_fire_enabled'", 'DELETE FROM queen.log_timers'],
+  sweepers: true,
 });
 
 async function pending(): Promise<number> {
-  return (await pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n;
+  return (await db.pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n;
 }
 
 async function pauseFire(): Promise<void> {
-  await pool.query(`INSERT INTO queen.system_state (key, value) VALUES ('timers_fire_enabled', 'false')
+  await db.pool.query(`INSERT INTO queen.system_state (key, value) VALUES ('timers_fire_enabled', 'false')
                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`);
 }
 
 async function resumeFire(): Promise<void> {
-  await pool.query(`UPDATE queen.system_state SET value = 'true' WHERE key = 'timers_fire_enabled'`);
-  await pool.query(`NOTIFY queen_system_state, 'timers_fire_enabled'`);
+  await db.pool.query(`UPDATE queen.system_state SET value = 'true' WHERE key = 'timers_fire_enabled'`);
+  await db.pool.query(`NOTIFY queen_system_state, 'timers_fire_enabled'`);
 }
 
 /**
@@ -49,19 +39,19 @@ async function resumeFire(): Promise<void> {
 async function backlog(queue: string, n: number): Promise<string[]> {
   const base = Date.now() - 3600_000 - n * 1000;
   const rank = (i: number) => (i * 7919) % n; // 7919 is prime and n is not a multiple of it
-  const ids = await scheduleDirect(pool, DEFAULT_TENANT, n, (i) => ({
+  const ids = await scheduleDirect(db.pool, DEFAULT_TENANT, n, (i) => ({
     queue,
     payload: { rank: rank(i) },
     deliverAt: new Date(base + rank(i) * 1000).toISOString(),
   }));
-  const { rows } = await pool.query(`SELECT count(DISTINCT shard)::int AS n FROM queen.log_timers WHERE queue = $1`, [queue]);
+  const { rows } = await db.pool.query(`SELECT count(DISTINCT shard)::int AS n FROM queen.log_timers WHERE queue = $1`, [queue]);
   expect(rows[0].n).toBe(64);
   return ids;
 }
 
 /** The ranks in the order the log received them (seq order of the one partition). */
 async function ranksInLogOrder(queue: string): Promise<number[]> {
-  const { rows } = await pool.query(
+  const { rows } = await db.pool.query(
     `SELECT (m.payload->>'rank')::int AS rank FROM queen.messages m
        JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
       WHERE q.name = $1 AND q.tenant_id = $2 ORDER BY m.seq`,
@@ -92,9 +82,9 @@ test('one sweeper, default shards per pass: a paused backlog over every shard dr
   expect(paused.every((r) => r.fired === 0 && r.fireEnabled === false)).toBe(true);
   expect(await pending()).toBe(n);
   await resumeFire();
-  await until(async () => (await pending()) === 0, 60_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000 });
   expect(await ranksInLogOrder('oldest-one')).toEqual(Array.from({ length: n }, (_, i) => i));
-  const counts = await timerMessageCounts(pool);
+  const counts = await timerMessageCounts(db.pool);
   expect(ids.filter((id) => counts.get(id) !== 1)).toEqual([]);
   await s.close();
 });
@@ -108,11 +98,11 @@ test('three sweepers: no timer reaches the log while more than (3 - 1) x batch o
   await Promise.all(sweepers.map((s) => s.cycles(1)));
   expect(await pending()).toBe(n);
   await resumeFire();
-  await until(async () => (await pending()) === 0, 60_000);
+  await waitFor(async () => (await pending()) === 0, { what: 'every timer fired (none pending)', timeoutMs: 60_000 });
   const ranks = await ranksInLogOrder('oldest-three');
   expect(ranks.length).toBe(n);
   expect(worstOvertaking(ranks)).toBeLessThanOrEqual((sweepers.length - 1) * batch);
-  const counts = await timerMessageCounts(pool);
+  const counts = await timerMessageCounts(db.pool);
   expect(ids.filter((id) => counts.get(id) !== 1)).toEqual([]);
   // All three fired (the claim is SKIP LOCKED: disjoint batches, none waiting for another's rows).
   const fired = await Promise.all(sweepers.map(async (s) => (await s.metrics.timersFired.get()).values[0]?.value ?? 0));
@@ -123,7 +113,7 @@ test('three sweepers: no timer reaches the log while more than (3 - 1) x batch o
 test('one pass moves a batch for two tenants and many partitions: once each, seq in deliverAt order, one NOTIFY per queue, a fired id not stored twice', async () => {
   const base = Date.now() - 60_000;
   const make = (tenant: string) =>
-    scheduleDirect(pool, tenant, 60, (i) => ({
+    scheduleDirect(db.pool, tenant, 60, (i) => ({
       queue: `set-${i % 3}`,
       partition: `p${i % 4}`,
       payload: { i, tenant },
@@ -133,8 +123,8 @@ test('one pass moves a batch for two tenants and many partitions: once each, seq
   const theirs = await make(OTHER_TENANT);
   // One timer's message is already in its partition (a fire that committed, its delete lost): the
   // batch's duplicate check must store nothing for it.
-  const { rows: dupRow } = await pool.query(`SELECT queue, partition, payload FROM queen.log_timers WHERE timer_id = $1`, [mine[5]]);
-  await pool.query(`SELECT queen.log_push_v1($1::uuid, $2, $3, $4::jsonb, $5)`, [
+  const { rows: dupRow } = await db.pool.query(`SELECT queue, partition, payload FROM queen.log_timers WHERE timer_id = $1`, [mine[5]]);
+  await db.pool.query(`SELECT queen.log_push_v1($1::uuid, $2, $3, $4::jsonb, $5)`, [
     DEFAULT_TENANT, dupRow[0].queue, dupRow[0].partition, JSON.stringify(dupRow[0].payload), `timer:${mine[5]}`,
   ]);
   const listener = new Client({ connectionString: db.url });
@@ -142,7 +132,7 @@ test('one pass moves a batch for two tenants and many partitions: once each, seq
   const heard: string[] = [];
   listener.on('notification', (m) => heard.push(String(m.payload)));
   await listener.query('LISTEN queen_log');
-  const c = await pool.connect();
+  const c = await db.pool.connect();
   try {
     await c.query('BEGIN');
     const { rows } = await c.query(`SELECT queen.timers_fire_v1(1000) AS r`);
@@ -151,17 +141,17 @@ test('one pass moves a batch for two tenants and many partitions: once each, seq
   } finally {
     c.release();
   }
-  await until(async () => heard.length >= 6, 10_000, 20);
-  await new Promise((r) => setTimeout(r, 200));
+  await waitFor(async () => heard.length >= 6, { what: 'six notifications heard', timeoutMs: 10_000, everyMs: 20 });
+  await new Promise((r) => setTimeout(r, 200)); // a seventh (a duplicate) would be here by now; what must not come has no signal
   expect(heard.sort()).toEqual(
     [DEFAULT_TENANT, OTHER_TENANT].flatMap((t) => [0, 1, 2].map((q) => `${t}/set-${q}`)).sort(),
   );
   await listener.end();
   expect(await pending()).toBe(0);
-  const counts = await timerMessageCounts(pool);
+  const counts = await timerMessageCounts(db.pool);
   expect([...mine, ...theirs].filter((id) => counts.get(id) !== 1)).toEqual([]);
   // Each timer is in its own tenant's queue; per partition, seq is 1..n without a gap, in deliverAt order.
-  const { rows } = await pool.query(
+  const { rows } = await db.pool.query(
     `SELECT q.tenant_id, q.name AS queue, p.name AS partition, p.last_seq, m.seq, m.payload, m.transaction_id
        FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
       WHERE q.name LIKE 'set-%' ORDER BY q.tenant_id, q.name, p.name, m.seq`,

@@ -1,14 +1,11 @@
 // The timer flow of docs/timers.md, run as written (its curl lines, with the placeholders filled in), so the
 // documentation cannot drift from the API: schedule with a timerKey, the same key again, peek,
 // list, reschedule, cancel.
-import { startTestApi, TestApi, call } from '../support/api';
 import { curlsIn } from '../support/markdown';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi();
-});
-afterAll(() => api.close());
+const api = useApi();
 
 test('the timer flow of docs/timers.md answers as the page says', async () => {
   const curls = curlsIn('docs/timers.md', '# Timers and the sweeper');

@@ -1,20 +1,12 @@
 // The timer routes' shapes and refusals: schedule, peek, list (keyset), cancel, reschedule,
 // timerKey idempotency, the horizon and payload ceilings, and the billing counters.
-import { startTestApi, TestApi, call } from '../support/api';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { counter, metric } from '../support/metrics';
 
-let api: TestApi;
-beforeAll(async () => {
-  api = await startTestApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
-});
-afterAll(() => api.close());
+const api = useApi({ QUEEN_TIMERS_MAX_HORIZON_SECONDS: '3600', QUEEN_TIMERS_MAX_PAYLOAD_BYTES: '200' });
 
 const schedule = (body: unknown) => call(api.url, 'POST', '/api/v1/timers', body);
-
-async function metric(name: string): Promise<number> {
-  const text = (await call(api.url, 'GET', '/metrics')).text;
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `))!;
-  return Number(line.split(' ')[1]);
-}
 
 test('schedule answers the id and the instant; peek shows the timer, numbers exactly as sent', async () => {
   const res = await schedule(`{"queue":"orders","payload":{"n":12345678901234567890.5,"s":"x"},"deliverAt":"2099-01-01T00:00:00Z"}`);
@@ -77,8 +69,8 @@ test('the same timerKey answers the existing timer with created:false', async ()
 });
 
 test('cancel answers cancelled:true once, then absent; reschedule moves the instant or answers absent', async () => {
-  const scheduledBefore = await metric('queen_timers_scheduled_total');
-  const cancelledBefore = await metric('queen_timers_cancelled_total');
+  const scheduledBefore = await metric(api.url, 'queen_timers_scheduled_total');
+  const cancelledBefore = await metric(api.url, 'queen_timers_cancelled_total');
   const t = await schedule({ queue: 'orders', payload: {}, delaySeconds: 300 });
   const moved = await call(api.url, 'POST', `/api/v1/timers/${t.body.timerId}/reschedule`, { delaySeconds: 900 });
   expect(moved.status).toBe(200);
@@ -97,8 +89,8 @@ test('cancel answers cancelled:true once, then absent; reschedule moves the inst
   expect((await call(api.url, 'GET', `/api/v1/timers/${t.body.timerId}`)).body).toEqual({ found: false });
 
   // Billing: the schedule and the reschedule are promises; the cancel is counted apart.
-  expect(await metric('queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
-  expect(await metric('queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
+  expect(await metric(api.url, 'queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
+  expect(await metric(api.url, 'queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
 });
 
 test('list pages by (deliverAt, timerId) without gaps or repeats, filtered by queue', async () => {
@@ -161,11 +153,7 @@ test('a tiny positive delaySeconds (1e-400, below double precision) means now, o
 });
 
 test('refusals are 400s with their own codes', async () => {
-  const refusals = async (code: string) => {
-    const text = (await call(api.url, 'GET', '/metrics')).text;
-    const line = text.split('\n').find((l) => l.startsWith(`queen_kv_refusals_total{code="${code}"}`));
-    return line ? Number(line.split(' ')[1]) : 0;
-  };
+  const refusals = (code: string) => counter(api.url, 'queen_kv_refusals_total', { code });
   const horizonBefore = await refusals('timers_beyond_horizon');
   const payloadBefore = await refusals('timers_payload_too_large');
   const cases: Array<[unknown, string]> = [

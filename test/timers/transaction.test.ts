@@ -1,31 +1,18 @@
 // Timers riding the transaction wire: scheduled, cancelled and rescheduled in the same commit as a
 // push and a KV write, answered after them in the flat results array, and rolled back with them.
-import { Pool } from 'pg';
-import { startTestApi, TestApi, call } from '../support/api';
+import { call } from '../support/http';
+import { useApi } from '../support/api';
+import { metric } from '../support/metrics';
 
-let api: TestApi;
-let pool: Pool;
-beforeAll(async () => {
-  api = await startTestApi();
-  pool = new Pool({ connectionString: api.databaseUrl, max: 2 });
-});
-afterAll(async () => {
-  await pool.end();
-  await api.close();
-});
+const api = useApi();
 
 const tx = (body: unknown) => call(api.url, 'POST', '/api/v1/transaction', body);
-
-async function metric(name: string): Promise<number> {
-  const line = (await call(api.url, 'GET', '/metrics')).text.split('\n').find((l) => l.startsWith(`${name} `))!;
-  return Number(line.split(' ')[1]);
-}
 
 test('push, kv and timers commit together; timer answers come last in the flat array', async () => {
   const existing = await call(api.url, 'POST', '/api/v1/timers', { queue: 'wire', payload: 0, delaySeconds: 600 });
   const moving = await call(api.url, 'POST', '/api/v1/timers', { queue: 'wire', payload: 0, delaySeconds: 600 });
-  const scheduledBefore = await metric('queen_timers_scheduled_total');
-  const cancelledBefore = await metric('queen_timers_cancelled_total');
+  const scheduledBefore = await metric(api.url, 'queen_timers_scheduled_total');
+  const cancelledBefore = await metric(api.url, 'queen_timers_cancelled_total');
   const res = await tx({
     operations: [{ type: 'push', items: [{ queue: 'wire', payload: { order: 1 } }] }],
     kv: [{ op: 'put', ns: 'wire', key: 'order-1', value: { state: 'reminded' }, forever: true }],
@@ -45,8 +32,8 @@ test('push, kv and timers commit together; timer answers come last in the flat a
   expect(peek.body.timer.payload).toEqual({ remind: 1 });
   expect((await call(api.url, 'GET', `/api/v1/timers/${existing.body.timerId}`)).body).toEqual({ found: false });
   // Billed like the routes: the schedule and the reschedule are promises; the cancel is counted apart.
-  expect(await metric('queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
-  expect(await metric('queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
+  expect(await metric(api.url, 'queen_timers_scheduled_total')).toBe(scheduledBefore + 2);
+  expect(await metric(api.url, 'queen_timers_cancelled_total')).toBe(cancelledBefore + 1);
 
   // The same key again in another bundle: the existing timer, created:false.
   const again = await tx({ timers: [{ op: 'schedule', queue: 'wire', payload: 2, delaySeconds: 10, timerKey: 'order-1-reminder' }] });
@@ -54,14 +41,14 @@ test('push, kv and timers commit together; timer answers come last in the flat a
 });
 
 test('a lost KV precondition rolls the timers back with everything else', async () => {
-  const before = (await pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n;
+  const before = (await api.pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n;
   const res = await tx({
     kv: [{ op: 'put', ns: 'wire', key: 'guarded', value: 1, forever: true, expect: 12345, required: true }],
     timers: [{ op: 'schedule', queue: 'wire', payload: { never: true }, delaySeconds: 5 }],
   });
   expect(res.status).toBe(200);
   expect(res.body).toMatchObject({ ok: false, reason: 'kv_precondition', failedIndex: 0 });
-  expect((await pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n).toBe(before);
+  expect((await api.pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n).toBe(before);
 });
 
 test('a bad timer operation is a 400 naming its code, and nothing beside it commits', async () => {
@@ -71,7 +58,7 @@ test('a bad timer operation is a 400 naming its code, and nothing beside it comm
   });
   expect(res.status).toBe(400);
   expect(res.body.error).toBe('timers_beyond_horizon');
-  const pushed = await pool.query(`SELECT count(*)::int AS n FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+  const pushed = await api.pool.query(`SELECT count(*)::int AS n FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
                                    JOIN queen.messages m ON m.partition_id = p.id WHERE q.name = 'wire-bad'`);
   expect(pushed.rows[0].n).toBe(0);
   const unknown = await tx({ timers: [{ op: 'snooze', timerId: 'x' }] });

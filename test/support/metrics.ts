@@ -1,11 +1,64 @@
-// Checks of the Prometheus text exposition format (0.0.4). `promtool check metrics` is the real
-// parser and linter and runs wherever Debian's `prometheus` package installs; this strict reader
-// runs everywhere, so the check never silently passes on a machine without promtool. It follows
-// https://prometheus.io/docs/instrumenting/exposition_formats/: HELP and TYPE before a family's
-// samples, valid names, quoted and escaped label values, float values, histogram buckets ordered
-// with a +Inf bucket equal to _count, no series twice.
-import { PROMTOOL, promtool } from './processes';
+// Metrics for tests: one reader of the Prometheus text a /metrics endpoint serves (`sample`, and
+// `metric`/`counter`, which scrape first), and the strict check of the exposition format the
+// deployment suites run (`parseExposition`, `checkExposition`, with promtool where it is installed).
+//
+// The check follows https://prometheus.io/docs/instrumenting/exposition_formats/ (0.0.4): HELP and
+// TYPE before a family's samples, valid names, quoted and escaped label values, float values,
+// histogram buckets ordered with a +Inf bucket equal to _count, no series twice. `promtool check
+// metrics` is the real parser and linter; this reader runs everywhere, so the check never silently
+// passes on a machine without promtool.
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { request } from './http';
 
+/**
+ * The value of one series: the first sample named `name` whose labels include every one of
+ * `labels` (undefined when there is none).
+ */
+export function sample(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have: Record<string, string> = {};
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) have[k] = v;
+    if (Object.entries(labels).every(([k, v]) => have[k] === v)) return Number(m[3]);
+  }
+  return undefined;
+}
+
+/** The text of a metrics endpoint: `target` is a base URL or a port on 127.0.0.1. */
+export async function scrape(target: string | number, path = '/metrics'): Promise<string> {
+  const res = await request(target, 'GET', path);
+  if (res.status !== 200) throw new Error(`GET ${path} answered ${res.status}`);
+  return res.text;
+}
+
+const described = (name: string, labels: Record<string, string>) =>
+  `${name}{${Object.entries(labels).map(([k, v]) => `${k}="${v}"`).join(',')}}`;
+
+/** One series' value on a metrics endpoint; fails when the series is not there. */
+export async function metric(target: string | number, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const value = sample(await scrape(target), name, labels);
+  if (value === undefined) throw new Error(`${described(name, labels)} is not on the metrics endpoint`);
+  return value;
+}
+
+/** A labelled counter's value, 0 while it has no series (prom-client shows one from its first increment). */
+export async function counter(target: string | number, name: string, labels: Record<string, string> = {}): Promise<number> {
+  return sample(await scrape(target), name, labels) ?? 0;
+}
+
+export const PROMTOOL = (() => {
+  const r = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
+  return r.status === 0 ? 'promtool' : undefined;
+})();
+
+export function promtool(args: string[], input?: string): { status: number | null; output: string } {
+  if (!PROMTOOL) throw new Error('promtool is not installed');
+  const r = spawnSync(PROMTOOL, args, { input, encoding: 'utf8', cwd: path.resolve(__dirname, '..', '..', '..') });
+  return { status: r.status, output: `${r.stdout}${r.stderr}` };
+}
 export interface Family {
   name: string;
   type: string;
@@ -163,4 +216,39 @@ export function checkExposition(text: string): Map<string, Family> {
     throw new Error('QUEEN_REQUIRE_PROMTOOL=1 but promtool is not installed (apt-get install prometheus)');
   }
   return families;
+}
+
+// The metric names a PromQL expression reads. Not a PromQL parser: it removes what cannot be a
+// metric name (strings, label matchers, ranges, grouping clauses, function calls, keywords,
+// numbers, Grafana variables) and keeps the identifiers left.
+const KEYWORDS = new Set([
+  'by', 'without', 'on', 'ignoring', 'group_left', 'group_right', 'and', 'or', 'unless', 'bool', 'offset',
+  'inf', 'nan', 'atan2',
+]);
+
+export function metricNames(expr: string): string[] {
+  let s = expr
+    .replace(/"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`/g, ' ') // strings
+    .replace(/\{[^}]*\}/g, ' ') // label matchers
+    .replace(/\[[^\]]*\]/g, ' ') // ranges and subqueries
+    .replace(/\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)/g, ' ') // grouping labels
+    .replace(/\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/g, ' '); // Grafana variables
+  const names = new Set<string>();
+  for (const m of s.matchAll(/[A-Za-z_:][A-Za-z0-9_:]*/g)) {
+    const name = m[0];
+    const after = s.slice(m.index! + name.length).trimStart();
+    if (after.startsWith('(')) continue; // a function
+    if (KEYWORDS.has(name.toLowerCase())) continue;
+    const before = s.slice(0, m.index!);
+    if (/[0-9.]$/.test(before) || /^[eE][0-9+-]/.test(name)) continue; // part of a number such as 1e-9
+    names.add(name);
+  }
+  return [...names];
+}
+
+/** Whether `name` is a sample a family of `families` exposes (a histogram's _bucket/_sum/_count too). */
+export function exposes(families: Map<string, { type: string }>, name: string): boolean {
+  if (families.has(name)) return true;
+  const m = /^(.*)_(bucket|sum|count)$/.exec(name);
+  return !!m && ['histogram', 'summary'].includes(families.get(m[1])?.type ?? '');
 }
