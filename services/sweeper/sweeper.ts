@@ -84,6 +84,8 @@ export class Sweeper extends EventEmitter {
   private stopping = false;
   private loop: Promise<void> | undefined;
   private wakeSleep: (() => void) | undefined;
+  /** A wake that came while a cycle ran: the next sleep is skipped, so no flip is lost. */
+  private wakePending = false;
   /**
    * The fire batch shrinks and grows with the pressure's batch, in proportion. It is larger than the
    * prune batch by default because one fire pass is one transaction whatever its size, and the
@@ -175,7 +177,9 @@ export class Sweeper extends EventEmitter {
 
   /** Ends the sleep now (a switch flip, a test that has just scheduled work). */
   wake(): void {
-    this.wakeSleep?.();
+    // A flip announced mid-cycle may have come after the pass read the switch: one cycle more.
+    if (this.wakeSleep) this.wakeSleep();
+    else if (this.inCycle) this.wakePending = true;
   }
 
   /** True while a cycle runs; false while asleep. A test that wrote something awaits a cycle that starts later. */
@@ -378,6 +382,10 @@ export class Sweeper extends EventEmitter {
         this.wakeSleep = undefined;
         resolve();
       };
+      if (this.wakePending) {
+        this.wakePending = false;
+        return resolve();
+      }
       const timer = setTimeout(done, ms);
       this.wakeSleep = done;
     });

@@ -134,7 +134,9 @@ test('two sweepers never work the same shard at once, and both get work', async 
 });
 
 test('under pressure the batch shrinks and the sleep lengthens; pruning is shed first, the rollup second, firing never', async () => {
-  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, batch: 400, usageIntervalMs: 100 });
+  // Cycles only when woken (a long interval): one that started on its own while a test step awaited
+  // the usage rollup would halve the batch once more than the step expects.
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 1000, batch: 400, usageIntervalMs: 100 });
   await s.cycles(1);
   s.sweeper.pressure.slowPassMs = -1; // every pass now counts as slow
   const [one] = await s.cycles(1);
@@ -143,7 +145,7 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   const [two] = await s.cycles(1);
   expect(two.suspended).toEqual({ prune: true, usage: true });
   expect(two.batch).toBe(100);
-  expect(s.sweeper.pressure.sleepMs).toBeGreaterThan(20);
+  expect(s.sweeper.pressure.sleepMs).toBeGreaterThan(1000);
   const gauge = async (phase: string) => (await s.metrics.sweeperPhaseSuspended.get()).values.find((v) => v.labels.phase === phase)?.value;
   expect([await gauge('prune'), await gauge('usage'), await gauge('fire')]).toEqual([1, 1, 0]);
   expect((await s.metrics.sweeperBatchSize.get()).values[0].value).toBe(100);
@@ -249,4 +251,23 @@ test('a usage rollup that takes long holds up no timer: firing goes on while it 
     holder.release();
   }
   await s.close();
+});
+
+test('a wake that comes while a cycle runs is not lost: the next cycle starts at once, not after the interval', async () => {
+  // An hour's interval: only a wake can start another cycle within this test.
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 3_600_000 });
+  try {
+    await s.cycles(1);
+    await scheduleDirect(api.pool, DEFAULT_TENANT, 1, () => ({ queue: 'woken-mid-cycle', payload: 1, delaySeconds: 0 }));
+    // A switch flip announced while the cycle that fires this timer is still running (its pass
+    // event is emitted mid-cycle). Before, that wake found no sleep to end and was dropped, and the
+    // sweeper slept the hour.
+    s.sweeper.once('pass', () => s.sweeper.wake());
+    let cycles = 0;
+    s.sweeper.on('cycle', () => cycles++);
+    s.sweeper.wake();
+    await waitFor(() => cycles >= 2, { what: 'a second cycle after the wake that came mid-cycle', timeoutMs: 10_000 });
+  } finally {
+    await s.close();
+  }
 });
