@@ -17,7 +17,8 @@
 // measured again, unless --fresh.
 // Options (flag or env): --quick (10^5 and 10^6), --sizes=10000,100000 (BENCH_SIZES), --fresh,
 // --duration=3 (BENCH_DURATION_S), --clients=16 (BENCH_CLIENTS), --out=bench/results/scale.json,
-// --slice-pages=4096 (BENCH_SLICE_PAGES, a list: the incremental rollup at each), --only=rollup
+// --slice-pages=4096 (BENCH_SLICE_PAGES, a list: the incremental rollup at each; the first is also
+// measured beside --tenants=10000 made-up tenants, BENCH_TENANTS), --only=rollup
 // (BENCH_ONLY: load keys and timers, measure the rollups alone; default --out
 // bench/results/scale-rollup.json).
 import { ChildProcess, spawn } from 'node:child_process';
@@ -55,6 +56,7 @@ const SLICE_PAGES = opt('slice-pages', 'BENCH_SLICE_PAGES', String(DEFAULT_USAGE
   .split(',')
   .map((x) => Number(x));
 if (SLICE_PAGES.some((x) => !Number.isInteger(x) || x < 1)) throw new Error('--slice-pages are whole numbers of at least 1');
+const MANY_TENANTS = Number(opt('tenants', 'BENCH_TENANTS', '10000'));
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const NS = 'bench';
 const VALUE = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
@@ -178,6 +180,8 @@ interface SizeFigures {
     steadySliceP50Ms: number;
     steadySliceMaxMs: number;
   }[];
+  /** One v2 call with made-up tenants each holding a part in every slice: the publish's cost. */
+  manyTenants?: { tenants: number; parts: number; callMs: number[] };
   kvPages?: number;
   bytes: Record<string, { table: number; indexes: number }>;
   depth: Record<string, number>;
@@ -342,7 +346,7 @@ async function loadMessages(admin: Pool, partitions: string[], from: number, to:
 
 // ---------------------------------------------------------------- one size
 /** The usage rollups at the size loaded: the full count (v1) three times, a 10,000-page count, the incremental one (v2). */
-async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 'rollupSliceMs' | 'sliceRefresh' | 'kvPages'>> {
+async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 'rollupSliceMs' | 'sliceRefresh' | 'manyTenants' | 'kvPages'>> {
   // The usage rollup, the sweeper's statement, three times (the first reads cold pages).
   const rollupMs: number[] = [];
   for (let i = 0; i < 3; i++) {
@@ -407,7 +411,38 @@ async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 
     log(`  rollup v2    ${p} pages a slice, ${steady.slices} slices: first refresh ${first.total.toFixed(0)} ms (slice p50 ${first.p50.toFixed(0)} max ${first.max.toFixed(0)}), steady ${steady.total.toFixed(0)} ms (slice p50 ${steady.p50.toFixed(0)} max ${steady.max.toFixed(0)})`);
   }
 
-  return { rollupMs, rollupSliceMs: sliceMs, sliceRefresh, kvPages: pages };
+  // Many tenants: MANY_TENANTS made-up tenants with a part in every slice (every tenant everywhere),
+  // then three calls, each counting a slice and publishing (every tenant's numbers change in each,
+  // as the recounted slice drops its made-up parts: a kv_usage row written per tenant per call, the
+  // worst case of the publish).
+  const partsBefore = Number((await ctx.admin.query(`SELECT count(*) AS n FROM queen.kv_usage_part`)).rows[0].n);
+  // Parts and their totals together (only the rollup writes them: the two must agree).
+  await ctx.admin.query(
+    `INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+     SELECT s.rel, s.slice, ('00000000-0000-4000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 1, 100
+       FROM queen.kv_usage_slice s, generate_series(1, $1::int) g`,
+    [MANY_TENANTS],
+  );
+  await ctx.admin.query(
+    `INSERT INTO queen.kv_usage_total (tenant_id, rows, bytes, timers, timer_bytes)
+     SELECT p.tenant_id, coalesce(sum(p.rows) FILTER (WHERE p.rel = 'kv'), 0), coalesce(sum(p.bytes) FILTER (WHERE p.rel = 'kv'), 0),
+            coalesce(sum(p.rows) FILTER (WHERE p.rel = 'timers'), 0), coalesce(sum(p.bytes) FILTER (WHERE p.rel = 'timers'), 0)
+       FROM queen.kv_usage_part p WHERE p.tenant_id::text LIKE '00000000-0000-4000-8000-%' GROUP BY p.tenant_id`,
+  );
+  const parts = Number((await ctx.admin.query(`SELECT count(*) AS n FROM queen.kv_usage_part`)).rows[0].n);
+  const manyMs: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const s0 = performance.now();
+    await ctx.admin.query({ ...KV_USAGE_ROLLUP, values: [SLICE_PAGES[0], 0] });
+    manyMs.push(performance.now() - s0);
+  }
+  await ctx.admin.query(`DELETE FROM queen.kv_usage_part WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  await ctx.admin.query(`DELETE FROM queen.kv_usage_total WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  await ctx.admin.query(`DELETE FROM queen.kv_usage WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  const manyTenants = { tenants: MANY_TENANTS, parts: parts - partsBefore, callMs: manyMs };
+  log(`  rollup v2    ${MANY_TENANTS} more tenants, ${parts - partsBefore} more parts: a call ${manyMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
+
+  return { rollupMs, rollupSliceMs: sliceMs, sliceRefresh, manyTenants, kvPages: pages };
 }
 
 async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'loadSeconds' | 'timers' | 'messages'>> {
@@ -708,6 +743,8 @@ function rollupRows(sizes: SizeFigures[], row: (label: string, f: (s: SizeFigure
       return x ? `${fmt(x.steadySliceP50Ms)} / ${fmt(x.steadySliceMaxMs)}` : '–';
     });
   }
+  row('incremental rollup (v2): one call beside N more tenants, each with a part in every slice (N; parts; ms, 3 calls)', (s) =>
+    s.manyTenants ? `${fmt(s.manyTenants.tenants)}; ${fmt(s.manyTenants.parts)}; ${s.manyTenants.callMs.map((x) => fmt(x)).join(' / ')}` : '–');
 }
 
 /** --only=rollup: the rollup rows alone. */

@@ -9,7 +9,11 @@
 -- The layout, per relation ('kv' or 'timers'): slice s is the heap pages [s * pages, (s + 1) * pages).
 -- kv_usage_layout says how many slices cover the relation, in which physical file (filenode) and
 -- since when (cover_at, below); kv_usage_slice says when each slice was last counted; kv_usage_part
--- holds each slice's count per tenant (for 'timers', rows and bytes are timers and timer bytes).
+-- holds each slice's count per tenant (for 'timers', rows and bytes are timers and timer bytes);
+-- kv_usage_total holds their sum per tenant, kept by adding each recounted slice's difference, so a
+-- call reads the tenants, not every tenant's part in every slice (10,000 tenants in 134 slices would
+-- be 1.3 million parts a call). Only this function writes the three; DELETE FROM
+-- queen.kv_usage_layout clears all of them at the next call and counts the cell again.
 --
 -- What computed_at means, and why a worker's local delta stays right (docs/limits.md). A worker
 -- retires a write of its own once the write's commit was acknowledged before computed_at; that is
@@ -71,10 +75,35 @@ CREATE TABLE IF NOT EXISTS queen.kv_usage_part (
   PRIMARY KEY (rel, slice, tenant_id)
 );
 
+CREATE TABLE IF NOT EXISTS queen.kv_usage_total (
+  tenant_id   UUID PRIMARY KEY,
+  rows        BIGINT NOT NULL DEFAULT 0,
+  bytes       BIGINT NOT NULL DEFAULT 0,
+  timers      BIGINT NOT NULL DEFAULT 0,
+  timer_bytes BIGINT NOT NULL DEFAULT 0
+);
+
+-- Adds p_sign times some parts of one relation to queen.kv_usage_total (the parts of a recounted
+-- slice: -1 for its old count, +1 for its new one), one row per tenant, in tenant order.
+CREATE OR REPLACE FUNCTION queen.kv_usage_total_add_v1(p_rel TEXT, p_sign INT, p_tenants UUID[], p_rows BIGINT[], p_bytes BIGINT[])
+RETURNS VOID
+LANGUAGE sql AS $$
+  INSERT INTO queen.kv_usage_total AS t (tenant_id, rows, bytes, timers, timer_bytes)
+  SELECT d.tenant_id,
+         CASE WHEN p_rel = 'kv' THEN p_sign * d.r ELSE 0 END, CASE WHEN p_rel = 'kv' THEN p_sign * d.b ELSE 0 END,
+         CASE WHEN p_rel = 'timers' THEN p_sign * d.r ELSE 0 END, CASE WHEN p_rel = 'timers' THEN p_sign * d.b ELSE 0 END
+  FROM (SELECT u.tenant_id, sum(u.r)::bigint AS r, sum(u.b)::bigint AS b
+        FROM unnest(p_tenants, p_rows, p_bytes) AS u(tenant_id, r, b) GROUP BY u.tenant_id) d
+  ORDER BY d.tenant_id
+  ON CONFLICT (tenant_id) DO UPDATE
+    SET rows = t.rows + EXCLUDED.rows, bytes = t.bytes + EXCLUDED.bytes,
+        timers = t.timers + EXCLUDED.timers, timer_bytes = t.timer_bytes + EXCLUDED.timer_bytes
+$$;
+
 -- One call: bring each relation's layout up to date, count the slice counted longest ago (if it is
 -- older than half of p_interval, so that several sweepers calling on the same cadence do not count
--- the cell more than twice an interval; a slice never counted is always due), then publish the sum.
--- A tenant whose numbers did not change is stamped again only once its computed_at has fallen
+-- the cell more than twice an interval; a slice never counted is always due), move its difference
+-- into kv_usage_total, then publish the totals (unless a slice is still uncounted). A tenant whose numbers did not change is stamped again only once its computed_at has fallen
 -- p_interval / 8 behind (an older computed_at is always safe: it retires fewer writes), so a cell
 -- of many idle tenants does not rewrite every kv_usage row on every slice. A tenant with nothing
 -- left in any slice is written as zeros. The bytes are v1's: key, namespace and stored value sizes
@@ -104,6 +133,9 @@ DECLARE
   v_uncounted INT;
   v_at TIMESTAMPTZ;
   v_written INT;
+  v_t UUID[];
+  v_r BIGINT[];
+  v_b BIGINT[];
 BEGIN
   IF p_pages IS NULL OR p_pages < 1 THEN
     RAISE EXCEPTION 'kv_usage_rollup_v2: p_pages must be at least 1, got %', p_pages;
@@ -111,6 +143,12 @@ BEGIN
   -- 'QKVU': one roller at a time in the cell, until this transaction ends.
   IF NOT pg_try_advisory_xact_lock(1363891797) THEN
     RETURN jsonb_build_object('busy', true, 'counted', false, 'published', false);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM queen.kv_usage_layout) THEN
+    -- The first call in a cell, or an operator's reset: nothing left over is trusted.
+    DELETE FROM queen.kv_usage_part;
+    DELETE FROM queen.kv_usage_slice;
+    DELETE FROM queen.kv_usage_total;
   END IF;
 
   FOR v_rel, v_relid IN SELECT r.rel, r.relid FROM (VALUES ('kv', 'queen.kv'::regclass), ('timers', 'queen.log_timers'::regclass)) AS r(rel, relid) LOOP
@@ -128,7 +166,11 @@ BEGIN
     v_filenode := pg_relation_filenode(v_relid);
     SELECT * INTO l FROM queen.kv_usage_layout x WHERE x.rel = v_rel;
     IF NOT FOUND OR l.filenode <> v_filenode THEN
-      DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel;
+      WITH gone AS (DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel RETURNING p.tenant_id, p.rows, p.bytes)
+      SELECT array_agg(g.tenant_id), array_agg(g.rows), array_agg(g.bytes) INTO v_t, v_r, v_b FROM gone g;
+      IF v_t IS NOT NULL THEN
+        PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
+      END IF;
       DELETE FROM queen.kv_usage_slice s WHERE s.rel = v_rel;
       v_n := greatest(1, ceil(v_blocks::numeric / p_pages))::int;
       INSERT INTO queen.kv_usage_slice (rel, slice, counted_at)
@@ -162,21 +204,34 @@ BEGIN
     -- Block numbers end below 2^32 - 1, so '(4294967295,0)' is past every tuple.
     v_lo := format('(%s,0)', v_slice::bigint * v_pages)::tid;
     v_hi := format('(%s,0)', least((v_slice::bigint + 1) * v_pages, 4294967295))::tid;
-    DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel AND p.slice = v_slice;
-    IF v_rel = 'kv' THEN
-      INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
-      SELECT 'kv', v_slice, k.tenant_id, count(*), sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value))
-      FROM queen.kv k
-      WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
-      GROUP BY k.tenant_id;
-    ELSE
-      INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
-      SELECT 'timers', v_slice, t.tenant_id, count(*), sum(pg_column_size(t.payload))
-      FROM queen.log_timers t
-      WHERE t.ctid >= v_lo AND t.ctid < v_hi
-      GROUP BY t.tenant_id;
+    WITH gone AS (DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel AND p.slice = v_slice RETURNING p.tenant_id, p.rows, p.bytes)
+    SELECT array_agg(g.tenant_id), array_agg(g.rows), array_agg(g.bytes) INTO v_t, v_r, v_b FROM gone g;
+    IF v_t IS NOT NULL THEN
+      PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
     END IF;
-    GET DIAGNOSTICS v_parts = ROW_COUNT;
+    IF v_rel = 'kv' THEN
+      WITH fresh AS (
+        INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+        SELECT 'kv', v_slice, k.tenant_id, count(*), sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value))
+        FROM queen.kv k
+        WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
+        GROUP BY k.tenant_id
+        RETURNING tenant_id, rows, bytes)
+      SELECT array_agg(f.tenant_id), array_agg(f.rows), array_agg(f.bytes) INTO v_t, v_r, v_b FROM fresh f;
+    ELSE
+      WITH fresh AS (
+        INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+        SELECT 'timers', v_slice, t.tenant_id, count(*), sum(pg_column_size(t.payload))
+        FROM queen.log_timers t
+        WHERE t.ctid >= v_lo AND t.ctid < v_hi
+        GROUP BY t.tenant_id
+        RETURNING tenant_id, rows, bytes)
+      SELECT array_agg(f.tenant_id), array_agg(f.rows), array_agg(f.bytes) INTO v_t, v_r, v_b FROM fresh f;
+    END IF;
+    v_parts := coalesce(cardinality(v_t), 0);
+    IF v_t IS NOT NULL THEN
+      PERFORM queen.kv_usage_total_add_v1(v_rel, 1, v_t, v_r, v_b);
+    END IF;
     UPDATE queen.kv_usage_slice s SET counted_at = now() WHERE s.rel = v_rel AND s.slice = v_slice;
   END IF;
 
@@ -187,10 +242,7 @@ BEGIN
     WITH measured AS (
       SELECT m.tenant_id, sum(m.r)::bigint AS rows, sum(m.b)::bigint AS bytes, sum(m.t)::bigint AS timers, sum(m.tb)::bigint AS timer_bytes
       FROM (
-        SELECT p.tenant_id,
-               CASE WHEN p.rel = 'kv' THEN p.rows ELSE 0 END AS r, CASE WHEN p.rel = 'kv' THEN p.bytes ELSE 0 END AS b,
-               CASE WHEN p.rel = 'timers' THEN p.rows ELSE 0 END AS t, CASE WHEN p.rel = 'timers' THEN p.bytes ELSE 0 END AS tb
-        FROM queen.kv_usage_part p
+        SELECT t.tenant_id, t.rows AS r, t.bytes AS b, t.timers AS t, t.timer_bytes AS tb FROM queen.kv_usage_total t
         UNION ALL
         SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
       ) m GROUP BY m.tenant_id

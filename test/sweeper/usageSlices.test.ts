@@ -4,7 +4,7 @@
 // what the quota relies on is computed_at: every write acknowledged before it is in the counts.
 import { Pool, PoolClient } from 'pg';
 import { createTestDatabase } from '../support/database';
-import { scheduleDirect, startTestSweeper, closeLeakedSweepers } from '../support/sweeper';
+import { closeLeakedSweepers, scheduleDirect, startTestSweeper, until } from '../support/sweeper';
 
 const A = '00000000-0000-0000-0000-0000000000a1';
 const B = '00000000-0000-0000-0000-0000000000b1';
@@ -91,6 +91,17 @@ async function measured(): Promise<Record<string, number[]>> {
 
 const count = async (sql: string, values: unknown[] = []) => Number((await pool.query(sql, values)).rows[0].n);
 
+/** Tenants whose running total (kv_usage_total) differs from the sum of their slices' parts. */
+const totalsOff = () =>
+  count(
+    `SELECT count(*) AS n FROM queen.kv_usage_total t
+       FULL JOIN (SELECT tenant_id, sum(rows) FILTER (WHERE rel = 'kv') AS r, sum(bytes) FILTER (WHERE rel = 'kv') AS b,
+                         sum(rows) FILTER (WHERE rel = 'timers') AS tr, sum(bytes) FILTER (WHERE rel = 'timers') AS tb
+                    FROM queen.kv_usage_part GROUP BY tenant_id) p USING (tenant_id)
+      WHERE (coalesce(t.rows, 0), coalesce(t.bytes, 0), coalesce(t.timers, 0), coalesce(t.timer_bytes, 0))
+            IS DISTINCT FROM (coalesce(p.r, 0), coalesce(p.b, 0), coalesce(p.tr, 0), coalesce(p.tb, 0))`,
+  );
+
 test('after a full refresh over many slices, the sum equals a direct count per tenant, and computed_at is the oldest slice\'s start', async () => {
   // Three tenants interleaved on the same pages; expired keys, deleted keys, timers.
   for (let round = 0; round < 4; round++) {
@@ -108,6 +119,7 @@ test('after a full refresh over many slices, the sum equals a direct count per t
   expect(last.uncounted).toBe(0);
   expect(await measured()).toEqual(await direct());
   expect(Object.keys(await measured()).sort()).toEqual([A, B, C]);
+  expect(await totalsOff()).toBe(0);
 
   const oldest = (await pool.query(`SELECT min(counted_at) AS t FROM queen.kv_usage_slice`)).rows[0].t as Date;
   const stamps = (await pool.query(`SELECT DISTINCT computed_at AS t FROM queen.kv_usage WHERE tenant_id = ANY ($1)`, [[A, B, C]])).rows;
@@ -149,6 +161,7 @@ test('two rollers at once: one works while the other answers busy at once, and t
     // Both loops to completion, side by side.
     await Promise.all([refresh(a), refresh(b)]);
     expect(await measured()).toEqual(await direct());
+    expect(await totalsOff()).toBe(0);
   } finally {
     await a.query('ROLLBACK').catch(() => undefined);
     a.release();
@@ -222,17 +235,22 @@ test('a rewritten table (VACUUM FULL) is counted again from its first page, and 
   while (!last.published) last = await slice();
   expect(last.uncounted).toBe(0);
   expect(await measured()).toEqual(await direct());
+  expect(await totalsOff()).toBe(0);
 });
 
 test('the sweeper counts the slices a run owes, and its measurement equals the direct count', async () => {
   await put(C, 'swept', keys('w', 500), null);
-  const s = startTestSweeper(db.url, { intervalMs: 20, usageIntervalMs: 0, usageSlicePages: PAGES });
   const changed = (await pool.query(`SELECT clock_timestamp() AS t`)).rows[0].t as Date;
-  // usageIntervalMs 0: each cycle owes every slice. Two cycles, the second started after `changed`.
-  const [, second] = await s.cycles(2);
-  expect(second.usageTenants).toBeGreaterThan(0);
-  const stamp = (await pool.query(`SELECT computed_at AS t FROM queen.kv_usage WHERE tenant_id = $1`, [C])).rows[0].t as Date;
-  expect(stamp.getTime()).toBeGreaterThan(changed.getTime());
+  // usageIntervalMs 0: every run owes every slice.
+  const s = startTestSweeper(db.url, { intervalMs: 20, usageIntervalMs: 0, usageSlicePages: PAGES });
+  const stampOf = async () => ((await pool.query(`SELECT computed_at AS t FROM queen.kv_usage WHERE tenant_id = $1`, [C])).rows[0].t as Date).getTime();
+  await until(async () => (await stampOf()) > changed.getTime(), 30_000);
   expect(await measured()).toEqual(await direct());
+  // It got there one slice a statement: every slice of the layout counted since the change.
+  const { rows } = await pool.query(`SELECT count(*)::int AS n, count(*) FILTER (WHERE counted_at > $1)::int AS since FROM queen.kv_usage_slice`, [changed]);
+  expect(rows[0].n).toBeGreaterThan(20);
+  expect(rows[0].since).toBe(rows[0].n);
+  const reports = await s.cycles(2);
+  expect(reports[1].usageTenants).toBeGreaterThan(0);
   await s.close();
 });
