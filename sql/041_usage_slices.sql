@@ -12,7 +12,7 @@
 -- holds each slice's count per tenant (for 'timers', rows and bytes are timers and timer bytes);
 -- kv_usage_total holds their sum per tenant, kept by adding each recounted slice's difference, so a
 -- call reads the tenants, not every tenant's part in every slice (10,000 tenants in 134 slices would
--- be 1.3 million parts a call). Only this function writes the three; DELETE FROM
+-- be 1.3 million parts a call). Only this function writes these four tables; DELETE FROM
 -- queen.kv_usage_layout clears all of them at the next call and counts the cell again.
 --
 -- What computed_at means, and why a worker's local delta stays right (docs/limits.md). A worker
