@@ -9,10 +9,11 @@
 -- The layout, per relation ('kv' or 'timers'): slice s is the heap pages [s * pages, (s + 1) * pages).
 -- kv_usage_layout says how many slices cover the relation, in which physical file (filenode) and
 -- since when (cover_at, below); kv_usage_slice says when each slice was last counted; kv_usage_part
--- holds each slice's count per tenant (for 'timers', rows and bytes are timers and timer bytes);
+-- holds each slice's count per tenant (for 'timers', rows and bytes are timers and timer bytes),
+-- kv_usage_recent the part of it written lately (below);
 -- kv_usage_total holds their sum per tenant, kept by adding each recounted slice's difference, so a
 -- call reads the tenants, not every tenant's part in every slice (10,000 tenants in 134 slices would
--- be 1.3 million parts a call). Only this function writes these four tables; DELETE FROM
+-- be 1.3 million parts a call). Only this function writes these five tables; DELETE FROM
 -- queen.kv_usage_layout clears all of them at the next call and counts the cell again.
 --
 -- What computed_at means, and why a worker's local delta stays right (docs/limits.md). A worker
@@ -35,6 +36,17 @@
 --  * a rewrite (VACUUM FULL, CLUSTER, TRUNCATE) gives the relation a new filenode and moves every
 --    row: the slices are rebuilt uncounted, and nothing is published until each has been counted in
 --    the new file; queen.kv_usage keeps the last measurement (still true for its own computed_at).
+-- The other side: a write acknowledged after computed_at is still in its worker's delta, so the sum
+-- must not count it too, or the estimate counts it twice for up to a whole refresh (a slice counted
+-- a second ago holds every row inserted in it up to then, and computed_at is about an interval old:
+-- measured, four writers against max_rows 60 were blocked at 54). Every row keeps its created_at,
+-- the clock of the transaction that inserted it (now() or clock_timestamp() inside it: never later
+-- than its commit). A slice's count also notes, per tenant and millisecond, its rows created after
+-- the oldest counted_at at that moment (no later computed_at is older than that), and a publish
+-- leaves out those whose millisecond starts after its computed_at: their commits, and so their
+-- acknowledgements, came after it. An update never changes created_at (a row created anew over an
+-- expired one takes a new one), so an existing row stays counted. What is counted twice is what v1
+-- counted twice: a write that began before computed_at and committed after it.
 -- The error that remains is the one any slice-by-slice count has: a row an update moves from one
 -- slice to another between their counts is counted twice or not at all (an update that stays on
 -- its page, which fillfactor 70 makes nearly every one, stays in its slice). That update committed
@@ -73,6 +85,21 @@ CREATE TABLE IF NOT EXISTS queen.kv_usage_part (
   rows      BIGINT NOT NULL,
   bytes     BIGINT NOT NULL,
   PRIMARY KEY (rel, slice, tenant_id)
+);
+
+-- The rows of a slice's count written after the measurement's computed_at could be (created_at
+-- later than the oldest counted_at when the slice was counted), per tenant and millisecond of
+-- created_at. They are counted in the slice, and left out of what is published while they are newer
+-- than its computed_at (see the header). Entries no newer than a published computed_at are deleted:
+-- computed_at never goes back.
+CREATE TABLE IF NOT EXISTS queen.kv_usage_recent (
+  rel       TEXT NOT NULL,
+  slice     INT NOT NULL,
+  tenant_id UUID NOT NULL,
+  created   TIMESTAMPTZ NOT NULL,
+  rows      BIGINT NOT NULL,
+  bytes     BIGINT NOT NULL,
+  PRIMARY KEY (rel, slice, tenant_id, created)
 );
 
 CREATE TABLE IF NOT EXISTS queen.kv_usage_total (
@@ -136,6 +163,11 @@ DECLARE
   v_t UUID[];
   v_r BIGINT[];
   v_b BIGINT[];
+  v_since TIMESTAMPTZ;
+  v_rt UUID[];
+  v_rc TIMESTAMPTZ[];
+  v_rr BIGINT[];
+  v_rb BIGINT[];
 BEGIN
   IF p_pages IS NULL OR p_pages < 1 THEN
     RAISE EXCEPTION 'kv_usage_rollup_v2: p_pages must be at least 1, got %', p_pages;
@@ -147,6 +179,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM queen.kv_usage_layout) THEN
     -- The first call in a cell, or an operator's reset: nothing left over is trusted.
     DELETE FROM queen.kv_usage_part;
+    DELETE FROM queen.kv_usage_recent;
     DELETE FROM queen.kv_usage_slice;
     DELETE FROM queen.kv_usage_total;
   END IF;
@@ -171,6 +204,7 @@ BEGIN
       IF v_t IS NOT NULL THEN
         PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
       END IF;
+      DELETE FROM queen.kv_usage_recent x WHERE x.rel = v_rel;
       DELETE FROM queen.kv_usage_slice s WHERE s.rel = v_rel;
       v_n := greatest(1, ceil(v_blocks::numeric / p_pages))::int;
       INSERT INTO queen.kv_usage_slice (rel, slice, counted_at)
@@ -209,24 +243,48 @@ BEGIN
     IF v_t IS NOT NULL THEN
       PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
     END IF;
+    DELETE FROM queen.kv_usage_recent x WHERE x.rel = v_rel AND x.slice = v_slice;
+    -- Rows created after v_since, the oldest counted_at now, are also kept by millisecond: every
+    -- computed_at this count will be published under is at least v_since (see the header).
+    SELECT coalesce(min(s.counted_at), now()) INTO v_since FROM queen.kv_usage_slice s;
     IF v_rel = 'kv' THEN
-      WITH fresh AS (
-        INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
-        SELECT 'kv', v_slice, k.tenant_id, count(*), sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value))
-        FROM queen.kv k
-        WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
-        GROUP BY k.tenant_id
-        RETURNING tenant_id, rows, bytes)
-      SELECT array_agg(f.tenant_id), array_agg(f.rows), array_agg(f.bytes) INTO v_t, v_r, v_b FROM fresh f;
+      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
+             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
+             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
+      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+      FROM (
+        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
+        FROM (
+          SELECT k.tenant_id, CASE WHEN k.created_at > v_since THEN date_trunc('milliseconds', k.created_at) END AS created,
+                 octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value) AS b
+          FROM queen.kv k
+          WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
+        ) x
+        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
+      ) q;
     ELSE
-      WITH fresh AS (
-        INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
-        SELECT 'timers', v_slice, t.tenant_id, count(*), sum(pg_column_size(t.payload))
-        FROM queen.log_timers t
-        WHERE t.ctid >= v_lo AND t.ctid < v_hi
-        GROUP BY t.tenant_id
-        RETURNING tenant_id, rows, bytes)
-      SELECT array_agg(f.tenant_id), array_agg(f.rows), array_agg(f.bytes) INTO v_t, v_r, v_b FROM fresh f;
+      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
+             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
+             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
+      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+      FROM (
+        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
+        FROM (
+          SELECT t.tenant_id, CASE WHEN t.created_at > v_since THEN date_trunc('milliseconds', t.created_at) END AS created,
+                 pg_column_size(t.payload) AS b
+          FROM queen.log_timers t
+          WHERE t.ctid >= v_lo AND t.ctid < v_hi
+        ) x
+        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
+      ) q;
+    END IF;
+    IF v_t IS NOT NULL THEN
+      INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+      SELECT v_rel, v_slice, u.t, u.r, u.b FROM unnest(v_t, v_r, v_b) AS u(t, r, b);
+    END IF;
+    IF v_rt IS NOT NULL THEN
+      INSERT INTO queen.kv_usage_recent (rel, slice, tenant_id, created, rows, bytes)
+      SELECT v_rel, v_slice, u.t, u.c, u.r, u.b FROM unnest(v_rt, v_rc, v_rr, v_rb) AS u(t, c, r, b);
     END IF;
     v_parts := coalesce(cardinality(v_t), 0);
     IF v_t IS NOT NULL THEN
@@ -239,10 +297,16 @@ BEGIN
   INTO v_total, v_uncounted, v_at FROM queen.kv_usage_slice s;
   IF v_uncounted = 0 THEN
     v_at := least(v_at, (SELECT min(x.cover_at) FROM queen.kv_usage_layout x));
+    -- What is left in kv_usage_recent is newer than v_at: out of the published numbers.
+    DELETE FROM queen.kv_usage_recent x WHERE x.created <= v_at;
     WITH measured AS (
       SELECT m.tenant_id, sum(m.r)::bigint AS rows, sum(m.b)::bigint AS bytes, sum(m.t)::bigint AS timers, sum(m.tb)::bigint AS timer_bytes
       FROM (
         SELECT t.tenant_id, t.rows AS r, t.bytes AS b, t.timers AS t, t.timer_bytes AS tb FROM queen.kv_usage_total t
+        UNION ALL
+        SELECT x.tenant_id, CASE WHEN x.rel = 'kv' THEN -x.rows ELSE 0 END, CASE WHEN x.rel = 'kv' THEN -x.bytes ELSE 0 END,
+               CASE WHEN x.rel = 'timers' THEN -x.rows ELSE 0 END, CASE WHEN x.rel = 'timers' THEN -x.bytes ELSE 0 END
+        FROM queen.kv_usage_recent x
         UNION ALL
         SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
       ) m GROUP BY m.tenant_id

@@ -95,7 +95,10 @@ test('the usage rollup equals a direct count, per tenant, and overwrites', async
   const usage = async () =>
     (await pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
 
-  await until(async () => (await usage()) !== undefined, 10_000);
+  // The measurement that has counted all of it: computed_at after the writes (the rollup counts in
+  // slices, and a publish before every slice was counted again speaks for an earlier instant).
+  const written = (await pool.query(`SELECT clock_timestamp() AS t`)).rows[0].t as Date;
+  await until(async () => ((await usage())?.computed_at ?? 0) > written, 10_000);
   const first = await usage();
   expect({ ...first, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect(first.rows).toBe(50);
@@ -144,7 +147,9 @@ test('two sweepers never work the same shard at once, and both get work', async 
 });
 
 test('under pressure the batch shrinks and the sleep lengthens; pruning is shed first, the rollup second, firing never', async () => {
-  const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, batch: 400, usageIntervalMs: 100 });
+  // Cycles only when woken (a long interval): one that started on its own while a test step awaited
+  // the usage rollup would halve the batch once more than the step expects.
+  const s = startTestSweeper(api.databaseUrl, { intervalMs: 1000, batch: 400, usageIntervalMs: 100 });
   await s.cycles(1);
   s.sweeper.pressure.slowPassMs = -1; // every pass now counts as slow
   const [one] = await s.cycles(1);
@@ -153,7 +158,7 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   const [two] = await s.cycles(1);
   expect(two.suspended).toEqual({ prune: true, usage: true });
   expect(two.batch).toBe(100);
-  expect(s.sweeper.pressure.sleepMs).toBeGreaterThan(20);
+  expect(s.sweeper.pressure.sleepMs).toBeGreaterThan(1000);
   const gauge = async (phase: string) => (await s.metrics.sweeperPhaseSuspended.get()).values.find((v) => v.labels.phase === phase)?.value;
   expect([await gauge('prune'), await gauge('usage'), await gauge('fire')]).toEqual([1, 1, 0]);
   expect((await s.metrics.sweeperBatchSize.get()).values[0].value).toBe(100);

@@ -221,6 +221,32 @@ test('every write acknowledged before computed_at is in the measurement, though 
   expect(rows).toBeLessThanOrEqual(20 * acks.length);
 });
 
+test('a row written after computed_at is not in the measurement (its worker counts it), and is once computed_at passes it', async () => {
+  const late = '00000000-0000-0000-0000-0000000000f2';
+  await refresh();
+  const begun = (await pool.query(`SELECT date_trunc('milliseconds', clock_timestamp()) AS t`)).rows[0].t as Date;
+  await put(late, 'late', keys('l', 200), null);
+  const acked = (await pool.query(`SELECT clock_timestamp() AS t`)).rows[0].t as Date;
+  // Slice by slice, oldest first: the slices that hold the new rows are counted while computed_at is
+  // still older than the writes.
+  let seenBefore = 0;
+  for (;;) {
+    const r = await slice();
+    const at = new Date(r.computedAt!).getTime();
+    const rows = (await measured())[late]?.[0] ?? 0;
+    if (at < begun.getTime()) {
+      expect(rows).toBe(0);
+      seenBefore++;
+    }
+    if (at > acked.getTime()) {
+      expect(rows).toBe(200);
+      break;
+    }
+  }
+  expect(seenBefore).toBeGreaterThan(1);
+  expect(await measured()).toEqual(await direct());
+});
+
 test('a rewritten table (VACUUM FULL) is counted again from its first page, and nothing is published until it all has been', async () => {
   await refresh();
   const stamp = (await pool.query(`SELECT max(computed_at) AS t FROM queen.kv_usage`)).rows[0].t as Date;
