@@ -835,7 +835,7 @@ async function main(): Promise<void> {
     let messages = 0;
     for (const n of needed) {
       const t0 = performance.now();
-      log(`loading to ${fmt(n)} keys, ${fmt(Math.min(n, CAP))} pending timers, ${fmt(Math.min(n, CAP))} messages`);
+      log(`loading to ${fmt(n)} keys, ${fmt(Math.min(n, CAP))} pending timers${ONLY_ROLLUP ? '' : `, ${fmt(Math.min(n, CAP))} messages`}`);
       await loadKeys(admin, keys, n);
       keys = n;
       await loadTimers(admin, Math.min(n, CAP) - timers);
