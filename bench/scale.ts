@@ -10,11 +10,17 @@
 //                                                   real sweeper process at a steady 500 timers/s;
 //   pop + ack                                       batches of 10 behind the message backlog;
 // plus table and index bytes, B-tree depths, WAL bytes per operation (pg_current_wal_insert_lsn) and
-// the usage rollup's duration. Prints cost against size and API÷SQL at each size; raw figures go to
-// bench/results/scale.json. Resumable: sizes already in the json are loaded (the data is needed for
-// the next size) but not measured again, unless --fresh.
+// the usage rollup's duration: the full count (v1) and the incremental one (v2, sql/041: a refresh
+// from a fresh layout, then a steady refresh, each slice one statement, at each --slice-pages).
+// Prints cost against size and API÷SQL at each size; raw figures go to bench/results/scale.json.
+// Resumable: sizes already in the json are loaded (the data is needed for the next size) but not
+// measured again, unless --fresh.
 // Options (flag or env): --quick (10^5 and 10^6), --sizes=10000,100000 (BENCH_SIZES), --fresh,
-// --duration=3 (BENCH_DURATION_S), --clients=16 (BENCH_CLIENTS), --out=bench/results/scale.json.
+// --duration=3 (BENCH_DURATION_S), --clients=16 (BENCH_CLIENTS), --out=bench/results/scale.json,
+// --slice-pages=4096 (BENCH_SLICE_PAGES, a list: the incremental rollup at each; the first is also
+// measured beside --tenants=10000 made-up tenants, BENCH_TENANTS), --only=rollup
+// (BENCH_ONLY: load keys and timers, measure the rollups alone; default --out
+// bench/results/scale-rollup.json).
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -23,6 +29,7 @@ import { Pool } from 'pg';
 import { applySchema } from '../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
+import { DEFAULT_USAGE_SLICE_PAGES } from '../services/sweeper/sweeper';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
 import { cellEnv, childrenOf, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
 import { spawnSweeper } from '../test/support/processes';
@@ -44,7 +51,13 @@ const SIZES = opt('sizes', 'BENCH_SIZES', QUICK ? '100000,1000000' : '100000,100
 if (SIZES.some((n) => !Number.isInteger(n) || n < 1000)) throw new Error('--sizes are whole numbers of at least 1000');
 const DURATION_S = Number(opt('duration', 'BENCH_DURATION_S', QUICK ? '2' : '3'));
 const CLIENTS = Number(opt('clients', 'BENCH_CLIENTS', '16'));
-const OUT = opt('out', 'BENCH_OUT', path.join('bench', 'results', 'scale.json'));
+const ONLY_ROLLUP = opt('only', 'BENCH_ONLY', '') === 'rollup';
+const OUT = opt('out', 'BENCH_OUT', path.join('bench', 'results', ONLY_ROLLUP ? 'scale-rollup.json' : 'scale.json'));
+const SLICE_PAGES = opt('slice-pages', 'BENCH_SLICE_PAGES', String(DEFAULT_USAGE_SLICE_PAGES))
+  .split(',')
+  .map((x) => Number(x));
+if (SLICE_PAGES.some((x) => !Number.isInteger(x) || x < 1)) throw new Error('--slice-pages are whole numbers of at least 1');
+const MANY_TENANTS = Number(opt('tenants', 'BENCH_TENANTS', '10000'));
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const NS = 'bench';
 const VALUE = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
@@ -69,10 +82,14 @@ const log = (s: string) => process.stdout.write(`${new Date().toISOString().slic
 function expectedSeconds(n: number, loadedBefore: number): number {
   const capped = (x: number) => Math.min(x, CAP);
   const load = (n - loadedBefore) / 50_000 + (2 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
+  // --only=rollup: keys and timers (no messages); the v1 rollup three times, the v2 refreshes twice per slice size.
+  if (ONLY_ROLLUP) return load - (capped(n) - capped(loadedBefore)) / 25_000 + ((3 + 2 * SLICE_PAGES.length) * 2 * n) / 1_000_000;
   return load + (2 * n) / 10 / 15_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
 }
 
 // ---------------------------------------------------------------- statements of the sql lane
+/** The full usage rollup (sql/032), the sweeper's statement before sql/041: measured beside the incremental one. */
+const KV_USAGE_ROLLUP_V1 = { name: 'kv_usage_rollup_v1', text: `SELECT queen.kv_usage_rollup_v1() AS tenants` };
 const SQL = {
   get: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`,
   put: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq'))
@@ -133,6 +150,19 @@ interface SizeFigures {
   rollupMs: number[];
   /** The incremental design's unit: the rollup's count over 10,000 heap pages of queen.kv. */
   rollupSliceMs?: number[];
+  /** The incremental rollup (v2), per slice size: slices in all, each refresh's total and its slices' p50 / max. */
+  sliceRefresh?: {
+    pages: number;
+    slices: number;
+    firstMs: number;
+    firstSliceP50Ms: number;
+    firstSliceMaxMs: number;
+    steadyMs: number;
+    steadySliceP50Ms: number;
+    steadySliceMaxMs: number;
+  }[];
+  /** One v2 call with made-up tenants each holding a part in every slice: the publish's cost. */
+  manyTenants?: { tenants: number; parts: number; callMs: number[] };
   kvPages?: number;
   bytes: Record<string, { table: number; indexes: number }>;
   depth: Record<string, number>;
@@ -296,6 +326,106 @@ async function loadMessages(admin: Pool, partitions: string[], from: number, to:
 }
 
 // ---------------------------------------------------------------- one size
+/** The usage rollups at the size loaded: the full count (v1) three times, a 10,000-page count, the incremental one (v2). */
+async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 'rollupSliceMs' | 'sliceRefresh' | 'manyTenants' | 'kvPages'>> {
+  // The usage rollup, the sweeper's statement, three times (the first reads cold pages).
+  const rollupMs: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const s = performance.now();
+    await ctx.admin.query(KV_USAGE_ROLLUP_V1);
+    rollupMs.push(performance.now() - s);
+  }
+  log(`  rollup       ${rollupMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
+  // The incremental design's unit (docs/operations.md): the same count over one slice of 10,000 heap
+  // pages (a TID range scan), from the middle of the table, three times.
+  const pages = (await ctx.admin.query(`SELECT (pg_relation_size('queen.kv') / current_setting('block_size')::int)::int AS n`)).rows[0].n as number;
+  const from = Math.max(0, Math.floor(pages / 2) - 5000);
+  const sliceMs: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const s0 = performance.now();
+    await ctx.admin.query(
+      `SELECT k.tenant_id, count(*), sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value))
+         FROM queen.kv k WHERE k.ctid >= format('(%s,0)', $1::int)::tid AND k.ctid < format('(%s,0)', $1::int + 10000)::tid
+          AND queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id`,
+      [from],
+    );
+    sliceMs.push(performance.now() - s0);
+  }
+  log(`  rollup slice ${sliceMs.map((x) => x.toFixed(0)).join(' / ')} ms for 10,000 of ${pages} pages`);
+
+  // The incremental rollup, as the sweeper runs it (sql/041): from a fresh layout every slice counted
+  // back to back (a sweeper's first run, or after a table was rewritten), then a steady refresh: each
+  // slice counted again, oldest first (interval 0: every slice is due). One statement a slice.
+  const sliceRefresh: NonNullable<SizeFigures['sliceRefresh']> = [];
+  for (const p of SLICE_PAGES) {
+    await ctx.admin.query('DELETE FROM queen.kv_usage_part');
+    await ctx.admin.query('DELETE FROM queen.kv_usage_slice');
+    await ctx.admin.query('DELETE FROM queen.kv_usage_layout');
+    const refresh = async (steady: boolean) => {
+      const each: number[] = [];
+      const t0 = performance.now();
+      let slices = 1;
+      for (let i = 0; ; i++) {
+        const s0 = performance.now();
+        const r = (await ctx.admin.query({ ...KV_USAGE_ROLLUP, values: [p, 0] })).rows[0].slice as { counted: boolean; slices: number; published: boolean };
+        each.push(performance.now() - s0);
+        slices = r.slices;
+        if (!r.counted) throw new Error('the incremental rollup counted nothing');
+        if (r.published && (!steady || i + 1 >= slices)) break;
+      }
+      const total = performance.now() - t0;
+      each.sort((a, b) => a - b);
+      return { slices, total, p50: each[Math.floor(each.length / 2)], max: each[each.length - 1] };
+    };
+    const first = await refresh(false);
+    const steady = await refresh(true);
+    sliceRefresh.push({
+      pages: p,
+      slices: steady.slices,
+      firstMs: first.total,
+      firstSliceP50Ms: first.p50,
+      firstSliceMaxMs: first.max,
+      steadyMs: steady.total,
+      steadySliceP50Ms: steady.p50,
+      steadySliceMaxMs: steady.max,
+    });
+    log(`  rollup v2    ${p} pages a slice, ${steady.slices} slices: first refresh ${first.total.toFixed(0)} ms (slice p50 ${first.p50.toFixed(0)} max ${first.max.toFixed(0)}), steady ${steady.total.toFixed(0)} ms (slice p50 ${steady.p50.toFixed(0)} max ${steady.max.toFixed(0)})`);
+  }
+
+  // Many tenants: MANY_TENANTS made-up tenants with a part in every slice (every tenant everywhere),
+  // then three calls, each counting a slice and publishing (every tenant's numbers change in each,
+  // as the recounted slice drops its made-up parts: a kv_usage row written per tenant per call, the
+  // worst case of the publish).
+  const partsBefore = Number((await ctx.admin.query(`SELECT count(*) AS n FROM queen.kv_usage_part`)).rows[0].n);
+  // Parts and their totals together (only the rollup writes them: the two must agree).
+  await ctx.admin.query(
+    `INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+     SELECT s.rel, s.slice, ('00000000-0000-4000-8000-' || lpad(to_hex(g), 12, '0'))::uuid, 1, 100
+       FROM queen.kv_usage_slice s, generate_series(1, $1::int) g`,
+    [MANY_TENANTS],
+  );
+  await ctx.admin.query(
+    `INSERT INTO queen.kv_usage_total (tenant_id, rows, bytes, timers, timer_bytes)
+     SELECT p.tenant_id, coalesce(sum(p.rows) FILTER (WHERE p.rel = 'kv'), 0), coalesce(sum(p.bytes) FILTER (WHERE p.rel = 'kv'), 0),
+            coalesce(sum(p.rows) FILTER (WHERE p.rel = 'timers'), 0), coalesce(sum(p.bytes) FILTER (WHERE p.rel = 'timers'), 0)
+       FROM queen.kv_usage_part p WHERE p.tenant_id::text LIKE '00000000-0000-4000-8000-%' GROUP BY p.tenant_id`,
+  );
+  const parts = Number((await ctx.admin.query(`SELECT count(*) AS n FROM queen.kv_usage_part`)).rows[0].n);
+  const manyMs: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const s0 = performance.now();
+    await ctx.admin.query({ ...KV_USAGE_ROLLUP, values: [SLICE_PAGES[0], 0] });
+    manyMs.push(performance.now() - s0);
+  }
+  await ctx.admin.query(`DELETE FROM queen.kv_usage_part WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  await ctx.admin.query(`DELETE FROM queen.kv_usage_total WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  await ctx.admin.query(`DELETE FROM queen.kv_usage WHERE tenant_id::text LIKE '00000000-0000-4000-8000-%'`);
+  const manyTenants = { tenants: MANY_TENANTS, parts: parts - partsBefore, callMs: manyMs };
+  log(`  rollup v2    ${MANY_TENANTS} more tenants, ${parts - partsBefore} more parts: a call ${manyMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
+
+  return { rollupMs, rollupSliceMs: sliceMs, sliceRefresh, manyTenants, kvPages: pages };
+}
+
 async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'loadSeconds' | 'timers' | 'messages'>> {
   const rnd = (k: number) => Math.floor(Math.random() * k);
   const key = () => `k${rnd(n)}`;
@@ -491,30 +621,7 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   }
   log(`  fire lag     ${LAG_RATE}/s beside ${Math.min(n, CAP)} pending: p50 ${lag.p50Ms.toFixed(0)} ms p99 ${lag.p99Ms.toFixed(0)} ms max ${lag.maxMs.toFixed(0)} ms`);
 
-  // The usage rollup, the sweeper's statement, three times (the first reads cold pages).
-  const rollupMs: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    const s = performance.now();
-    await ctx.admin.query(KV_USAGE_ROLLUP);
-    rollupMs.push(performance.now() - s);
-  }
-  log(`  rollup       ${rollupMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
-  // The incremental design's unit (docs/operations.md): the same count over one slice of 10,000 heap
-  // pages (a TID range scan), from the middle of the table, three times.
-  const pages = (await ctx.admin.query(`SELECT (pg_relation_size('queen.kv') / current_setting('block_size')::int)::int AS n`)).rows[0].n as number;
-  const from = Math.max(0, Math.floor(pages / 2) - 5000);
-  const sliceMs: number[] = [];
-  for (let i = 0; i < 3; i++) {
-    const s0 = performance.now();
-    await ctx.admin.query(
-      `SELECT k.tenant_id, count(*), sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value))
-         FROM queen.kv k WHERE k.ctid >= format('(%s,0)', $1::int)::tid AND k.ctid < format('(%s,0)', $1::int + 10000)::tid
-          AND queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id`,
-      [from],
-    );
-    sliceMs.push(performance.now() - s0);
-  }
-  log(`  rollup slice ${sliceMs.map((x) => x.toFixed(0)).join(' / ')} ms for 10,000 of ${pages} pages`);
+  const rollups = await measureRollups(ctx);
 
   const bytes: SizeFigures['bytes'] = {};
   for (const t of ['kv', 'log_timers', 'messages', 'partition_consumers']) {
@@ -540,9 +647,7 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
     prune: { backlog, api: pruneApi, sql: pruneSql },
     fire: { due: FIRE_DUE, pendingBeside: Math.min(n, CAP), api: fireApi, sql: fireSql },
     lag,
-    rollupMs,
-    rollupSliceMs: sliceMs,
-    kvPages: pages,
+    ...rollups,
     bytes,
     depth,
     autovacuum: av.rows,
@@ -594,7 +699,39 @@ export function report(results: Results): string {
   row('usage rollup (ms, 3 runs)', (s) => s.rollupMs.map((x) => fmt(x)).join(' / '));
   row('the rollup\'s count over 10,000 heap pages of queen.kv (ms, 3 runs; pages in the table)', (s) =>
     s.rollupSliceMs ? `${s.rollupSliceMs.map((x) => fmt(x)).join(' / ')} (${fmt(s.kvPages ?? NaN)})` : '–');
+  rollupRows(sizes, row);
   row('load (s)', (s) => fmt(s.loadSeconds));
+  return lines.join('\n');
+}
+
+/** The incremental rollup's rows (one per slice size measured). */
+function rollupRows(sizes: SizeFigures[], row: (label: string, f: (s: SizeFigures) => string) => void): void {
+  // Every slice size any size measured, smallest first.
+  const measuredPages = [...new Set(sizes.flatMap((s) => (s.sliceRefresh ?? []).map((x) => x.pages)))].sort((a, b) => a - b);
+  for (const p of measuredPages) {
+    const at = (s: SizeFigures) => s.sliceRefresh?.find((x) => x.pages === p);
+    row(`incremental rollup (v2), ${fmt(p)} pages a slice: slices; refresh from a fresh layout; steady refresh (ms)`, (s) => {
+      const x = at(s);
+      return x ? `${fmt(x.slices)}; ${fmt(x.firstMs)}; ${fmt(x.steadyMs)}` : '–';
+    });
+    row(`incremental rollup (v2), ${fmt(p)} pages a slice: one slice, steady, p50 / max (ms)`, (s) => {
+      const x = at(s);
+      return x ? `${fmt(x.steadySliceP50Ms)} / ${fmt(x.steadySliceMaxMs)}` : '–';
+    });
+  }
+  row('incremental rollup (v2): one call beside N more tenants, each with a part in every slice (N; parts; ms, 3 calls)', (s) =>
+    s.manyTenants ? `${fmt(s.manyTenants.tenants)}; ${fmt(s.manyTenants.parts)}; ${s.manyTenants.callMs.map((x) => fmt(x)).join(' / ')}` : '–');
+}
+
+/** --only=rollup: the rollup rows alone. */
+export function reportRollup(results: Results): string {
+  const sizes = Object.values(results.sizes).sort((a, b) => a.size - b.size);
+  const lines = [`| figure | ${sizes.map((s) => sizeLabel(s.size)).join(' | ')} |`, `|---|${sizes.map(() => '---:').join('|')}|`];
+  const row = (label: string, f: (s: SizeFigures) => string) => lines.push(`| ${label} | ${sizes.map(f).join(' | ')} |`);
+  row('rows: keys / pending timers', (s) => `${fmt(s.size)} / ${fmt(s.timers)}`);
+  row('kv heap pages', (s) => fmt(s.kvPages ?? NaN));
+  row('full rollup (v1), ms, 3 runs', (s) => s.rollupMs.map((x) => fmt(x)).join(' / '));
+  rollupRows(sizes, row);
   return lines.join('\n');
 }
 
@@ -605,7 +742,7 @@ async function main(): Promise<void> {
   const todo = SIZES.filter((n) => !results.sizes[String(n)]);
   if (!todo.length) {
     log(`every size asked for is in ${OUT} already (--fresh measures again):`);
-    process.stdout.write(`\n${report(results)}\n`);
+    process.stdout.write(`\n${ONLY_ROLLUP ? reportRollup(results) : report(results)}\n`);
     return;
   }
   const top = Math.max(...todo);
@@ -674,26 +811,30 @@ async function main(): Promise<void> {
     let messages = 0;
     for (const n of needed) {
       const t0 = performance.now();
-      log(`loading to ${fmt(n)} keys, ${fmt(Math.min(n, CAP))} pending timers, ${fmt(Math.min(n, CAP))} messages`);
+      log(`loading to ${fmt(n)} keys, ${fmt(Math.min(n, CAP))} pending timers${ONLY_ROLLUP ? '' : `, ${fmt(Math.min(n, CAP))} messages`}`);
       await loadKeys(admin, keys, n);
       keys = n;
       await loadTimers(admin, Math.min(n, CAP) - timers);
       timers = Math.min(n, CAP);
-      await loadMessages(admin, parts, messages, Math.min(n, CAP));
-      messages = Math.min(n, CAP);
+      if (!ONLY_ROLLUP) {
+        await loadMessages(admin, parts, messages, Math.min(n, CAP));
+        messages = Math.min(n, CAP);
+      }
       // What a table this size looks like after autovacuum caught up: hint bits set, visibility map.
       await admin.query('VACUUM ANALYZE queen.kv, queen.log_timers, queen.messages');
       await admin.query('CHECKPOINT');
       const loadSeconds = (performance.now() - t0) / 1000;
       log(`loaded in ${fmt(loadSeconds)} s`);
       if (!todo.includes(n)) continue;
-      const figures = await measureSize(ctx, n);
+      const figures = ONLY_ROLLUP
+        ? ({ size: n, date: new Date().toISOString(), ...(await measureRollups(ctx)) } as Omit<SizeFigures, 'loadSeconds' | 'timers' | 'messages'>)
+        : await measureSize(ctx, n);
       results.sizes[String(n)] = { ...figures, timers, messages, loadSeconds };
       fs.mkdirSync(path.dirname(OUT), { recursive: true });
       fs.writeFileSync(OUT, JSON.stringify(results, null, 1));
       log(`${sizeLabel(n)} written to ${OUT}`);
     }
-    process.stdout.write(`\nmachine: ${results.machine}\nsettings: ${results.settings}\n\n${report(results)}\n`);
+    process.stdout.write(`\nmachine: ${results.machine}\nsettings: ${results.settings}\n\n${ONLY_ROLLUP ? reportRollup(results) : report(results)}\n`);
   } finally {
     await cleanup();
   }

@@ -92,7 +92,7 @@ export function createMetrics(register = new client.Registry()) {
     sweeperCycles: counter('queen_sweeper_cycles_total', 'Sweeper cycles completed.'),
     sweeperCycleSeconds: new client.Histogram<'phase'>({
       name: 'queen_sweeper_cycle_seconds',
-      help: 'Time spent per sweeper phase (fire, prune, usage, cycle).',
+      help: 'Time spent per sweeper phase (fire, prune, usage: one slice of the usage rollup, cycle).',
       labelNames: ['phase'],
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: r,

@@ -4,6 +4,11 @@ TABLE kv_quota
 TABLE kv_rate_bucket
 TABLE kv_rate_process
 TABLE kv_usage
+TABLE kv_usage_layout
+TABLE kv_usage_part
+TABLE kv_usage_recent
+TABLE kv_usage_slice
+TABLE kv_usage_total
 TABLE log_timers vacuum_truncate=off
 TABLE message_failure_texts
 TABLE message_failures
@@ -46,6 +51,30 @@ COLUMN kv_usage.bytes bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.timers bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.timer_bytes bigint NOT NULL DEFAULT 0
 COLUMN kv_usage.computed_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN kv_usage_layout.rel text NOT NULL
+COLUMN kv_usage_layout.filenode oid NOT NULL
+COLUMN kv_usage_layout.pages integer NOT NULL
+COLUMN kv_usage_layout.slices integer NOT NULL
+COLUMN kv_usage_layout.cover_at timestamp with time zone NOT NULL
+COLUMN kv_usage_part.rel text NOT NULL
+COLUMN kv_usage_part.slice integer NOT NULL
+COLUMN kv_usage_part.tenant_id uuid NOT NULL
+COLUMN kv_usage_part.rows bigint NOT NULL
+COLUMN kv_usage_part.bytes bigint NOT NULL
+COLUMN kv_usage_recent.rel text NOT NULL
+COLUMN kv_usage_recent.slice integer NOT NULL
+COLUMN kv_usage_recent.tenant_id uuid NOT NULL
+COLUMN kv_usage_recent.created timestamp with time zone NOT NULL
+COLUMN kv_usage_recent.rows bigint NOT NULL
+COLUMN kv_usage_recent.bytes bigint NOT NULL
+COLUMN kv_usage_slice.rel text NOT NULL
+COLUMN kv_usage_slice.slice integer NOT NULL
+COLUMN kv_usage_slice.counted_at timestamp with time zone
+COLUMN kv_usage_total.tenant_id uuid NOT NULL
+COLUMN kv_usage_total.rows bigint NOT NULL DEFAULT 0
+COLUMN kv_usage_total.bytes bigint NOT NULL DEFAULT 0
+COLUMN kv_usage_total.timers bigint NOT NULL DEFAULT 0
+COLUMN kv_usage_total.timer_bytes bigint NOT NULL DEFAULT 0
 COLUMN log_timers.timer_id uuid NOT NULL DEFAULT gen_random_uuid()
 COLUMN log_timers.tenant_id uuid NOT NULL
 COLUMN log_timers.timer_key text COLLATE "C"
@@ -121,6 +150,14 @@ CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT kv_rate_bucket.kv_rate_bucket_pkey PRIMARY KEY (tenant, scope)
 CONSTRAINT kv_rate_process.kv_rate_process_pkey PRIMARY KEY (process)
 CONSTRAINT kv_usage.kv_usage_pkey PRIMARY KEY (tenant_id)
+CONSTRAINT kv_usage_layout.kv_usage_layout_pages_check CHECK ((pages > 0))
+CONSTRAINT kv_usage_layout.kv_usage_layout_pkey PRIMARY KEY (rel)
+CONSTRAINT kv_usage_layout.kv_usage_layout_rel_check CHECK ((rel = ANY (ARRAY['kv'::text, 'timers'::text])))
+CONSTRAINT kv_usage_layout.kv_usage_layout_slices_check CHECK ((slices > 0))
+CONSTRAINT kv_usage_part.kv_usage_part_pkey PRIMARY KEY (rel, slice, tenant_id)
+CONSTRAINT kv_usage_recent.kv_usage_recent_pkey PRIMARY KEY (rel, slice, tenant_id, created)
+CONSTRAINT kv_usage_slice.kv_usage_slice_pkey PRIMARY KEY (rel, slice)
+CONSTRAINT kv_usage_total.kv_usage_total_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT log_timers.log_timers_pkey PRIMARY KEY (timer_id)
 CONSTRAINT message_failure_texts.message_failure_texts_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT message_failure_texts.message_failure_texts_pkey PRIMARY KEY (partition_id, consumer_group, seq)
@@ -162,7 +199,12 @@ CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
 CREATE UNIQUE INDEX kv_rate_bucket_pkey ON queen.kv_rate_bucket USING btree (tenant, scope)
 CREATE UNIQUE INDEX kv_rate_process_pkey ON queen.kv_rate_process USING btree (process)
+CREATE UNIQUE INDEX kv_usage_layout_pkey ON queen.kv_usage_layout USING btree (rel)
+CREATE UNIQUE INDEX kv_usage_part_pkey ON queen.kv_usage_part USING btree (rel, slice, tenant_id)
 CREATE UNIQUE INDEX kv_usage_pkey ON queen.kv_usage USING btree (tenant_id)
+CREATE UNIQUE INDEX kv_usage_recent_pkey ON queen.kv_usage_recent USING btree (rel, slice, tenant_id, created)
+CREATE UNIQUE INDEX kv_usage_slice_pkey ON queen.kv_usage_slice USING btree (rel, slice)
+CREATE UNIQUE INDEX kv_usage_total_pkey ON queen.kv_usage_total USING btree (tenant_id)
 CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
 CREATE UNIQUE INDEX message_failure_texts_pkey ON queen.message_failure_texts USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX message_failures_pkey ON queen.message_failures USING btree (partition_id, consumer_group, seq)
@@ -1147,6 +1189,210 @@ BEGIN
   GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END $function$
+CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v2(p_pages integer, p_interval interval)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_started TIMESTAMPTZ := clock_timestamp();
+  v_rel TEXT;
+  v_relid REGCLASS;
+  v_seen_at TIMESTAMPTZ;
+  v_blocks BIGINT;
+  v_filenode OID;
+  l queen.kv_usage_layout;
+  v_n INT;
+  v_slice INT;
+  v_pages INT;
+  v_lo TID;
+  v_hi TID;
+  v_parts INT := 0;
+  v_total INT;
+  v_uncounted INT;
+  v_at TIMESTAMPTZ;
+  v_written INT;
+  v_t UUID[];
+  v_r BIGINT[];
+  v_b BIGINT[];
+  v_since TIMESTAMPTZ;
+  v_rt UUID[];
+  v_rc TIMESTAMPTZ[];
+  v_rr BIGINT[];
+  v_rb BIGINT[];
+BEGIN
+  IF p_pages IS NULL OR p_pages < 1 THEN
+    RAISE EXCEPTION 'kv_usage_rollup_v2: p_pages must be at least 1, got %', p_pages;
+  END IF;
+  -- 'QKVU': one roller at a time in the cell, until this transaction ends.
+  IF NOT pg_try_advisory_xact_lock(1363891797) THEN
+    RETURN jsonb_build_object('busy', true, 'counted', false, 'published', false);
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM queen.kv_usage_layout) THEN
+    -- The first call in a cell, or an operator's reset: nothing left over is trusted.
+    DELETE FROM queen.kv_usage_part;
+    DELETE FROM queen.kv_usage_recent;
+    DELETE FROM queen.kv_usage_slice;
+    DELETE FROM queen.kv_usage_total;
+  END IF;
+
+  FOR v_rel, v_relid IN SELECT r.rel, r.relid FROM (VALUES ('kv', 'queen.kv'::regclass), ('timers', 'queen.log_timers'::regclass)) AS r(rel, relid) LOOP
+    -- ACCESS SHARE, the lock every read takes (no write waits on it), held to the end: the relation
+    -- cannot be rewritten or truncated between its size read here and the count below.
+    IF v_rel = 'kv' THEN
+      LOCK TABLE queen.kv IN ACCESS SHARE MODE;
+    ELSE
+      LOCK TABLE queen.log_timers IN ACCESS SHARE MODE;
+    END IF;
+    -- Read before the size: the size only grows while the lock is held, so at v_seen_at the relation
+    -- had at most v_blocks pages.
+    v_seen_at := clock_timestamp();
+    v_blocks := pg_relation_size(v_relid) / current_setting('block_size')::int;
+    v_filenode := pg_relation_filenode(v_relid);
+    SELECT * INTO l FROM queen.kv_usage_layout x WHERE x.rel = v_rel;
+    IF NOT FOUND OR l.filenode <> v_filenode THEN
+      WITH gone AS (DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel RETURNING p.tenant_id, p.rows, p.bytes)
+      SELECT array_agg(g.tenant_id), array_agg(g.rows), array_agg(g.bytes) INTO v_t, v_r, v_b FROM gone g;
+      IF v_t IS NOT NULL THEN
+        PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
+      END IF;
+      DELETE FROM queen.kv_usage_recent x WHERE x.rel = v_rel;
+      DELETE FROM queen.kv_usage_slice s WHERE s.rel = v_rel;
+      v_n := greatest(1, ceil(v_blocks::numeric / p_pages))::int;
+      INSERT INTO queen.kv_usage_slice (rel, slice, counted_at)
+      SELECT v_rel, g, NULL FROM generate_series(0, v_n - 1) g;
+      INSERT INTO queen.kv_usage_layout AS x (rel, filenode, pages, slices, cover_at)
+      VALUES (v_rel, v_filenode, p_pages, v_n, v_seen_at)
+      ON CONFLICT (rel) DO UPDATE
+        SET filenode = EXCLUDED.filenode, pages = EXCLUDED.pages, slices = EXCLUDED.slices, cover_at = EXCLUDED.cover_at;
+    ELSE
+      v_n := l.slices;
+      IF v_blocks > l.slices::bigint * l.pages THEN
+        -- Grown past the last slice: the new slices, as counted empty at the previous cover_at.
+        v_n := ceil(v_blocks::numeric / l.pages)::int;
+        INSERT INTO queen.kv_usage_slice (rel, slice, counted_at)
+        SELECT v_rel, g, l.cover_at FROM generate_series(l.slices, v_n - 1) g;
+      END IF;
+      -- A relation that shrank (trailing empty pages truncated by a vacuum) keeps its slices: a
+      -- slice past the end counts nothing, quickly, and its tenants' parts go.
+      UPDATE queen.kv_usage_layout x SET slices = v_n, cover_at = v_seen_at WHERE x.rel = v_rel;
+    END IF;
+  END LOOP;
+
+  -- The slice counted longest ago, if it is due.
+  v_rel := NULL;
+  SELECT s.rel, s.slice, x.pages INTO v_rel, v_slice, v_pages
+  FROM queen.kv_usage_slice s JOIN queen.kv_usage_layout x ON x.rel = s.rel
+  WHERE s.counted_at IS NULL OR s.counted_at <= now() - p_interval / 2
+  ORDER BY s.counted_at NULLS FIRST, s.rel, s.slice
+  LIMIT 1;
+  IF v_rel IS NOT NULL THEN
+    -- Block numbers end below 2^32 - 1, so '(4294967295,0)' is past every tuple.
+    v_lo := format('(%s,0)', v_slice::bigint * v_pages)::tid;
+    v_hi := format('(%s,0)', least((v_slice::bigint + 1) * v_pages, 4294967295))::tid;
+    WITH gone AS (DELETE FROM queen.kv_usage_part p WHERE p.rel = v_rel AND p.slice = v_slice RETURNING p.tenant_id, p.rows, p.bytes)
+    SELECT array_agg(g.tenant_id), array_agg(g.rows), array_agg(g.bytes) INTO v_t, v_r, v_b FROM gone g;
+    IF v_t IS NOT NULL THEN
+      PERFORM queen.kv_usage_total_add_v1(v_rel, -1, v_t, v_r, v_b);
+    END IF;
+    DELETE FROM queen.kv_usage_recent x WHERE x.rel = v_rel AND x.slice = v_slice;
+    -- Rows created after v_since, the oldest counted_at now, are also kept by millisecond: every
+    -- computed_at this count will be published under is at least v_since (see the header).
+    SELECT coalesce(min(s.counted_at), now()) INTO v_since FROM queen.kv_usage_slice s;
+    IF v_rel = 'kv' THEN
+      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
+             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
+             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
+      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+      FROM (
+        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
+        FROM (
+          SELECT k.tenant_id, CASE WHEN k.created_at > v_since THEN date_trunc('milliseconds', k.created_at) END AS created,
+                 octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value) AS b
+          FROM queen.kv k
+          WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
+        ) x
+        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
+      ) q;
+    ELSE
+      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
+             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
+             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
+      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+      FROM (
+        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
+        FROM (
+          SELECT t.tenant_id, CASE WHEN t.created_at > v_since THEN date_trunc('milliseconds', t.created_at) END AS created,
+                 pg_column_size(t.payload) AS b
+          FROM queen.log_timers t
+          WHERE t.ctid >= v_lo AND t.ctid < v_hi
+        ) x
+        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
+      ) q;
+    END IF;
+    IF v_t IS NOT NULL THEN
+      INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
+      SELECT v_rel, v_slice, u.t, u.r, u.b FROM unnest(v_t, v_r, v_b) AS u(t, r, b);
+    END IF;
+    IF v_rt IS NOT NULL THEN
+      INSERT INTO queen.kv_usage_recent (rel, slice, tenant_id, created, rows, bytes)
+      SELECT v_rel, v_slice, u.t, u.c, u.r, u.b FROM unnest(v_rt, v_rc, v_rr, v_rb) AS u(t, c, r, b);
+    END IF;
+    v_parts := coalesce(cardinality(v_t), 0);
+    IF v_t IS NOT NULL THEN
+      PERFORM queen.kv_usage_total_add_v1(v_rel, 1, v_t, v_r, v_b);
+    END IF;
+    UPDATE queen.kv_usage_slice s SET counted_at = now() WHERE s.rel = v_rel AND s.slice = v_slice;
+  END IF;
+
+  SELECT count(*), count(*) FILTER (WHERE s.counted_at IS NULL), min(s.counted_at)
+  INTO v_total, v_uncounted, v_at FROM queen.kv_usage_slice s;
+  IF v_uncounted = 0 THEN
+    v_at := least(v_at, (SELECT min(x.cover_at) FROM queen.kv_usage_layout x));
+    -- What is left in kv_usage_recent is newer than v_at: out of the published numbers.
+    DELETE FROM queen.kv_usage_recent x WHERE x.created <= v_at;
+    WITH measured AS (
+      SELECT m.tenant_id, sum(m.r)::bigint AS rows, sum(m.b)::bigint AS bytes, sum(m.t)::bigint AS timers, sum(m.tb)::bigint AS timer_bytes
+      FROM (
+        SELECT t.tenant_id, t.rows AS r, t.bytes AS b, t.timers AS t, t.timer_bytes AS tb FROM queen.kv_usage_total t
+        UNION ALL
+        SELECT x.tenant_id, CASE WHEN x.rel = 'kv' THEN -x.rows ELSE 0 END, CASE WHEN x.rel = 'kv' THEN -x.bytes ELSE 0 END,
+               CASE WHEN x.rel = 'timers' THEN -x.rows ELSE 0 END, CASE WHEN x.rel = 'timers' THEN -x.bytes ELSE 0 END
+        FROM queen.kv_usage_recent x
+        UNION ALL
+        SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
+      ) m GROUP BY m.tenant_id
+    )
+    INSERT INTO queen.kv_usage AS u (tenant_id, rows, bytes, timers, timer_bytes, computed_at)
+    SELECT m.tenant_id, m.rows, m.bytes, m.timers, m.timer_bytes, v_at FROM measured m ORDER BY m.tenant_id
+    ON CONFLICT (tenant_id) DO UPDATE
+      SET rows = EXCLUDED.rows, bytes = EXCLUDED.bytes, timers = EXCLUDED.timers,
+          timer_bytes = EXCLUDED.timer_bytes, computed_at = EXCLUDED.computed_at
+      WHERE u.computed_at <= EXCLUDED.computed_at
+        AND ((u.rows, u.bytes, u.timers, u.timer_bytes) IS DISTINCT FROM (EXCLUDED.rows, EXCLUDED.bytes, EXCLUDED.timers, EXCLUDED.timer_bytes)
+             OR u.computed_at <= EXCLUDED.computed_at - p_interval / 8);
+    GET DIAGNOSTICS v_written = ROW_COUNT;
+  END IF;
+
+  RETURN jsonb_build_object(
+    'busy', false, 'counted', v_rel IS NOT NULL, 'rel', v_rel, 'slice', v_slice, 'parts', v_parts,
+    'slices', v_total, 'uncounted', v_uncounted, 'published', v_uncounted = 0, 'tenants', coalesce(v_written, 0),
+    'computedAt', v_at, 'seconds', extract(epoch FROM clock_timestamp() - v_started)::double precision);
+END $function$
+CREATE OR REPLACE FUNCTION queen.kv_usage_total_add_v1(p_rel text, p_sign integer, p_tenants uuid[], p_rows bigint[], p_bytes bigint[])
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+  INSERT INTO queen.kv_usage_total AS t (tenant_id, rows, bytes, timers, timer_bytes)
+  SELECT d.tenant_id,
+         CASE WHEN p_rel = 'kv' THEN p_sign * d.r ELSE 0 END, CASE WHEN p_rel = 'kv' THEN p_sign * d.b ELSE 0 END,
+         CASE WHEN p_rel = 'timers' THEN p_sign * d.r ELSE 0 END, CASE WHEN p_rel = 'timers' THEN p_sign * d.b ELSE 0 END
+  FROM (SELECT u.tenant_id, sum(u.r)::bigint AS r, sum(u.b)::bigint AS b
+        FROM unnest(p_tenants, p_rows, p_bytes) AS u(tenant_id, r, b) GROUP BY u.tenant_id) d
+  ORDER BY d.tenant_id
+  ON CONFLICT (tenant_id) DO UPDATE
+    SET rows = t.rows + EXCLUDED.rows, bytes = t.bytes + EXCLUDED.bytes,
+        timers = t.timers + EXCLUDED.timers, timer_bytes = t.timer_bytes + EXCLUDED.timer_bytes
+$function$
 CREATE OR REPLACE FUNCTION queen.kv_value_ok_v1(p_value jsonb)
  RETURNS boolean
  LANGUAGE sql

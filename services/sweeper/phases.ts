@@ -1,4 +1,4 @@
-// The sweeper's statements, one function each. The rules are in SQL (sql/031): a pass claims,
+// The sweeper's statements, one function each. The rules are in SQL (sql/032, 041): a pass claims,
 // fires, prunes and marks in one transaction; here we only send it and read its answer.
 import type { Pool } from 'pg';
 import { KV_USAGE_ROLLUP, LOG_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
@@ -79,8 +79,31 @@ export async function readLogGauges(pool: Pool): Promise<LogGauges> {
   return rows[0].gauges as LogGauges;
 }
 
-/** Overwrites queen.kv_usage per tenant; answers how many tenants were written. */
-export async function rollupUsage(pool: Pool): Promise<number> {
-  const { rows } = await pool.query(KV_USAGE_ROLLUP);
-  return Number(rows[0].tenants);
+/** What one call of the incremental usage rollup did (sql/041, queen.kv_usage_rollup_v2). */
+export interface UsageSlice {
+  /** Another sweeper's call held the cell's rollup lock: nothing was done. */
+  busy: boolean;
+  /** A slice was due and counted. */
+  counted: boolean;
+  /** Slices in all (queen.kv's and queen.log_timers'). */
+  slices: number;
+  /** Slices not counted since their layout was built; nothing is published while any remain. */
+  uncounted: number;
+  published: boolean;
+  /** queen.kv_usage rows written. */
+  tenants: number;
+}
+
+/** Counts one slice of the usage rollup and publishes the sum into queen.kv_usage. */
+export async function rollupUsageSlice(pool: Pool, pages: number, intervalMs: number): Promise<UsageSlice> {
+  const { rows } = await pool.query({ ...KV_USAGE_ROLLUP, values: [pages, intervalMs] });
+  const r = rows[0].slice;
+  return {
+    busy: r.busy === true,
+    counted: r.counted === true,
+    slices: Number(r.slices ?? 0),
+    uncounted: Number(r.uncounted ?? 0),
+    published: r.published === true,
+    tenants: Number(r.tenants ?? 0),
+  };
 }

@@ -3,9 +3,9 @@
 // SKIP LOCKED, so sweepers take disjoint batches) and, on pruning's cadence, claims up to
 // `shardsPerPass` shards not yet swept in this cycle (least recently swept first, FOR UPDATE SKIP
 // LOCKED), prunes their expired keys and marks them swept. The cycle ends when no shard is left to
-// claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then, on its slower
-// cadence, the usage rollup is started beside the loop (its own connection; the next passes do not
-// wait for it), and the gauges likewise, on theirs; then sleep, unless a pass hit its batch ceiling (a
+// claim (this sweeper swept it, or another did or holds it now) and the fire batch was not full. Then
+// the usage rollup's slices owed since the last run are started beside the loop (its own connection;
+// the next passes do not wait for them), and the gauges likewise, on theirs; then sleep, unless a pass hit its batch ceiling (a
 // backlog: go again at once) or an operator's switch flip is announced on queen_system_state.
 //
 // Test signals: `cycleDone()` resolves after the next complete cycle, `nextGauges()` after the next
@@ -18,7 +18,7 @@ import type { Pool } from 'pg';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { PassResult, readGauges, readLogGauges, rollupUsage, runPass } from './phases';
+import { PassResult, readGauges, readLogGauges, rollupUsageSlice, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
@@ -40,6 +40,11 @@ export const LOG_GAUGE_INTERVAL_MS = 15_000;
  * (2026-12-01, same machine, alternating runs): p50 fire lag 20-22 ms with 25 here, 11 with 10.
  */
 export const MIN_SLEEP_MS = 10;
+/**
+ * Heap pages a usage rollup slice counts (sql/041): one statement each, bounded whatever the size of
+ * the cell. Measured with bench:scale (docs/operations.md, "The usage rollup").
+ */
+export const DEFAULT_USAGE_SLICE_PAGES = 4096;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
 
@@ -54,7 +59,10 @@ export interface SweeperOptions {
   batch: number;
   /** Due timers fired per pass, cell-wide; the prune batch when omitted. */
   fireBatch?: number;
+  /** A full refresh of the usage measurement takes about this long: slices are spread over it. */
   usageIntervalMs: number;
+  /** Heap pages a usage slice counts when the layout is built; DEFAULT_USAGE_SLICE_PAGES unless a test asks. */
+  usageSlicePages?: number;
   /** How often the log's gauges are read; LOG_GAUGE_INTERVAL_MS unless a test asks for every cycle (0). */
   logGaugesIntervalMs?: number;
   shardsPerPass?: number;
@@ -102,6 +110,8 @@ export class Sweeper extends EventEmitter {
   private cycles = 0;
   private inCycle = false;
   private lastUsageAt = 0;
+  /** Slices in the cell's layout, from the last answer: a slice is owed every usageIntervalMs / this. */
+  private usageSlices = 1;
   /** The usage rollup in flight, on its own connection; firing does not wait for it. */
   private usageRun: Promise<void> | undefined;
   /** Tenants written by a rollup that finished since the last cycle report. */
@@ -273,19 +283,19 @@ export class Sweeper extends EventEmitter {
     }
     if (fireEnabled !== undefined) metrics.switchState.set({ switch: 'timersFire' }, fireEnabled ? 1 : 0);
 
-    // The usage rollup counts every live key and pending timer, so it lasts longer the more there are
-    // (about 1 s at a million keys, bench:scale 2026-12-01). Awaited here, it held up every timer due
-    // meanwhile by that long: it runs on its own pool connection instead, one at a time, and its
-    // result is reported by the first cycle that ends after it.
+    // The usage rollup counts one bounded slice of the tables per statement (sql/041), and a full
+    // refresh, every slice once, is spread over QUEEN_SWEEPER_USAGE_INTERVAL_MS: one slice is owed
+    // every interval / slices. A run counts what is owed since the last one, back to back, on its own
+    // pool connection beside the firing (a pass never waits for it), one run at a time.
     const now = Date.now();
-    if (!this.stopping && !this.usageRun && !this.pressure.suspended('usage') && now - this.lastUsageAt >= this.o.usageIntervalMs) {
-      const t0 = performance.now();
+    const step = this.o.usageIntervalMs / this.usageSlices;
+    if (!this.stopping && !this.usageRun && !this.pressure.suspended('usage') && now - this.lastUsageAt >= step) {
+      const owed = step > 0 ? Math.min(this.usageSlices, Math.floor((now - this.lastUsageAt) / step)) : this.usageSlices;
       this.lastUsageAt = now;
-      this.usageRun = rollupUsage(this.o.pool)
+      this.usageRun = this.runUsage(owed)
         .then(
           (tenants) => {
-            this.usageFinished = tenants;
-            metrics.sweeperCycleSeconds.observe({ phase: 'usage' }, (performance.now() - t0) / 1000);
+            if (tenants !== undefined) this.usageFinished = tenants;
           },
           (err: unknown) => {
             this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper usage rollup failed');
@@ -365,6 +375,27 @@ export class Sweeper extends EventEmitter {
       this.gaugesFinished++;
       this.emit('gauges');
     });
+  }
+
+  /**
+   * Counts up to `owed` slices, one statement each; more while the layout has slices never counted
+   * (the first refresh, or after a rewrite of a table: nothing is published until every slice has been
+   * counted, so it is done without pause). Stops early when nothing is due, or when another sweeper's
+   * call holds the rollup (it is doing the work). Answers the kv_usage rows the last publish wrote.
+   */
+  private async runUsage(owed: number): Promise<number | undefined> {
+    let tenants: number | undefined;
+    for (let i = 0; !this.stopping; i++) {
+      const t0 = performance.now();
+      const r = await rollupUsageSlice(this.o.pool, this.o.usageSlicePages ?? DEFAULT_USAGE_SLICE_PAGES, this.o.usageIntervalMs);
+      this.o.metrics.sweeperCycleSeconds.observe({ phase: 'usage' }, (performance.now() - t0) / 1000);
+      if (r.busy) break;
+      this.usageSlices = Math.max(1, r.slices);
+      if (r.published) tenants = r.tenants;
+      if (!r.counted) break;
+      if (r.uncounted === 0 && i + 1 >= owed) break;
+    }
+    return tenants;
   }
 
   private publishPressure(): void {

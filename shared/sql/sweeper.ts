@@ -12,9 +12,14 @@ export const SWEEPER_GAUGES = {
   text: `SELECT queen.sweeper_gauges_v1() AS gauges`,
 };
 
+/**
+ * One slice of the usage rollup (sql/041): $1 heap pages a slice (used when the layout is built),
+ * $2 QUEEN_SWEEPER_USAGE_INTERVAL_MS (a slice is due once half of it old). Counts the slice counted
+ * longest ago and publishes the sum into queen.kv_usage.
+ */
 export const KV_USAGE_ROLLUP = {
-  name: 'kv_usage_rollup_v1',
-  text: `SELECT queen.kv_usage_rollup_v1() AS tenants`,
+  name: 'kv_usage_rollup_v2',
+  text: `SELECT queen.kv_usage_rollup_v2($1::int, make_interval(secs => $2::float8 / 1000)) AS slice`,
 };
 
 /** The message log's gauges (sql/040_broker_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */

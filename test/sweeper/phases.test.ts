@@ -84,19 +84,21 @@ test('the usage rollup equals a direct count, per tenant, and overwrites', async
   const usage = async () =>
     (await api.pool.query(`SELECT rows::int, bytes::int, timers::int, timer_bytes::int, computed_at FROM queen.kv_usage WHERE tenant_id = $1`, [OTHER_TENANT])).rows[0];
 
-  await waitFor(async () => (await usage()) !== undefined, { what: 'a first usage rollup', timeoutMs: 10_000 });
+  // The measurement that has counted all of it: computed_at after the writes (the rollup counts in
+  // slices, and a publish before every slice was counted again speaks for an earlier instant).
+  const written = (await api.pool.query(`SELECT clock_timestamp() AS t`)).rows[0].t as Date;
+  await waitFor(async () => ((await usage())?.computed_at ?? 0) > written, { what: 'a measurement that counted the writes', timeoutMs: 10_000 });
   const first = await usage();
   expect({ ...first, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect(first.rows).toBe(50);
   expect(first.timers).toBe(30);
 
-  // Change the truth; the next rollup overwrites rather than adds.
+  // Change the truth; the next rollup overwrites rather than adds. A measurement whose computed_at
+  // is after the change has counted it (every slice was counted since).
   await api.pool.query(`SELECT queen.kv_apply_v1($1::uuid, $2::jsonb, false)`, [OTHER_TENANT, JSON.stringify([{ op: 'delete', ns: 'usage', key: 'k1' }])]);
   await api.pool.query(`DELETE FROM queen.log_timers WHERE tenant_id = $1 AND payload->>'i' IN ('1','2','3')`, [OTHER_TENANT]);
-  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
-  // Another rollup may already be under way; wait for one that started after the change.
-  await s.cycles(1);
-  await waitFor(async () => (await usage()).computed_at > first.computed_at, { what: 'a usage rollup newer than the first', timeoutMs: 10_000 });
+  const changed = (await api.pool.query(`SELECT clock_timestamp() AS t`)).rows[0].t as Date;
+  await waitFor(async () => (await usage()).computed_at > changed, { what: 'a measurement that counted the change', timeoutMs: 10_000 });
   const second = await usage();
   expect({ ...second, computed_at: undefined }).toEqual({ ...(await direct()), computed_at: undefined });
   expect([second.rows, second.timers]).toEqual([49, 27]);
@@ -153,10 +155,15 @@ test('under pressure the batch shrinks and the sleep lengthens; pruning is shed 
   // Still firing: a due timer is delivered by the very next cycle, and nothing was pruned meanwhile.
   await putAt(DEFAULT_TENANT, 'pressed', 10, 60, 1);
   const [id] = await scheduleDirect(api.pool, DEFAULT_TENANT, 1, () => ({ queue: 'pressed', payload: 1, delaySeconds: 0 }));
+  // No usage statement runs while the rollup is suspended (one started before the suspension has
+  // settled: cycles() awaits it).
+  const usageStatements = async () =>
+    (await s.metrics.sweeperCycleSeconds.get()).values.find((v) => v.metricName === 'queen_sweeper_cycle_seconds_count' && v.labels.phase === 'usage')?.value ?? 0;
+  const usageBefore = await usageStatements();
   const [three] = await s.cycles(1);
   expect(three.fired).toBe(1);
   expect(three.pruned).toBe(0);
-  expect(three.usageTenants).toBeUndefined();
+  expect(await usageStatements()).toBe(usageBefore);
   expect(await count(`SELECT count(*)::int AS n FROM queen.messages WHERE transaction_id = $1`, [`timer:${id}`])).toBe(1);
   expect(await count(`SELECT count(*)::int AS n FROM queen.kv WHERE namespace = 'pressed'`)).toBe(10);
 
@@ -240,7 +247,7 @@ test('a usage rollup that takes long holds up no timer: firing goes on while it 
   await holder.query('LOCK TABLE queen.kv_usage IN EXCLUSIVE MODE');
   const s = startTestSweeper(api.databaseUrl, { intervalMs: 20, usageIntervalMs: 0 });
   try {
-    const blocked = `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%kv_usage_rollup_v1%'`;
+    const blocked = `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%kv_usage_rollup_v2%'`;
     await waitFor(async () => (await count(blocked)) > 0, { what: 'the rollup blocked on the held lock', timeoutMs: 10_000 });
     const [id] = await scheduleDirect(api.pool, DEFAULT_TENANT, 1, () => ({ queue: 'beside-rollup', payload: 1, delaySeconds: 0 }));
     s.sweeper.wake();
