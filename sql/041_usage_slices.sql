@@ -247,37 +247,28 @@ BEGIN
     -- Rows created after v_since, the oldest counted_at now, are also kept by millisecond: every
     -- computed_at this count will be published under is at least v_since (see the header).
     SELECT coalesce(min(s.counted_at), now()) INTO v_since FROM queen.kv_usage_slice s;
-    IF v_rel = 'kv' THEN
-      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
-             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
-             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
-      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+    -- One statement for either relation: the branch of the other one is cut at plan time (its
+    -- v_rel test is a one-time filter), so each count is one TID range scan.
+    SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
+           array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
+           array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
+    INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
+    FROM (
+      SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
       FROM (
-        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
+        SELECT y.tenant_id, CASE WHEN y.created_at > v_since THEN date_trunc('milliseconds', y.created_at) END AS created, y.b
         FROM (
-          SELECT k.tenant_id, CASE WHEN k.created_at > v_since THEN date_trunc('milliseconds', k.created_at) END AS created,
-                 octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value) AS b
+          SELECT k.tenant_id, k.created_at, octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value) AS b
           FROM queen.kv k
-          WHERE k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
-        ) x
-        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
-      ) q;
-    ELSE
-      SELECT array_agg(q.tenant_id) FILTER (WHERE q.g = 1), array_agg(q.r) FILTER (WHERE q.g = 1), array_agg(q.b) FILTER (WHERE q.g = 1),
-             array_agg(q.tenant_id) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.created) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL),
-             array_agg(q.r) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL), array_agg(q.b) FILTER (WHERE q.g = 0 AND q.created IS NOT NULL)
-      INTO v_t, v_r, v_b, v_rt, v_rc, v_rr, v_rb
-      FROM (
-        SELECT x.tenant_id, x.created, count(*) AS r, sum(x.b)::bigint AS b, GROUPING(x.created) AS g
-        FROM (
-          SELECT t.tenant_id, CASE WHEN t.created_at > v_since THEN date_trunc('milliseconds', t.created_at) END AS created,
-                 pg_column_size(t.payload) AS b
+          WHERE v_rel = 'kv' AND k.ctid >= v_lo AND k.ctid < v_hi AND queen.kv_live_v1(k.expires_at, now())
+          UNION ALL
+          SELECT t.tenant_id, t.created_at, pg_column_size(t.payload)
           FROM queen.log_timers t
-          WHERE t.ctid >= v_lo AND t.ctid < v_hi
-        ) x
-        GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
-      ) q;
-    END IF;
+          WHERE v_rel = 'timers' AND t.ctid >= v_lo AND t.ctid < v_hi
+        ) y
+      ) x
+      GROUP BY GROUPING SETS ((x.tenant_id), (x.tenant_id, x.created))
+    ) q;
     IF v_t IS NOT NULL THEN
       INSERT INTO queen.kv_usage_part (rel, slice, tenant_id, rows, bytes)
       SELECT v_rel, v_slice, u.t, u.r, u.b FROM unnest(v_t, v_r, v_b) AS u(t, r, b);
