@@ -101,10 +101,14 @@ export class Guards {
     deps.metrics.rateProcesses.set(1);
     this.limiter =
       cluster.isWorker && process.send
-        ? new LeaseLimiter(deps.config, (mode) => {
-            deps.metrics.rateStoreFallback.set(mode.fallback ? 1 : 0);
-            deps.metrics.rateProcesses.set(mode.processes);
-          })
+        ? new LeaseLimiter(
+            deps.config,
+            (mode) => {
+              deps.metrics.rateStoreFallback.set(mode.fallback ? 1 : 0);
+              deps.metrics.rateProcesses.set(mode.processes);
+            },
+            () => deps.metrics.rateLeaseAsks.inc(),
+          )
         : new RateLimiter(deps.config);
     const poolMax = (deps.kvPool as unknown as { options: { max: number } }).options.max;
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);

@@ -68,7 +68,7 @@ export class LeaseLimiter implements Admission {
   private readonly pending = new Map<number, (grants: LeaseGrant[] | undefined) => void>();
   private nextId = 0;
 
-  constructor(config: Config, onMode: (mode: RateMode) => void) {
+  constructor(config: Config, onMode: (mode: RateMode) => void, private readonly onAsk: () => void = () => undefined) {
     this.limits = cellLimits(config);
     process.on('message', (m: IpcMessage) => {
       if (!m || typeof m !== 'object') return;
@@ -103,11 +103,25 @@ export class LeaseLimiter implements Admission {
     return Math.min(this.limits[scope].burst, l.mirror.level + ((now - l.mirror.at) / 1000) * l.mirror.ratePerSec);
   }
 
-  /** Seconds until the bucket, by its mirror, holds `short` more tokens; 0 when it may already. */
+  /** The mirror, moved to `now`, less `n` tokens this worker is about to take. */
+  private spendMirror(l: Lease, scope: RateScope, n: number, now: number): void {
+    if (!l.mirror) return;
+    l.mirror = { level: this.mirrored(l, scope, now) - n, at: now, ratePerSec: l.mirror.ratePerSec };
+  }
+
+  /**
+   * Seconds until the bucket, by its mirror, holds `short` more tokens, and at least a chunk; 0 when
+   * it may already. A bucket drained by a flood refills a token at a time: asking as soon as one is
+   * there made every token an IPC round trip and a statement on the shared store (200 a second for
+   * a 200/s limit, with calls piling onto each ask). Asking once a chunk is there takes the same
+   * tokens in a tenth of the asks; what waits meanwhile is refused from the mirror, and admits no
+   * less over a second. A bucket with room (every tenant under its limit) always holds a chunk.
+   */
   private mirrorWait(l: Lease, scope: RateScope, short: number, now: number): number {
     const level = this.mirrored(l, scope, now);
-    if (level >= short) return 0;
-    return (short - level) / l.mirror!.ratePerSec;
+    const target = Math.max(short, Math.min(this.chunk(scope), this.limits[scope].burst));
+    if (level >= target) return 0;
+    return (target - level) / l.mirror!.ratePerSec;
   }
 
   minimumWait(tenant: string, kind: 'read' | 'write'): RateDecision {
@@ -166,6 +180,11 @@ export class LeaseLimiter implements Admission {
       }
       return { retryAfterSeconds: wholeSeconds(Math.max(worst.wait, 0.001)), scope: worst.scope ?? short[0].scope };
     }
+    // What this call is about to ask for (or wait on an ask for) comes off the mirrors now: the
+    // calls behind it see the bucket as it will be once this one is served, and under a flood they
+    // are refused by preflight() from the mirror instead of each taking the full path to a 429 while
+    // the ask is out. The answer overwrites the mirror with the primary's own reading.
+    for (const h of short) this.spendMirror(h.l, h.scope, h.n - h.l.tokens, now);
     // Calls arriving while an ask for the tenant is out wait for it and look again: usually it
     // brought enough for them too, and one IPC round trip served them all.
     const out = this.asking.get(tenant);
@@ -215,6 +234,7 @@ export class LeaseLimiter implements Admission {
 
   private ask(tenant: string, asks: LeaseAsk[]): Promise<LeaseGrant[] | undefined> {
     if (!process.send || !process.connected) return Promise.resolve(undefined);
+    this.onAsk();
     const id = this.nextId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
