@@ -51,6 +51,8 @@ interface Lease {
   expires: number;
   /** The bucket as the last answer left it: its level, when, and its rate (undefined: never asked). */
   mirror?: { level: number; at: number; ratePerSec: number };
+  /** The last answer paid less than the ask wanted: the bucket is drained, refilling token by token. */
+  drained?: boolean;
 }
 
 interface IpcMessage {
@@ -110,16 +112,17 @@ export class LeaseLimiter implements Admission {
   }
 
   /**
-   * Seconds until the bucket, by its mirror, holds `short` more tokens, and at least a chunk; 0 when
-   * it may already. A bucket drained by a flood refills a token at a time: asking as soon as one is
-   * there made every token an IPC round trip and a statement on the shared store (200 a second for
-   * a 200/s limit, with calls piling onto each ask). Asking once a chunk is there takes the same
-   * tokens in a tenth of the asks; what waits meanwhile is refused from the mirror, and admits no
-   * less over a second. A bucket with room (every tenant under its limit) always holds a chunk.
+   * Seconds until the bucket, by its mirror, holds `short` more tokens (and, once drained, a chunk);
+   * 0 when it may already. A bucket drained by a flood refills a token at a time: asking as soon as
+   * one is there made every token an IPC round trip and a statement on the shared store (200 a
+   * second for a 200/s limit, with calls piling onto each ask). Asking once a chunk is there takes
+   * the same tokens in a tenth of the asks; what waits meanwhile is refused from the mirror, and
+   * admits no less over a second. Only after an answer that paid less than it was asked for: a
+   * bucket with room is asked as soon as it can pay the call.
    */
   private mirrorWait(l: Lease, scope: RateScope, short: number, now: number): number {
     const level = this.mirrored(l, scope, now);
-    const target = Math.max(short, Math.min(this.chunk(scope), this.limits[scope].burst));
+    const target = l.drained ? Math.max(short, Math.min(this.chunk(scope), this.limits[scope].burst)) : short;
     if (level >= target) return 0;
     return (target - level) / l.mirror!.ratePerSec;
   }
@@ -225,6 +228,7 @@ export class LeaseLimiter implements Admission {
         if (g.granted > 0 && l.tokens <= 0) l.expires = at + LEASE_TTL_MS;
         l.tokens += g.granted;
         l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
+        l.drained = g.granted < asks[i].want;
       });
       return true;
     });
