@@ -9,8 +9,9 @@
 //
 // Environment: DATABASE_URL (else an embedded PostgreSQL in a temp dir), BENCH_SECONDS (10 a phase),
 // BENCH_ROUNDS (5), BENCH_WORKERS (the API's QUEEN_WORKERS; half the cores), BENCH_PUSH_CONNECTIONS (8),
-// BENCH_FLOOD (reads,writes: the lanes to run), BENCH_KV_PAUSED (1: KV paused during the floods, so
-// every flood call is refused at the first rung).
+// BENCH_FLOOD (reads,writes: the lanes to run), BENCH_API_ARGS (node flags for the API, e.g.
+// `--cpu-prof --cpu-prof-dir=DIR`), BENCH_KV_PAUSED (1: KV paused during the floods, so every flood
+// call is refused at the first rung).
 // Needs POST /api/v1/push (branch `log`); on a build without it, it says so and exits 2.
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -81,7 +82,8 @@ function out(line = ''): void {
 }
 
 async function startApi(databaseUrl: string, port: number): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [MAIN], {
+  // BENCH_API_ARGS: node flags for the API alone (--cpu-prof --cpu-prof-dir=DIR: where its CPU goes).
+  const child = spawn(process.execPath, [...(process.env.BENCH_API_ARGS ?? '').split(' ').filter(Boolean), MAIN], {
     env: { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), QUEEN_WORKERS: String(WORKERS), LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
