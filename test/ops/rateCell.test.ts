@@ -71,32 +71,38 @@ const RATE = 20;
 const BURST = 5;
 const WINDOW_S = 8;
 
-describe('one keep-alive client against a two-worker process', () => {
+/** One API process on a database of its own for the describe block, with these workers and read limits. */
+function useReadLimitedCell(workers: number, ratePerSec: number, burst: number): { port: number } {
   let db: { url: string; drop(): Promise<void> };
   let api: Spawned;
-  let port: number;
+  const cell = { port: 0 };
   beforeAll(async () => {
     db = await createTestDatabase();
-    port = await freePort();
+    cell.port = await freePort();
     api = spawnApi({
       DATABASE_URL: db.url,
-      PORT: String(port),
-      QUEEN_WORKERS: '2',
-      DB_POOL_SIZE: '8',
+      PORT: String(cell.port),
+      QUEEN_WORKERS: String(workers),
+      DB_POOL_SIZE: String(4 + 2 * workers),
       LOG_LEVEL: 'warn',
-      QUEEN_KV_READS_PER_SEC: String(RATE),
-      QUEEN_KV_READS_BURST: String(BURST),
+      QUEEN_KV_READS_PER_SEC: String(ratePerSec),
+      QUEEN_KV_READS_BURST: String(burst),
       QUEEN_KV_CELL_OPS_PER_SEC: '100000',
     });
-    await untilHealthy(api, port);
+    await untilHealthy(api, cell.port);
   }, 60_000);
   afterAll(async () => {
     await api?.stop();
     await db?.drop();
   });
+  return cell;
+}
+
+describe('one keep-alive client against a two-worker process', () => {
+  const cell = useReadLimitedCell(2, RATE, BURST);
 
   test("gets the tenant's whole read rate, not one worker's half of it", async () => {
-    const r = await offer(port, 3 * RATE, WINDOW_S, get);
+    const r = await offer(cell.port, 3 * RATE, WINDOW_S, get);
     expect(r.other).toEqual([]);
     expectOneBucket(r.admitted, RATE, BURST, r.seconds);
     expect(r.refused).toBeGreaterThan(0);
@@ -104,34 +110,13 @@ describe('one keep-alive client against a two-worker process', () => {
 });
 
 describe('a flood against a drained bucket', () => {
-  let db: { url: string; drop(): Promise<void> };
-  let api: Spawned;
-  let port: number;
   const FLOOD_RATE = 200;
-  beforeAll(async () => {
-    db = await createTestDatabase();
-    port = await freePort();
-    api = spawnApi({
-      DATABASE_URL: db.url,
-      PORT: String(port),
-      QUEEN_WORKERS: '1',
-      DB_POOL_SIZE: '6',
-      LOG_LEVEL: 'warn',
-      QUEEN_KV_READS_PER_SEC: String(FLOOD_RATE),
-      QUEEN_KV_READS_BURST: String(FLOOD_RATE),
-      QUEEN_KV_CELL_OPS_PER_SEC: '100000',
-    });
-    await untilHealthy(api, port);
-  }, 60_000);
-  afterAll(async () => {
-    await api?.stop();
-    await db?.drop();
-  });
+  const cell = useReadLimitedCell(1, FLOOD_RATE, FLOOD_RATE);
 
   test('ten times the read rate: the bucket is paid out in chunks, one ask of the shared store per chunk rather than per token', async () => {
-    const asksBefore = await metric(`http://127.0.0.1:${port}`, 'queen_kv_rate_lease_asks_total');
-    const r = await offer(port, 10 * FLOOD_RATE, 3, get);
-    const asks = (await metric(`http://127.0.0.1:${port}`, 'queen_kv_rate_lease_asks_total')) - asksBefore;
+    const asksBefore = await metric(`http://127.0.0.1:${cell.port}`, 'queen_kv_rate_lease_asks_total');
+    const r = await offer(cell.port, 10 * FLOOD_RATE, 3, get);
+    const asks = (await metric(`http://127.0.0.1:${cell.port}`, 'queen_kv_rate_lease_asks_total')) - asksBefore;
     if (process.env.RATE_TEST_VERBOSE) process.stderr.write(`asks ${asks} for ${r.admitted} admitted\n`);
     expect(r.other).toEqual([]);
     // The limit holds as before: the burst plus the rate over the window.
