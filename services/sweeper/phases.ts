@@ -62,10 +62,13 @@ export interface Gauges {
   kvExpiryLagSeconds: number;
 }
 
-export async function readGauges(pool: Pool): Promise<Gauges> {
-  const { rows } = await pool.query(SWEEPER_GAUGES);
-  return rows[0].gauges as Gauges;
+/** One gauge statement's answer: a single row whose `gauges` column is the JSON object. */
+async function gaugesOf<T>(pool: Pool, statement: { name: string; text: string }): Promise<T> {
+  const { rows } = await pool.query(statement);
+  return rows[0].gauges as T;
 }
+
+export const readGauges = (pool: Pool): Promise<Gauges> => gaugesOf<Gauges>(pool, SWEEPER_GAUGES);
 
 export interface LogGauges {
   backlog: number;
@@ -74,10 +77,7 @@ export interface LogGauges {
   deadLetters: number;
 }
 
-export async function readLogGauges(pool: Pool): Promise<LogGauges> {
-  const { rows } = await pool.query(LOG_GAUGES);
-  return rows[0].gauges as LogGauges;
-}
+export const readLogGauges = (pool: Pool): Promise<LogGauges> => gaugesOf<LogGauges>(pool, LOG_GAUGES);
 
 /** What one call of the incremental usage rollup did (sql/041, queen.kv_usage_rollup_v2). */
 export interface UsageSlice {
