@@ -51,6 +51,8 @@ interface Lease {
   expires: number;
   /** The bucket as the last answer left it: its level, when, and its rate (undefined: never asked). */
   mirror?: { level: number; at: number; ratePerSec: number };
+  /** The last answer paid less than the ask wanted: the bucket is drained, refilling token by token. */
+  drained?: boolean;
 }
 
 interface IpcMessage {
@@ -103,11 +105,26 @@ export class LeaseLimiter implements Admission {
     return Math.min(this.limits[scope].burst, l.mirror.level + ((now - l.mirror.at) / 1000) * l.mirror.ratePerSec);
   }
 
-  /** Seconds until the bucket, by its mirror, holds `short` more tokens; 0 when it may already. */
+  /** The mirror, moved to `now`, less `n` tokens this worker is about to take. */
+  private spendMirror(l: Lease, scope: RateScope, n: number, now: number): void {
+    if (!l.mirror) return;
+    l.mirror = { level: this.mirrored(l, scope, now) - n, at: now, ratePerSec: l.mirror.ratePerSec };
+  }
+
+  /**
+   * Seconds until the bucket, by its mirror, holds `short` more tokens (and, once drained, a chunk);
+   * 0 when it may already. A bucket drained by a flood refills a token at a time: asking as soon as
+   * one is there made every token an IPC round trip and a statement on the shared store (200 a
+   * second for a 200/s limit, with calls piling onto each ask). Asking once a chunk is there takes
+   * the same tokens in a tenth of the asks; what waits meanwhile is refused from the mirror, and
+   * admits no less over a second. Only after an answer that paid less than it was asked for: a
+   * bucket with room is asked as soon as it can pay the call.
+   */
   private mirrorWait(l: Lease, scope: RateScope, short: number, now: number): number {
     const level = this.mirrored(l, scope, now);
-    if (level >= short) return 0;
-    return (short - level) / l.mirror!.ratePerSec;
+    const target = l.drained ? Math.max(short, Math.min(this.chunk(scope), this.limits[scope].burst)) : short;
+    if (level >= target) return 0;
+    return (target - level) / l.mirror!.ratePerSec;
   }
 
   minimumWait(tenant: string, kind: 'read' | 'write'): RateDecision {
@@ -166,6 +183,11 @@ export class LeaseLimiter implements Admission {
       }
       return { retryAfterSeconds: wholeSeconds(Math.max(worst.wait, 0.001)), scope: worst.scope ?? short[0].scope };
     }
+    // What this call is about to ask for (or wait on an ask for) comes off the mirrors now: the
+    // calls behind it see the bucket as it will be once this one is served, and under a flood they
+    // are refused by preflight() from the mirror instead of each taking the full path to a 429 while
+    // the ask is out. The answer overwrites the mirror with the primary's own reading.
+    for (const h of short) this.spendMirror(h.l, h.scope, h.n - h.l.tokens, now);
     // Calls arriving while an ask for the tenant is out wait for it and look again: usually it
     // brought enough for them too, and one IPC round trip served them all.
     const out = this.asking.get(tenant);
@@ -206,6 +228,7 @@ export class LeaseLimiter implements Admission {
         if (g.granted > 0 && l.tokens <= 0) l.expires = at + LEASE_TTL_MS;
         l.tokens += g.granted;
         l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
+        l.drained = g.granted < asks[i].want;
       });
       return true;
     });

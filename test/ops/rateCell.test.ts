@@ -109,6 +109,24 @@ describe('one keep-alive client against a two-worker process', () => {
   }, 60_000);
 });
 
+describe('a flood against a drained bucket', () => {
+  const FLOOD_RATE = 200;
+  const cell = useReadLimitedCell(1, FLOOD_RATE, FLOOD_RATE);
+
+  test('ten times the read rate: the bucket is paid out in chunks, one ask of the shared store per chunk rather than per token', async () => {
+    const asksBefore = await metric(`http://127.0.0.1:${cell.port}`, 'queen_kv_rate_lease_asks_total');
+    const r = await offer(cell.port, 10 * FLOOD_RATE, 3, get);
+    const asks = (await metric(`http://127.0.0.1:${cell.port}`, 'queen_kv_rate_lease_asks_total')) - asksBefore;
+    if (process.env.RATE_TEST_VERBOSE) process.stderr.write(`asks ${asks} for ${r.admitted} admitted\n`);
+    expect(r.other).toEqual([]);
+    // The limit holds as before: the burst plus the rate over the window.
+    expectOneBucket(r.admitted, FLOOD_RATE, FLOOD_RATE, r.seconds);
+    // A chunk is 50 ms of the rate (10 tokens here). Asked token by token, as before, a drained bucket
+    // cost about one ask per admitted call past the burst.
+    expect(asks).toBeLessThan((r.admitted - FLOOD_RATE) / 3);
+  }, 60_000);
+});
+
 describe('two API processes on one PostgreSQL share the buckets', () => {
   let db: { url: string; drop(): Promise<void> };
   const apis: Spawned[] = [];
