@@ -155,10 +155,15 @@ function runFlood(port: number, readsPerSec: number, writesPerSec: number): Prom
   });
 }
 
+const ASKS = 'lease asks';
+
 async function statusCounts(port: number): Promise<Record<string, number>> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   const counts: Record<string, number> = {};
   for (const m of text.matchAll(/^queen_kv_refusals_total\{code="([a-z_]+)"\} (\d+(?:\.\d+)?)/gm)) counts[m[1]] = Number(m[2]);
+  // Not a refusal: how often the workers asked the shared buckets for tokens (each ask an IPC round
+  // trip and a statement), the limiter's own cost under the flood.
+  counts[ASKS] = Number(/^queen_kv_rate_lease_asks_total (\d+)/m.exec(text)?.[1] ?? 0);
   return counts;
 }
 
@@ -244,8 +249,9 @@ async function main(): Promise<void> {
     out(`flood writes          ${perSec(sent.writes)} req/s sent, ${perSec(sent.writesOk)}/s admitted`);
     const delta = Object.entries(refusedAfter)
       .map(([code, n]) => [code, n - (refusedBefore[code] ?? 0)] as const)
-      .filter(([, n]) => n > 0);
+      .filter(([code, n]) => n > 0 && code !== ASKS);
     out(`refusals              ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (the cell's /metrics, summed over its workers)`);
+    out(`rate lease asks       ${(refusedAfter[ASKS] ?? 0) - (refusedBefore[ASKS] ?? 0)} (workers asking the shared buckets for tokens, over the whole run)`);
     const cores = (x: number, seconds: number) => (x / seconds).toFixed(2);
     const pgKnown = db.postmasterPid !== undefined;
     out(

@@ -30,6 +30,8 @@ export const LEASE_SECONDS = 0.05;
 export const LEASE_TTL_MS = 1000;
 /** A call waits for at most this many other calls' asks before it asks for itself. */
 const MAX_WAITS = 2;
+/** A call asks for itself at most this many times; past that, a bucket it is still short of is a 429. */
+const MAX_ASKS = 2;
 /** The longest a call waits for its primary's answer. */
 export const ASK_TIMEOUT_MS = 2000;
 
@@ -66,7 +68,7 @@ interface IpcMessage {
 export class LeaseLimiter implements Admission {
   private readonly limits: Record<RateScope, ScopeLimit>;
   private readonly leases = new Map<string, Lease>();
-  private readonly asking = new Map<string, Promise<boolean>>();
+  private readonly asking = new Map<string, Promise<Set<RateScope> | undefined>>();
   private readonly pending = new Map<number, (grants: LeaseGrant[] | undefined) => void>();
   private nextId = 0;
 
@@ -149,12 +151,21 @@ export class LeaseLimiter implements Admission {
   /**
    * Pays from the leases if they hold the whole call (no await); otherwise refuses from the mirrors
    * if they say the buckets cannot pay yet, or asks the primary and decides on its answer. A call is
-   * refused (429) only on evidence: a mirror that says wait, or its own ask answered short. Waiting
-   * on other calls' asks is no evidence (they may have been for other buckets, or timed out), so
-   * after at most MAX_WAITS of them the call asks for itself; an ask the primary never answers is
-   * 503 kv_unavailable, never 429.
+   * refused (429) only on evidence: a mirror that says wait, or its own ask answered short for a
+   * bucket it is still short of (`deniedBy`: the buckets whose grant fell short of the call's need).
+   * Waiting on other calls' asks is no evidence (they may have been for other buckets, or timed
+   * out), so after at most MAX_WAITS of them the call asks for itself; nor is a lease that expired
+   * and went back while the call's ask was out (the cell tokens a put leased, say, while a read
+   * asked for read tokens only): the call asks again, up to MAX_ASKS in all. An ask the primary
+   * never answers is 503 kv_unavailable, never 429.
    */
-  private tryLeases(tenant: string, costs: [RateScope, number][], waits = 0, asked = false): RateDecision | Promise<RateDecision> {
+  private tryLeases(
+    tenant: string,
+    costs: [RateScope, number][],
+    waits = 0,
+    deniedBy?: ReadonlySet<RateScope>,
+    asks = 0,
+  ): RateDecision | Promise<RateDecision> {
     const now = performance.now();
     const held = costs.map(([scope, n]) => ({ scope, n, l: this.lease(tenant, scope) }));
     for (const h of held) if (h.l.tokens > 0 && h.l.expires <= now) this.giveBack(tenant, h.scope, h.l);
@@ -174,7 +185,8 @@ export class LeaseLimiter implements Admission {
       const wait = this.mirrorWait(h.l, h.scope, h.n - h.l.tokens, now);
       if (wait > worst.wait) worst = { wait, scope: h.scope };
     }
-    if (worst.wait > 0 || asked) {
+    const denied = deniedBy !== undefined && (asks >= MAX_ASKS || short.some((h) => deniedBy.has(h.scope)));
+    if (worst.wait > 0 || denied) {
       // Refused: what an ask just brought for the call's other buckets goes back now, all but a
       // lease's usual holding, rather than sitting here for a second while other workers wait.
       for (const h of held) {
@@ -191,9 +203,9 @@ export class LeaseLimiter implements Admission {
     // Calls arriving while an ask for the tenant is out wait for it and look again: usually it
     // brought enough for them too, and one IPC round trip served them all.
     const out = this.asking.get(tenant);
-    if (out && waits < MAX_WAITS) return out.then(() => this.tryLeases(tenant, costs, waits + 1));
-    return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((answered) =>
-      answered ? this.tryLeases(tenant, costs, waits, true) : { retryAfterSeconds: 1, unavailable: true },
+    if (out && waits < MAX_WAITS) return out.then(() => this.tryLeases(tenant, costs, waits + 1, undefined, asks));
+    return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((denied) =>
+      denied ? this.tryLeases(tenant, costs, waits, denied, asks + 1) : { retryAfterSeconds: 1, unavailable: true },
     );
   }
 
@@ -202,8 +214,11 @@ export class LeaseLimiter implements Admission {
     return Math.max(1, this.limits[scope].ratePerSec * LEASE_SECONDS);
   }
 
-  /** One ask for this tenant's short leases (`need` each, plus a chunk); resolves false when the primary did not answer. */
-  private startAsk(tenant: string, short: { scope: RateScope; l: Lease; need: number }[]): Promise<boolean> {
+  /**
+   * One ask for this tenant's short leases (`need` each, plus a chunk). Resolves to the buckets
+   * whose grant fell short of `need` (empty: all paid), or undefined when the primary did not answer.
+   */
+  private startAsk(tenant: string, short: { scope: RateScope; l: Lease; need: number }[]): Promise<Set<RateScope> | undefined> {
     const asks: LeaseAsk[] = short.map((h) => ({
       scope: h.scope,
       need: h.need,
@@ -212,10 +227,12 @@ export class LeaseLimiter implements Admission {
     }));
     const asked = this.ask(tenant, asks).then((grants) => {
       if (this.asking.get(tenant) === asked) this.asking.delete(tenant);
-      if (!grants) return false;
+      if (!grants) return undefined;
       const at = performance.now();
+      const denied = new Set<RateScope>();
       short.forEach((h, i) => {
         const g = grants[i];
+        if (!g || g.granted < h.need) denied.add(h.scope);
         if (!g) return;
         // The lease as the map holds it now: an empty one may have been forgotten (returnExpired)
         // while the ask was out, and a grant written into that orphan was lost: the call that asked
@@ -230,7 +247,7 @@ export class LeaseLimiter implements Admission {
         l.mirror = { level: g.level, at, ratePerSec: g.ratePerSec };
         l.drained = g.granted < asks[i].want;
       });
-      return true;
+      return denied;
     });
     this.asking.set(tenant, asked);
     return asked;

@@ -228,3 +228,39 @@ test('a read and writes arriving together on a worker with empty leases are all 
     await db.drop();
   }
 });
+
+test("a call whose own ask was answered in full is not refused because another of its buckets' leases expired while the ask was out", async () => {
+  // A read costs a read token and a cell token. Here the worker holds cell tokens (leased by a put)
+  // and no read tokens, so a read asks for read tokens only; its ask is held up (the read bucket's
+  // row locked from another connection, so the shared store answers from its fallback after
+  // its 500 ms timeout) past the second the cell lease lives. Before: the answer brought the read
+  // tokens, the cell lease had expired and gone back meanwhile, and the read was refused 429 as if
+  // its own ask had come back short, under limits of a hundred thousand a second (the same race
+  // answered 429 in test/deploy/cluster.test.ts after a worker's SIGKILL, on a loaded machine).
+  const db = await createTestDatabase();
+  const port = await freePort();
+  const api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', LOG_LEVEL: 'warn', ...UNLIMITED_RATES });
+  const locker = new Client({ connectionString: db.url });
+  try {
+    await untilHealthy(api, port);
+    const base = `http://127.0.0.1:${port}`;
+    expect((await call(base, 'GET', '/api/v1/kv/expiry/k')).status).toBe(200);
+    // Both leases of that read expire (a second) and go back (the worker hands back what expired every
+    // half second); the put then leases write and cell tokens anew.
+    await elapse(1_700);
+    expect((await call(base, 'PUT', '/api/v1/kv/expiry/k', { value: 1, forever: true })).status).toBe(200);
+    const leasedCell = performance.now();
+    await locker.connect();
+    await locker.query('BEGIN');
+    await locker.query("SELECT 1 FROM queen.kv_rate_bucket WHERE scope = 'tenant_reads' FOR UPDATE");
+    // Ask within the cell lease's second, answered after it.
+    await elapse(Math.max(0, 600 - (performance.now() - leasedCell)));
+    const read = await call(base, 'GET', '/api/v1/kv/expiry/k');
+    expect(read.status).toBe(200);
+  } finally {
+    await locker.query('ROLLBACK').catch(() => undefined);
+    await locker.end().catch(() => undefined);
+    await api.stop();
+    await db.drop();
+  }
+}, 30_000);
