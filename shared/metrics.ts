@@ -77,7 +77,7 @@ export function createMetrics(register = new client.Registry()) {
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rateStore.ts).
     rateStoreFallback: gauge('queen_kv_rate_store_fallback', 'Rate limits: 1 while this process cannot reach the shared buckets and enforces its local share (1/processes), else 0.', [], 'max'),
-    rateLeaseAsks: counter('queen_kv_rate_lease_asks_total', 'Rate limits: token asks a worker sent its primary (each one a statement on the shared buckets); under a flood about rate / chunk a second per bucket, never one a request.'),
+    rateLeaseAsks: counter('queen_kv_rate_lease_asks_total', 'Rate limits: token asks a worker sent its primary (each one a statement on the shared buckets); under a flood about four a second per bucket and worker, never one a request.'),
     rateProcesses: gauge('queen_kv_rate_processes', 'Rate limits: API processes of the cell sharing the buckets, as this process last saw them.', [], 'max'),
     // Prune (sweeper)
     kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).', [], 'max'),

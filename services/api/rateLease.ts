@@ -26,6 +26,13 @@ import {
 
 /** A chunk is this much of the bucket's rate: 50 ms, so a busy tenant costs ~20 IPC asks a second per worker. */
 export const LEASE_SECONDS = 0.05;
+/**
+ * Once a bucket is drained (an answer paid less than asked), a worker asks again only when its
+ * mirror shows this much of the rate, and asks for all of it: about 4 asks a second for a flooded
+ * bucket, each an IPC round trip, a statement and ~1.4 ms of the primary's CPU. At 50 ms, the
+ * isolation flood cost ~64 asks a second and the primary 0.09 of a core (2026-12-02).
+ */
+export const DRAINED_SECONDS = 0.25;
 /** Unspent leased tokens go back after this. */
 export const LEASE_TTL_MS = 1000;
 /** A call waits for at most this many other calls' asks before it asks for itself. */
@@ -114,17 +121,17 @@ export class LeaseLimiter implements Admission {
   }
 
   /**
-   * Seconds until the bucket, by its mirror, holds `short` more tokens (and, once drained, a chunk);
-   * 0 when it may already. A bucket drained by a flood refills a token at a time: asking as soon as
-   * one is there made every token an IPC round trip and a statement on the shared store (200 a
-   * second for a 200/s limit, with calls piling onto each ask). Asking once a chunk is there takes
-   * the same tokens in a tenth of the asks; what waits meanwhile is refused from the mirror, and
-   * admits no less over a second. Only after an answer that paid less than it was asked for: a
-   * bucket with room is asked as soon as it can pay the call.
+   * Seconds until the bucket, by its mirror, holds `short` more tokens (and, once drained, a
+   * drained chunk); 0 when it may already. A bucket drained by a flood refills a token at a time:
+   * asking as soon as one is there made every token an IPC round trip and a statement on the shared
+   * store (200 a second for a 200/s limit, with calls piling onto each ask). Asking once
+   * DRAINED_SECONDS of the rate is there takes the same tokens in a fiftieth of the asks; what waits
+   * meanwhile is refused from the mirror, and admits no less over a second. Only after an answer
+   * that paid less than it was asked for: a bucket with room is asked as soon as it can pay the call.
    */
   private mirrorWait(l: Lease, scope: RateScope, short: number, now: number): number {
     const level = this.mirrored(l, scope, now);
-    const target = l.drained ? Math.max(short, Math.min(this.chunk(scope), this.limits[scope].burst)) : short;
+    const target = l.drained ? Math.max(short, this.drainedChunk(scope)) : short;
     if (level >= target) return 0;
     return (target - level) / l.mirror!.ratePerSec;
   }
@@ -214,6 +221,11 @@ export class LeaseLimiter implements Admission {
     return Math.max(1, this.limits[scope].ratePerSec * LEASE_SECONDS);
   }
 
+  /** What a worker waits for, and asks for, once the bucket is drained: DRAINED_SECONDS of the rate, at most the burst. */
+  private drainedChunk(scope: RateScope): number {
+    return Math.min(this.limits[scope].burst, Math.max(1, this.limits[scope].ratePerSec * DRAINED_SECONDS));
+  }
+
   /**
    * One ask for this tenant's short leases (`need` each, plus a chunk). Resolves to the buckets
    * whose grant fell short of `need` (empty: all paid), or undefined when the primary did not answer.
@@ -222,7 +234,7 @@ export class LeaseLimiter implements Admission {
     const asks: LeaseAsk[] = short.map((h) => ({
       scope: h.scope,
       need: h.need,
-      want: Math.max(h.need, Math.min(this.limits[h.scope].burst - h.l.tokens, h.need + this.chunk(h.scope))),
+      want: Math.max(h.need, Math.min(this.limits[h.scope].burst - h.l.tokens, h.need + (h.l.drained ? this.drainedChunk(h.scope) : this.chunk(h.scope)))),
       give: 0,
     }));
     const asked = this.ask(tenant, asks).then((grants) => {
