@@ -155,16 +155,14 @@ function runFlood(port: number, readsPerSec: number, writesPerSec: number): Prom
   });
 }
 
-const ASKS = 'lease asks';
-
-async function statusCounts(port: number): Promise<Record<string, number>> {
+/** What the cell's /metrics says of the flood: refusals by code, and the workers' asks of the shared buckets. */
+async function cellCounts(port: number): Promise<{ refusals: Record<string, number>; asks: number }> {
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const counts: Record<string, number> = {};
-  for (const m of text.matchAll(/^queen_kv_refusals_total\{code="([a-z_]+)"\} (\d+(?:\.\d+)?)/gm)) counts[m[1]] = Number(m[2]);
-  // Not a refusal: how often the workers asked the shared buckets for tokens (each ask an IPC round
-  // trip and a statement), the limiter's own cost under the flood.
-  counts[ASKS] = Number(/^queen_kv_rate_lease_asks_total (\d+)/m.exec(text)?.[1] ?? 0);
-  return counts;
+  const refusals: Record<string, number> = {};
+  for (const m of text.matchAll(/^queen_kv_refusals_total\{code="([a-z_]+)"\} (\d+(?:\.\d+)?)/gm)) refusals[m[1]] = Number(m[2]);
+  // Each ask is an IPC round trip and a statement: the limiter's own cost under the flood.
+  const asks = Number(/^queen_kv_rate_lease_asks_total (\d+)/m.exec(text)?.[1] ?? 0);
+  return { refusals, asks };
 }
 
 async function main(): Promise<void> {
@@ -202,7 +200,7 @@ async function main(): Promise<void> {
     const flooded: number[] = [];
     const cpu = { api: 0, pg: 0, generator: 0, pushGenerator: 0, busy: 0, total: 0, apiAlone: 0, pgAlone: 0 };
     const sent = { reads: 0, readsOk: 0, writes: 0, writesOk: 0 };
-    const refusedBefore = await statusCounts(port);
+    const before = await cellCounts(port);
     const aloneLine = (r: Phase) => `${r.okPerSec.toFixed(0)} pushes/s  (p99 ${r.p99Ms} ms, non-2xx ${r.non2xx})`;
 
     const aloneOnce = async (round: number) => {
@@ -242,16 +240,16 @@ async function main(): Promise<void> {
     }
     await aloneOnce(ROUNDS + 1);
 
-    const refusedAfter = await statusCounts(port);
+    const after = await cellCounts(port);
     const floodSeconds = ROUNDS * SECONDS;
     const perSec = (n: number) => (n / floodSeconds).toFixed(0);
     out(`flood reads           ${perSec(sent.reads)} req/s sent, ${perSec(sent.readsOk)}/s admitted`);
     out(`flood writes          ${perSec(sent.writes)} req/s sent, ${perSec(sent.writesOk)}/s admitted`);
-    const delta = Object.entries(refusedAfter)
-      .map(([code, n]) => [code, n - (refusedBefore[code] ?? 0)] as const)
-      .filter(([code, n]) => n > 0 && code !== ASKS);
+    const delta = Object.entries(after.refusals)
+      .map(([code, n]) => [code, n - (before.refusals[code] ?? 0)] as const)
+      .filter(([, n]) => n > 0);
     out(`refusals              ${delta.map(([c, n]) => `${c}=${n}`).join(' ') || 'none'} (the cell's /metrics, summed over its workers)`);
-    out(`rate lease asks       ${(refusedAfter[ASKS] ?? 0) - (refusedBefore[ASKS] ?? 0)} (workers asking the shared buckets for tokens, over the whole run)`);
+    out(`rate lease asks       ${after.asks - before.asks} (workers asking the shared buckets for tokens, over the whole run)`);
     const cores = (x: number, seconds: number) => (x / seconds).toFixed(2);
     const pgKnown = db.postmasterPid !== undefined;
     out(

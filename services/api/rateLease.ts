@@ -211,8 +211,8 @@ export class LeaseLimiter implements Admission {
     // brought enough for them too, and one IPC round trip served them all.
     const out = this.asking.get(tenant);
     if (out && waits < MAX_WAITS) return out.then(() => this.tryLeases(tenant, costs, waits + 1, undefined, asks));
-    return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((denied) =>
-      denied ? this.tryLeases(tenant, costs, waits, denied, asks + 1) : { retryAfterSeconds: 1, unavailable: true },
+    return this.startAsk(tenant, short.map((h) => ({ scope: h.scope, l: h.l, need: h.n - h.l.tokens }))).then((shortOf) =>
+      shortOf ? this.tryLeases(tenant, costs, waits, shortOf, asks + 1) : { retryAfterSeconds: 1, unavailable: true },
     );
   }
 

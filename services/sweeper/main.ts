@@ -11,7 +11,7 @@ import client from 'prom-client';
 import { createMetrics, primeMetrics } from '../../shared/metrics';
 import { startMetricsServer } from './metricsServer';
 import { DEFAULT_SLOW_PASS_MS } from './pressure';
-import { DEFAULT_SHARDS_PER_PASS, DEFAULT_USAGE_SLICE_PAGES, Sweeper } from './sweeper';
+import { DEFAULT_SHARDS_PER_PASS, Sweeper } from './sweeper';
 
 async function main(): Promise<void> {
   const config = loadConfigOrExit('sweeper');
@@ -77,7 +77,6 @@ async function main(): Promise<void> {
       batch: config.sweeperBatch,
       fireBatch: config.sweeperFireBatch,
       usageIntervalMs: config.sweeperUsageIntervalMs,
-      usageSlicePages: DEFAULT_USAGE_SLICE_PAGES,
       shards: 64,
       shardsPerPass: DEFAULT_SHARDS_PER_PASS,
       slowPassMs: DEFAULT_SLOW_PASS_MS,
