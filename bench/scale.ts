@@ -10,7 +10,7 @@
 //                                                   real sweeper process at a steady 500 timers/s;
 //   pop + ack                                       batches of 10 behind the message backlog;
 // plus table and index bytes, B-tree depths, WAL bytes per operation (pg_current_wal_insert_lsn) and
-// the usage rollup's duration: the full count (v1) and the incremental one (v2, sql/041: a refresh
+// the usage rollup's duration: the full count in one statement and the incremental one (v2, a refresh
 // from a fresh layout, then a steady refresh, each slice one statement, at each --slice-pages).
 // Prints cost against size and API÷SQL at each size; raw figures go to bench/results/scale.json.
 // Resumable: sizes already in the json are loaded (the data is needed for the next size) but not
@@ -82,14 +82,22 @@ const log = (s: string) => process.stdout.write(`${new Date().toISOString().slic
 function expectedSeconds(n: number, loadedBefore: number): number {
   const capped = (x: number) => Math.min(x, CAP);
   const load = (n - loadedBefore) / 50_000 + (2 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
-  // --only=rollup: keys and timers (no messages); the v1 rollup three times, the v2 refreshes twice per slice size.
+  // --only=rollup: keys and timers (no messages); the full count three times, the v2 refreshes twice per slice size.
   if (ONLY_ROLLUP) return load - (capped(n) - capped(loadedBefore)) / 25_000 + ((3 + 2 * SLICE_PAGES.length) * 2 * n) / 1_000_000;
   return load + (2 * n) / 10 / 15_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
 }
 
 // ---------------------------------------------------------------- statements of the sql lane
-/** The full usage rollup (sql/032), the sweeper's statement before sql/041: measured beside the incremental one. */
-const KV_USAGE_ROLLUP_V1 = { name: 'kv_usage_rollup_v1', text: `SELECT queen.kv_usage_rollup_v1() AS tenants` };
+/** The whole cell counted in one statement (the usage rollup before the incremental one; its upsert left out), measured beside the incremental one. */
+const FULL_USAGE_COUNT = {
+  name: 'full_usage_count',
+  text: `SELECT tenant_id, sum(r)::bigint AS rows, sum(b)::bigint AS bytes, sum(t)::bigint AS timers, sum(tb)::bigint AS timer_bytes
+           FROM (SELECT k.tenant_id, count(*) AS r, sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS b, 0 AS t, 0 AS tb
+                   FROM queen.kv k WHERE queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id
+                 UNION ALL
+                 SELECT t.tenant_id, 0, 0, count(*), sum(pg_column_size(t.payload)) FROM queen.log_timers t GROUP BY t.tenant_id) x
+          GROUP BY tenant_id`,
+};
 const SQL = {
   get: `SELECT value, version FROM queen.kv WHERE tenant_id = $1 AND namespace = $2 AND key = $3 AND (expires_at IS NULL OR expires_at > now())`,
   put: `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) VALUES ($1, $2, $3, $4::jsonb, nextval('queen.kv_version_seq'))
@@ -326,13 +334,13 @@ async function loadMessages(admin: Pool, partitions: string[], from: number, to:
 }
 
 // ---------------------------------------------------------------- one size
-/** The usage rollups at the size loaded: the full count (v1) three times, a 10,000-page count, the incremental one (v2). */
+/** The usage rollups at the size loaded: the full count three times, a 10,000-page count, the incremental one (v2). */
 async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 'rollupSliceMs' | 'sliceRefresh' | 'manyTenants' | 'kvPages'>> {
   // The usage rollup, the sweeper's statement, three times (the first reads cold pages).
   const rollupMs: number[] = [];
   for (let i = 0; i < 3; i++) {
     const s = performance.now();
-    await ctx.admin.query(KV_USAGE_ROLLUP_V1);
+    await ctx.admin.query(FULL_USAGE_COUNT);
     rollupMs.push(performance.now() - s);
   }
   log(`  rollup       ${rollupMs.map((x) => x.toFixed(0)).join(' / ')} ms`);
@@ -353,7 +361,7 @@ async function measureRollups(ctx: Ctx): Promise<Pick<SizeFigures, 'rollupMs' | 
   }
   log(`  rollup slice ${sliceMs.map((x) => x.toFixed(0)).join(' / ')} ms for 10,000 of ${pages} pages`);
 
-  // The incremental rollup, as the sweeper runs it (sql/041): from a fresh layout every slice counted
+  // The incremental rollup, as the sweeper runs it: from a fresh layout every slice counted
   // back to back (a sweeper's first run, or after a table was rewritten), then a steady refresh: each
   // slice counted again, oldest first (interval 0: every slice is due). One statement a slice.
   const sliceRefresh: NonNullable<SizeFigures['sliceRefresh']> = [];
@@ -730,7 +738,7 @@ export function reportRollup(results: Results): string {
   const row = (label: string, f: (s: SizeFigures) => string) => lines.push(`| ${label} | ${sizes.map(f).join(' | ')} |`);
   row('rows: keys / pending timers', (s) => `${fmt(s.size)} / ${fmt(s.timers)}`);
   row('kv heap pages', (s) => fmt(s.kvPages ?? NaN));
-  row('full rollup (v1), ms, 3 runs', (s) => s.rollupMs.map((x) => fmt(x)).join(' / '));
+  row('full count, ms, 3 runs', (s) => s.rollupMs.map((x) => fmt(x)).join(' / '));
   rollupRows(sizes, row);
   return lines.join('\n');
 }

@@ -115,16 +115,18 @@ export async function applySchemaLogged(config: Config, log: Logger, apply = con
   const started = Date.now();
   if (apply) {
     let applied: number[] = [];
+    let defined: string[] = [];
     let adopted = false;
-    await whenReachable(config, log, async () => void ({ applied, adopted } = await applySchema(directUrl(config), options)));
+    await whenReachable(config, log, async () => void ({ applied, defined, adopted } = await applySchema(directUrl(config), options)));
     if (adopted) log.info({ versions: applied }, 'schema: a database from before versioned migrations, adopted (its baseline re-applied once and recorded)');
-    // One message whatever ran (log queries key on it); `applied` lists the versions, none when up to date.
-    log.info({ ms: Date.now() - started, applied }, 'schema applied');
+    // One message whatever ran (log queries key on it); `applied` lists the versions and `defined` the
+    // function files, none when up to date.
+    log.info({ ms: Date.now() - started, applied, defined }, 'schema applied');
     return;
   }
   for (;;) {
     let pending: string[] = [];
-    await whenReachable(config, log, async () => void (pending = (await pendingMigrations(directUrl(config))).map((m) => m.name)));
+    await whenReachable(config, log, async () => void (pending = await pendingMigrations(directUrl(config))));
     if (pending.length === 0) {
       log.info({ ms: Date.now() - started }, 'schema up to date');
       return;

@@ -171,7 +171,7 @@ function timeoutAnswer(err: unknown, config: Config): unknown {
 }
 
 /**
- * Brings the database's schema up to this release: the pending migrations of sql/, each once, in
+ * Brings the database's schema up to this release: the pending migrations of sql/migrations/, each once, in
  * order, under an advisory lock, so that concurrent boots (cluster workers, several sweepers, the
  * release command) never race; refuses a changed applied file or a database newer than this
  * release (shared/migrations.ts). Booting twice changes nothing.

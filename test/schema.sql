@@ -17,6 +17,7 @@ TABLE partition_consumers
 TABLE partitions
 TABLE queue_delays
 TABLE queues
+TABLE schema_definitions
 TABLE schema_migrations
 TABLE shared_leases
 TABLE sweeper_shards
@@ -129,6 +130,9 @@ COLUMN queues.retry_limit integer NOT NULL DEFAULT 3
 COLUMN queues.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
+COLUMN schema_definitions.name text NOT NULL
+COLUMN schema_definitions.checksum text NOT NULL
+COLUMN schema_definitions.applied_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN schema_migrations.version integer NOT NULL
 COLUMN schema_migrations.name text NOT NULL
 COLUMN schema_migrations.checksum text NOT NULL
@@ -179,6 +183,7 @@ CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
+CONSTRAINT schema_definitions.schema_definitions_pkey PRIMARY KEY (name)
 CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
@@ -216,6 +221,7 @@ CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree
 CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
+CREATE UNIQUE INDEX schema_definitions_pkey ON queen.schema_definitions USING btree (name)
 CREATE UNIQUE INDEX schema_migrations_pkey ON queen.schema_migrations USING btree (version)
 CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
@@ -373,7 +379,7 @@ BEGIN
   IF NOT coalesce(queen.kv_key_ok_v1(p_key), false) THEN
     RETURN NULL;
   END IF;
-  -- The guards are 025_kv_checks.sql's, the ones the batch fast check runs.
+  -- The guards are kv_checks.sql's, the ones the batch fast check runs.
   IF p_op = 'get' THEN
     IF p_rest = '{}'::jsonb THEN
       SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
@@ -1160,35 +1166,6 @@ AS $function$
            CASE WHEN kv.key IS NOT NULL AND queen.kv_live_v1(kv.expires_at, p_now) THEN p_live_reason ELSE 'absent' END, kv, p_now)
     FROM (SELECT) one LEFT JOIN queen.kv kv ON kv.tenant_id = p_tenant AND kv.namespace = p_ns AND kv.key = p_key
 $function$
-CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v1()
- RETURNS integer
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_n INT;
-BEGIN
-  WITH measured AS (
-    SELECT tenant_id, sum(r)::bigint AS rows, sum(b)::bigint AS bytes, sum(t)::bigint AS timers, sum(tb)::bigint AS timer_bytes
-    FROM (
-      SELECT k.tenant_id, count(*) AS r,
-             sum(octet_length(k.namespace) + octet_length(k.key) + pg_column_size(k.value)) AS b, 0 AS t, 0 AS tb
-      FROM queen.kv k WHERE queen.kv_live_v1(k.expires_at, now()) GROUP BY k.tenant_id
-      UNION ALL
-      SELECT t.tenant_id, 0, 0, count(*), sum(pg_column_size(t.payload))
-      FROM queen.log_timers t GROUP BY t.tenant_id
-      UNION ALL
-      SELECT u.tenant_id, 0, 0, 0, 0 FROM queen.kv_usage u
-    ) x GROUP BY tenant_id
-  )
-  INSERT INTO queen.kv_usage AS u (tenant_id, rows, bytes, timers, timer_bytes, computed_at)
-  SELECT tenant_id, rows, bytes, timers, timer_bytes, now() FROM measured
-  ON CONFLICT (tenant_id) DO UPDATE
-    SET rows = EXCLUDED.rows, bytes = EXCLUDED.bytes, timers = EXCLUDED.timers,
-        timer_bytes = EXCLUDED.timer_bytes, computed_at = EXCLUDED.computed_at
-    WHERE u.computed_at <= EXCLUDED.computed_at;
-  GET DIAGNOSTICS v_n = ROW_COUNT;
-  RETURN v_n;
-END $function$
 CREATE OR REPLACE FUNCTION queen.kv_usage_rollup_v2(p_pages integer, p_interval interval)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1436,11 +1413,6 @@ BEGIN
   END IF;
   RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks jsonb, p_raise boolean DEFAULT false)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_ack_batch_v1('00000000-0000-0000-0000-000000000001'::uuid, p_acks, p_raise) $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1575,11 +1547,6 @@ BEGIN
   RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops jsonb)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, p_ops) $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1742,11 +1709,6 @@ BEGIN
       'Item %s: transactionId is a non-empty string of at most %s bytes.', p_index, queen.log_max_transaction_id_bytes_v1()), p_index);
   END IF;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body jsonb)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_configure_v1('00000000-0000-0000-0000-000000000001'::uuid, p_body) $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1890,11 +1852,6 @@ BEGIN
     SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
   END IF;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease text, p_seconds integer)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_extend_lease_v1('00000000-0000-0000-0000-000000000001'::uuid, p_lease, p_seconds) $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2100,11 +2057,6 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue text, p_partition text, p_group text, p_batch integer)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_pop_v1('00000000-0000-0000-0000-000000000001'::uuid, p_queue, p_partition, p_group, p_batch) $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2250,11 +2202,6 @@ BEGIN
       LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies jsonb)
- RETURNS SETOF text
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_push_coalesced_v1('00000000-0000-0000-0000-000000000001'::uuid, p_bodies) $function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant uuid, p_bodies jsonb)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -2429,11 +2376,6 @@ AS $function$
                            p_items->0->'payload', queen.log_fast_transaction_id_v1(p_items->0))
   END
 $function$
-CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items jsonb)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT queen.log_push_request_v1('00000000-0000-0000-0000-000000000001'::uuid, p_items) $function$
 CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_tenant uuid, p_items jsonb)
  RETURNS jsonb
  LANGUAGE sql

@@ -35,12 +35,22 @@ export function median(xs: number[]): number {
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
-/** The sql/ files of a git revision, or of the working tree. */
+/**
+ * The schema files of a git revision, or of the working tree, in the order a fresh database takes
+ * them: the migrations, then the function definitions (sql/functions/, bodies checked at call time
+ * as the boot's first pass does). A revision from before the split has its numbered files in sql/.
+ */
 export function schemaOf(ref: string | undefined): string[] {
-  const dir = path.join(ROOT, 'sql');
-  if (!ref) return fs.readdirSync(dir).filter((f) => /^\d+_.+\.sql$/.test(f)).sort().map((f) => fs.readFileSync(path.join(dir, f), 'utf8'));
-  const names = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/'], { cwd: ROOT }).toString().trim().split('\n').filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
-  return names.map((n) => execFileSync('git', ['show', `${ref}:${n}`], { cwd: ROOT }).toString());
+  const list = (dir: string): string[] =>
+    ref
+      ? execFileSync('git', ['ls-tree', '--name-only', ref, `${dir}/`], { cwd: ROOT }).toString().trim().split('\n').filter((f) => f.endsWith('.sql'))
+      : fs.existsSync(path.join(ROOT, dir)) ? fs.readdirSync(path.join(ROOT, dir)).filter((f) => f.endsWith('.sql')).map((f) => `${dir}/${f}`) : [];
+  const read = (file: string): string =>
+    ref ? execFileSync('git', ['show', `${ref}:${file}`], { cwd: ROOT }).toString() : fs.readFileSync(path.join(ROOT, file), 'utf8');
+  const migrations = list('sql/migrations');
+  const numbered = (migrations.length > 0 ? migrations : list('sql')).filter((f) => /\/\d+_.+\.sql$/.test(f)).sort();
+  const functions = list('sql/functions').sort();
+  return [...numbered.map(read), ...(functions.length > 0 ? ['SET LOCAL check_function_bodies = off', ...functions.map(read)] : [])];
 }
 
 /**

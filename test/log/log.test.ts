@@ -2,7 +2,7 @@
 // acks and their failure cases, failed-ack redelivery up to retryLimit then dead letter, long poll,
 // lease extend, and the shape refusals.
 import { Client } from 'pg';
-import { migrations } from '../../shared/migrations';
+import { definitions, migrations } from '../../shared/migrations';
 import { ack, ackOf, configure, pop, popRaw, push, takenOver } from './helpers';
 import { call } from '../support/http';
 import { elapse } from '../support/wait';
@@ -304,7 +304,7 @@ describe('boot beside a running cell', () => {
     await booting.connect();
     try {
       await booting.query('BEGIN');
-      for (const m of migrations()) await booting.query(m.sql);
+      for (const m of [...migrations(), ...definitions()]) await booting.query(m.sql);
       // The apply's transaction is open and holds whatever it took; the log must not wait on it.
       const traffic = (async () => {
         await push(api.url, [{ queue: 'reboot', payload: 2 }]);

@@ -1,4 +1,4 @@
--- 013: the transaction wire's operations, queue administration, lease extension, and the previous release's entry points.
+-- The transaction wire's operations, queue administration and lease extension.
 
 -- Creates and locks, in ascending (queue, partition) order, every partition of the tenant these
 -- (validated) items push to. (The fire, pushing for several tenants, calls it tenant by tenant in
@@ -334,21 +334,3 @@ BEGIN
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
 END $$;
-
--- The entry points as the API of the previous release calls them (no tenant): the default tenant's,
--- which is what every row written before tenancy became (010_log.sql). An API of that release
--- running beside this one during a rolling deploy keeps answering; nothing of this release calls them.
-CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_body JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_configure_v1('00000000-0000-0000-0000-000000000001'::uuid, p_body) $$;
-CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_items JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_push_request_v1('00000000-0000-0000-0000-000000000001'::uuid, p_items) $$;
-CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_bodies JSONB) RETURNS SETOF TEXT LANGUAGE sql AS $$
-  SELECT queen.log_push_coalesced_v1('00000000-0000-0000-0000-000000000001'::uuid, p_bodies) $$;
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_pop_v1('00000000-0000-0000-0000-000000000001'::uuid, p_queue, p_partition, p_group, p_batch) $$;
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_ack_batch_v1('00000000-0000-0000-0000-000000000001'::uuid, p_acks, p_raise) $$;
-CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_ops JSONB) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_apply_v1('00000000-0000-0000-0000-000000000001'::uuid, p_ops) $$;
-CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_lease TEXT, p_seconds INT) RETURNS JSONB LANGUAGE sql AS $$
-  SELECT queen.log_extend_lease_v1('00000000-0000-0000-0000-000000000001'::uuid, p_lease, p_seconds) $$;

@@ -1,5 +1,6 @@
 -- 010: the message log, minimal and real (docs/log-and-transactions.md). Queues, their partitions, the messages,
--- and per (partition, consumer group) the cursor and the lease. The rules are in 011_log_push.sql, 012_log_consume.sql and 013_log_apply.sql.
+-- and per (partition, consumer group) the cursor and the lease. The rules are in sql/functions/log_push.sql,
+-- log_consume.sql and log_apply.sql.
 --
 -- Decisions, briefly:
 --  * A message's place in its partition is `seq`, drawn from the partition row's own counter while
@@ -82,7 +83,6 @@ CREATE TABLE IF NOT EXISTS queen.queue_delays (
   delayed_processing INTEGER NOT NULL DEFAULT 0 CHECK (delayed_processing BETWEEN 0 AND 86400),
   window_buffer      INTEGER NOT NULL DEFAULT 0 CHECK (window_buffer BETWEEN 0 AND 86400)
 );
-
 CREATE TABLE IF NOT EXISTS queen.partitions (
   id         UUID PRIMARY KEY DEFAULT gen_random_uuid(),
   queue_id   UUID NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
@@ -92,7 +92,6 @@ CREATE TABLE IF NOT EXISTS queen.partitions (
   created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
   UNIQUE (queue_id, name)
 );
-
 CREATE TABLE IF NOT EXISTS queen.messages (
   partition_id   UUID NOT NULL REFERENCES queen.partitions (id) ON DELETE CASCADE,
   seq            BIGINT NOT NULL,
@@ -102,7 +101,6 @@ CREATE TABLE IF NOT EXISTS queen.messages (
   PRIMARY KEY (partition_id, seq),
   UNIQUE (partition_id, transaction_id)
 );
-
 CREATE TABLE IF NOT EXISTS queen.partition_consumers (
   partition_id     UUID NOT NULL REFERENCES queen.partitions (id) ON DELETE CASCADE,
   consumer_group   TEXT COLLATE "C" NOT NULL,
@@ -156,7 +154,6 @@ CREATE TABLE IF NOT EXISTS queen.shared_leases (
   PRIMARY KEY (partition_id, consumer_group),
   FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers (partition_id, consumer_group) ON DELETE CASCADE
 );
-
 DO $$
 BEGIN
   IF to_regclass('queen.idx_shared_leases_shared_id') IS NULL THEN
@@ -177,7 +174,6 @@ CREATE TABLE IF NOT EXISTS queen.message_failures (
   PRIMARY KEY (partition_id, consumer_group, seq),
   FOREIGN KEY (partition_id, seq) REFERENCES queen.messages (partition_id, seq) ON DELETE CASCADE
 );
-
 DO $$
 BEGIN
   IF to_regclass('queen.idx_message_failures_dead_letters') IS NULL THEN

@@ -1,19 +1,5 @@
--- 001: the queen schema, the cell's system state and the helpers every surface shares.
--- Files 001 to 032 are the baseline of the versioned migrations (shared/migrations.ts,
--- docs/deploy.md): each runs once per database, but a database of a release from before versioning
--- gets them all run over its live schema, so every statement in them is idempotent, and none may
--- take an ACCESS EXCLUSIVE lock on a table that already exists: a boot beside a running cell must
--- not stall its traffic. Never edit them: a change is a new numbered file.
-
-CREATE SCHEMA IF NOT EXISTS queen;
-
--- Operator switches and other cell-wide facts. An absent row means the default (for the kill
--- switches: on), so a fresh cell never boots with a surface dead and no row to explain why.
-CREATE TABLE IF NOT EXISTS queen.system_state (
-  key        TEXT PRIMARY KEY,
-  value      JSONB NOT NULL,
-  updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
+-- The helpers every surface shares: the refusal, array lengths, timestamps, the UUID and name
+-- rules, and the limits with their defaults (queen.limit_v1).
 
 -- The one way a procedure refuses bad input: SQLSTATE QK400 with DETAIL {"code", "index"}, which
 -- shared/errors.ts turns into a 400 with that code. Every surface (KV, log, timers) raises through it.
@@ -95,9 +81,3 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3155760000 $$;
 -- The name the previous release's API still calls (shared/sql/system.ts); drop it one release later.
 CREATE OR REPLACE FUNCTION queen.kv_ts_v1(TIMESTAMPTZ) RETURNS TEXT
 LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT queen.ts_v1($1) $$;
-
--- Earlier copies, one per surface; nothing calls them any more.
-DROP FUNCTION IF EXISTS queen.kv_fail_v1(TEXT, TEXT, INT);
-DROP FUNCTION IF EXISTS queen.log_fail_v1(TEXT, TEXT, INT);
-DROP FUNCTION IF EXISTS queen.log_ts_v1(TIMESTAMPTZ);
-DROP FUNCTION IF EXISTS queen.log_uuid_ok_v1(TEXT);

@@ -1,4 +1,4 @@
--- 040: the message log's gauges for operators, read by the sweeper on its slow cadence
+-- The message log's gauges for operators, read by the sweeper on its slow cadence
 -- (services/sweeper/sweeper.ts, every LOG_GAUGE_INTERVAL_MS), never on a request's path.
 --
 -- One statement answers four cell-wide figures (docs/operations.md, "What to watch"):
@@ -49,7 +49,6 @@ LANGUAGE sql STABLE AS $$
    WHERE p.last_seq > coalesce(c.cursor_seq, 0)
    GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
 $$;
-
 CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
 LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object(

@@ -1,9 +1,9 @@
--- 031: the timer rules, written once: schedule, cancel, reschedule, peek and list. The routes and
+-- The timer rules, written once: schedule, cancel, reschedule, peek and list. The routes and
 -- the transaction wire's `timers` array only carry JSON text in and out of these functions; the
--- sweeper's passes (firing the due timers) are in 032_sweeper.sql.
+-- sweeper's passes (firing the due timers) are in sweeper.sql.
 --
 -- Refusals raise SQLSTATE QK400 with DETAIL {"code", "index"} through queen.fail_v1, like the KV and the log.
--- Limits are queen.limit_v1's (001_queen.sql): the pools' session settings, or their defaults.
+-- Limits are queen.limit_v1's (queen.sql): the pools' session settings, or their defaults.
 --
 -- Race outcomes (each one is a test in test/timers/):
 --  * cancel against fire: the fire claims with FOR UPDATE SKIP LOCKED, cancel and reschedule lock
@@ -25,7 +25,6 @@ LANGUAGE sql STABLE AS $$
     'createdAt', queen.ts_v1(r.created_at))
     || CASE WHEN r.timer_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('timerKey', r.timer_key) END
 $$;
-
 CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value JSONB, p_index INT) RETURNS UUID
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN

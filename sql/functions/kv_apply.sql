@@ -1,4 +1,4 @@
--- 028: the KV rules, written once. queen.kv_apply_v1 is the one procedure behind every KV route and
+-- The KV rules, written once. queen.kv_apply_v1 is the one procedure behind every KV route and
 -- behind the transaction wire's `kv` array; TypeScript only carries JSON text in and out.
 --
 -- Shape of a call: validate every operation in request order (the first bad one is the 400, with
@@ -62,7 +62,7 @@ BEGIN
   IF NOT coalesce(queen.kv_key_ok_v1(p_key), false) THEN
     RETURN NULL;
   END IF;
-  -- The guards are 025_kv_checks.sql's, the ones the batch fast check runs.
+  -- The guards are kv_checks.sql's, the ones the batch fast check runs.
   IF p_op = 'get' THEN
     IF p_rest = '{}'::jsonb THEN
       SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;

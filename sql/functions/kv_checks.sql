@@ -1,10 +1,10 @@
--- 025: the KV checks: what a KV operation may be, and its refusals (kv_check_op_v1, the one
+-- The KV checks: what a KV operation may be, and its refusals (kv_check_op_v1, the one
 -- definition, which the general path runs), and the tests the fast paths run instead (the last
 -- functions here): each is a subset of that rule, true only of what it accepts, and not true of
--- anything else, which then takes the general path and its refusal. The bounds are 001_queen.sql's.
+-- anything else, which then takes the general path and its refusal. The bounds are queen.limit_v1's (queen.sql).
 
 -- What kind of JSON a field holds, for a refusal's sentence: a refusal says this, never the JSON
--- itself (028_kv_apply.sql's header says why: PostgreSQL logs every refusal's message).
+-- itself (kv_apply.sql's header says why: PostgreSQL logs every refusal's message).
 CREATE OR REPLACE FUNCTION queen.json_kind_v1(p JSONB) RETURNS TEXT
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT CASE jsonb_typeof(p) WHEN 'object' THEN 'an object' WHEN 'array' THEN 'an array' WHEN 'string' THEN 'a string'
@@ -240,7 +240,6 @@ BEGIN
 
   RETURN v_out; -- delete
 END $$;
-
 CREATE OR REPLACE FUNCTION queen.kv_check_key_v1(p_key JSONB, p_index INT) RETURNS VOID
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -315,7 +314,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- The fast check, for batches of several operations (one operation alone takes kv_apply_fast_v1,
--- in 028_kv_apply.sql): a get, put or putIfAbsent that passes the guard is normalised here into
+-- in kv_apply.sql): a get, put or putIfAbsent that passes the guard is normalised here into
 -- exactly what kv_check_op_v1 would return for it, with a handful of expressions instead of about
 -- forty (why that pays: see kv_apply_fast_v1). Returns NULL for anything else, and kv_check_op_v1
 -- then decides, refusals included, so every refusal keeps exactly one definition.

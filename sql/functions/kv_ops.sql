@@ -1,7 +1,11 @@
--- 027: the KV operations, each on one key (or one read of many), with its answer; called by the
+-- The KV operations, each on one key (or one read of many), with its answer; called by the
 -- general path with a checked, normalised operation and by the fast paths with the fields as values
--- (028_kv_apply.sql). Existence, the effective version and the answer's shape are defined here once.
+-- (kv_apply.sql). Existence, the effective version and the answer's shape are defined here once.
 
+-- The per-operation functions take the operation's fields as values, not as a jsonb object: the
+-- general path (kv_apply_at_v1) reads them out of the normalised operation, the fast path
+-- (kv_apply_fast_v1) passes what it already holds, and both reach the same statements. Each write
+-- answers from its own RETURNING: one statement per outcome, no row variable to render afterwards.
 -- The only definition of existence. Pure, not STRICT (a NULL expiry means forever and must answer
 -- true), `now` a parameter so one call uses one instant.
 CREATE OR REPLACE FUNCTION queen.kv_live_v1(TIMESTAMPTZ, TIMESTAMPTZ) RETURNS BOOLEAN
@@ -57,17 +61,6 @@ CREATE OR REPLACE FUNCTION queen.kv_write_answer_v1(
                                    'value', 'null'::jsonb, 'version', 0, 'expiresAt', NULL, 'updatedAt', NULL) END
          || CASE WHEN p_applied THEN '{}'::jsonb ELSE jsonb_build_object('reason', p_reason) END
 $$;
-
--- The per-operation functions take the operation's fields as values, not as a jsonb object: the
--- general path (kv_apply_at_v1) reads them out of the normalised operation, the fast path
--- (kv_apply_fast_v1) passes what it already holds, and both reach the same statements. Each write
--- answers from its own RETURNING: one statement per outcome, no row variable to render afterwards.
--- Replaced by the functions below (same rules, fields as arguments).
-DROP FUNCTION IF EXISTS queen.kv_put_v1(UUID, JSONB, TIMESTAMPTZ);
-DROP FUNCTION IF EXISTS queen.kv_delete_v1(UUID, JSONB, TIMESTAMPTZ);
-DROP FUNCTION IF EXISTS queen.kv_incr_v1(UUID, JSONB, TIMESTAMPTZ);
-DROP FUNCTION IF EXISTS queen.kv_get_v1(UUID, JSONB, TIMESTAMPTZ);
-DROP FUNCTION IF EXISTS queen.kv_get_many_v1(UUID, JSONB, TIMESTAMPTZ);
 
 -- The answer of a write that wrote nothing (a precondition lost, a delete of no row), from the row
 -- there now: `p_live_reason` when that row is live, `absent` when there is none or it has expired.
@@ -159,7 +152,6 @@ BEGIN
     FROM o JOIN w ON (w.k).namespace = o.ns AND (w.k).key = o.key;
   RETURN v_answers;
 END $$;
-
 CREATE OR REPLACE FUNCTION queen.kv_delete_key_v1(
   p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_expect BIGINT, p_now TIMESTAMPTZ
 ) RETURNS JSONB LANGUAGE plpgsql AS $$
@@ -201,7 +193,6 @@ BEGIN
   END IF;
   RETURN p_answer;
 END $$;
-
 CREATE OR REPLACE FUNCTION queen.kv_incr_key_v1(
   p_tenant UUID, p_index INT, p_op TEXT, p_ns TEXT, p_key TEXT, p_delta NUMERIC, p_min NUMERIC, p_max NUMERIC,
   p_expires TIMESTAMPTZ, p_now TIMESTAMPTZ

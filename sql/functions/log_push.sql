@@ -1,5 +1,5 @@
--- 011: the log's rules. Every log route and the transaction wire's `operations` call
--- these; the timers sweeper fires a timer through queen.log_push_v1. TypeScript only carries JSON.
+-- The log's push path, and what every log rule shares (below). Every log route and the transaction
+-- wire's `operations` call the functions of log_push.sql, log_consume.sql and log_apply.sql; the timers sweeper fires a timer through queen.log_push_v1. TypeScript only carries JSON.
 --
 -- Errors: SQLSTATE QK400 with DETAIL {"code", "index"} (a bad request, the API's 400), and QK412
 -- with DETAIL {"failedIndex", "ackReason"} (an ack that failed inside the transaction wire: raising
@@ -15,19 +15,6 @@
 -- (push) before partition_consumers rows (ack), each in ascending order, taken up front by
 -- queen.log_apply_v1 and queen.log_ack_batch_v1 so two bundles can never wait on each other in a
 -- circle. Pop takes one partition_consumers row with SKIP LOCKED and waits on nothing.
-
--- The signatures from before tenancy, whose bodies found a queue by name alone. The entry points
--- the API calls stay, as wrappers for the default tenant (at the end of 013_log_apply.sql), so an API of the
--- previous release running beside this one keeps working until it is replaced; the rest go.
-DROP FUNCTION IF EXISTS queen.log_ensure_partition_v1(TEXT, TEXT);
-DROP FUNCTION IF EXISTS queen.log_push_v1(TEXT, TEXT, JSONB, TEXT);
-DROP FUNCTION IF EXISTS queen.log_push_items_v1(JSONB, INT);
-DROP FUNCTION IF EXISTS queen.log_lock_partitions_v1(JSONB);
-DROP FUNCTION IF EXISTS queen.log_lock_consumers_v1(JSONB[]);
-DROP FUNCTION IF EXISTS queen.log_ack_one_v1(JSONB, INT, BOOLEAN);
-DROP FUNCTION IF EXISTS queen.log_push_fast_many_v1(TEXT, TEXT, JSONB[], TEXT[]);
-DROP FUNCTION IF EXISTS queen.log_push_fast_v1(TEXT, TEXT, JSONB, TEXT);
-DROP FUNCTION IF EXISTS queen.log_push_one_fast_v1(JSONB);
 
 -- Queue, partition and consumer-group names: queen.name_ok_v1, and never NULL.
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name TEXT) RETURNS BOOLEAN

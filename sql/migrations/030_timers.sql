@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS queen.sweeper_shards (
   last_swept_at TIMESTAMPTZ,
   swept_by      TEXT
 );
+
 -- Only the missing rows: a boot beside running sweepers must not touch the rows they hold.
 INSERT INTO queen.sweeper_shards (shard)
 SELECT s::smallint FROM generate_series(0, 63) AS s

@@ -5,8 +5,10 @@
 --    keeps prefix scans and keyset cursors stable across machines.
 --  * tenant_id is part of the primary key, so a conflict target can never be cross-tenant.
 --  * shard is generated and stored with a fixed modulus of 64: no update can move a row.
---  * fillfactor = 70: by analogy with queen.log_partitions, not measured. Steady state is in-place
---    updates of non-indexed columns that should stay HOT.
+--  * fillfactor = 70: steady state is in-place updates of non-indexed columns, which stay HOT when
+--    the page has room. Measured against 90 and 100 (bench/README.md, "fillfactor of queen.kv"):
+--    every setting kept its updates HOT at 100,000 keys; 70 costs a third more table for no
+--    measured loss, and stays.
 --  * vacuum_truncate = off: heap truncation takes ACCESS EXCLUSIVE, which conflicts with every MVCC
 --    read's ACCESS SHARE; on this table that setting is part of the lock order.
 --  * No ALTER COLUMN ... SET STORAGE: EXTENDED is already jsonb's default, and the statement would
