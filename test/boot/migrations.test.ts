@@ -1,13 +1,16 @@
-// Versioned, forward-only migrations (shared/migrations.ts): each sql/ file once, in order, under
-// the advisory lock; a changed applied file or a database newer than the release refuses the boot
-// with a line naming it; a database of the release before versioning is adopted; and the upgrade
-// from that release runs beside its traffic without failing any of it.
+// The schema at boot (shared/migrations.ts): each migration of sql/migrations once, in order, under
+// the advisory lock, and each changed file of sql/functions again; a changed applied statement or a
+// database newer than the release refuses the boot with a line naming it, a corrected comment does
+// not; a database of the release before versioning is adopted; and the upgrades from that release
+// and from 0.1 run beside their traffic without failing any of it.
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { Client } from 'pg';
-import { migrate, migrations } from '../../shared/migrations';
+import { checksumOf, definitions, migrate, migrations, pendingMigrations } from '../../shared/migrations';
+import { KV_APPLY_ONE } from '../../shared/sql/kv';
+import { LOG_PUSH } from '../../shared/sql/log';
 import { dumpSchema } from '../support/schemaDump';
 import { createTestDatabase, sql } from '../support/database';
 
@@ -19,6 +22,15 @@ import { createTestDatabase, sql } from '../support/database';
 const PREVIOUS: { files: string[]; statements: { kvOne: { name: string; text: string }; push: { name: string; text: string } } } = JSON.parse(
   zlib.gunzipSync(fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'test', 'fixtures', 'release-before-versioning.json.gz'))).toString(),
 );
+/**
+ * Release 0.1 (commit 300eb87), the last whose numbered files held the functions: its files with the
+ * checksums its boot recorded, and the statements its API sends.
+ */
+type Statement = { name: string; text: string };
+const RELEASE_0_1: {
+  files: { version: number; name: string; sql: string; checksum: string }[];
+  statements: Record<'kvOne' | 'push' | 'pop' | 'ackOne' | 'timers', Statement>;
+} = JSON.parse(zlib.gunzipSync(fs.readFileSync(path.resolve(__dirname, '..', '..', '..', 'test', 'fixtures', 'release-0.1.json.gz'))).toString());
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const DIST = path.resolve(__dirname, '..', '..');
 
@@ -44,6 +56,25 @@ async function previousRelease(): Promise<Db> {
   }
   return d;
 }
+/** A database as release 0.1 left it: its files applied and recorded the way its boot did. */
+async function release01(): Promise<Db> {
+  const d = await database();
+  const c = new Client({ connectionString: d.url });
+  await c.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query(`CREATE SCHEMA IF NOT EXISTS queen;
+      CREATE TABLE queen.schema_migrations (version INT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
+    for (const f of RELEASE_0_1.files) {
+      await c.query(f.sql);
+      await c.query('INSERT INTO queen.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)', [f.version, f.name, f.checksum]);
+    }
+    await c.query('COMMIT');
+  } finally {
+    await c.end();
+  }
+  return d;
+}
 /** The release command, as a release phase runs it: its exit code and its last log line. */
 function releaseCommand(url: string, extra: Record<string, string> = {}): Promise<{ code: number; last: string }> {
   return new Promise((resolve) => {
@@ -60,22 +91,52 @@ function releaseCommand(url: string, extra: Record<string, string> = {}): Promis
 test('applied twice: the first runs every file in order and records it; the second runs nothing', async () => {
   const d = await database();
   const first = await migrate(d.url);
-  expect(first).toEqual({ applied: migrations().map((m) => m.version), adopted: false });
+  expect(first).toEqual({ applied: migrations().map((m) => m.version), defined: definitions().map((f) => f.name), adopted: false });
   const recorded = await sql(d.url, 'SELECT version, name, checksum, applied_at FROM queen.schema_migrations ORDER BY version');
   expect(recorded.map((r) => [r.version, r.name, r.checksum])).toEqual(migrations().map((m) => [m.version, m.name, m.checksum]));
+  const defined = await sql(d.url, 'SELECT name, checksum, applied_at FROM queen.schema_definitions ORDER BY name');
+  expect(defined.map((r) => [r.name, r.checksum])).toEqual(definitions().map((f) => [f.name, f.checksum]));
   const second = await migrate(d.url);
-  expect(second).toEqual({ applied: [], adopted: false });
+  expect(second).toEqual({ applied: [], defined: [], adopted: false });
   expect(await sql(d.url, 'SELECT version, name, checksum, applied_at FROM queen.schema_migrations ORDER BY version')).toEqual(recorded);
+  expect(await sql(d.url, 'SELECT name, checksum, applied_at FROM queen.schema_definitions ORDER BY name')).toEqual(defined);
 });
 
 test('a file changed after it was applied refuses the boot, naming the file; nothing runs', async () => {
   const d = await database(false);
-  const [victim] = migrations().filter((m) => m.name.includes('kv_checks'));
+  const [victim] = migrations().filter((m) => m.name.includes('_kv.sql'));
   await sql(d.url, `UPDATE queen.schema_migrations SET checksum = 'edited' WHERE version = $1`, [victim.version]);
-  await expect(migrate(d.url)).rejects.toThrow(new RegExp(`sql/${victim.name} changed after it was applied`));
+  await expect(migrate(d.url)).rejects.toThrow(new RegExp(`sql/migrations/${victim.name} changed after it was applied`));
   const { code, last } = await releaseCommand(d.url);
   expect(code).toBe(1);
-  expect(last).toContain(`sql/${victim.name} changed after it was applied`);
+  expect(last).toContain(`sql/migrations/${victim.name} changed after it was applied`);
+});
+
+test('the checksum is of the statements: a corrected comment keeps it, an edited statement or function body does not', () => {
+  const [kv] = migrations().filter((m) => m.name.includes('_kv.sql'));
+  expect(kv.sql).toContain('WITH (fillfactor = 70,');
+  const recommented = kv.sql.replace(/^-- .*$/m, '-- a corrected sentence').replace(/\n\n/g, '\n\n\n');
+  expect(recommented).not.toBe(kv.sql);
+  expect(checksumOf(recommented)).toBe(kv.checksum);
+  expect(checksumOf(kv.sql.replace('WITH (fillfactor = 70,', 'WITH (fillfactor = 71,'))).not.toBe(kv.checksum);
+  // Inside a function's body a comment is part of what PostgreSQL stores: a change there applies again.
+  const [ops] = definitions().filter((f) => f.name === 'kv_ops');
+  const body = ops.sql.indexOf('$$');
+  const inBody = ops.sql.slice(0, body + 2) + '\n  -- a note\n' + ops.sql.slice(body + 2);
+  expect(checksumOf(inBody)).not.toBe(ops.checksum);
+});
+
+test('a changed file of sql/functions is applied again at the next boot, and only that file; a boot that does not migrate names it', async () => {
+  const d = await database(false);
+  // Two functions of two families made wrong by hand; only kv_ops's record says its file changed.
+  await sql(d.url, `CREATE OR REPLACE FUNCTION queen.kv_live_v1(TIMESTAMPTZ, TIMESTAMPTZ) RETURNS BOOLEAN LANGUAGE sql IMMUTABLE AS $$ SELECT false $$`);
+  await sql(d.url, `CREATE OR REPLACE FUNCTION queen.json_kind_v1(p JSONB) RETURNS TEXT LANGUAGE sql IMMUTABLE AS $$ SELECT 'tampered' $$`);
+  await sql(d.url, `UPDATE queen.schema_definitions SET checksum = 'an earlier file' WHERE name = 'kv_ops'`);
+  expect(await pendingMigrations(d.url)).toEqual(['functions/kv_ops.sql']);
+  expect(await migrate(d.url)).toEqual({ applied: [], defined: ['kv_ops'], adopted: false });
+  const [live] = await sql(d.url, `SELECT queen.kv_live_v1(NULL, now()) AS live, queen.json_kind_v1('1') AS kind`);
+  expect(live).toEqual({ live: true, kind: 'tampered' });
+  expect(await pendingMigrations(d.url)).toEqual([]);
 });
 
 test('a database newer than this release refuses the boot, naming the version', async () => {
@@ -125,7 +186,7 @@ test('a database of the release before versioning is adopted: the baseline runs 
   expect(kv.v).toBe(7);
   const [popped] = await sql(old.url, `SELECT queen.log_pop_v1($1::uuid, 'kept', NULL, '__QUEUE_MODE__', 10) -> 0 ->> 'transactionId' AS t`, [TENANT]);
   expect(popped.t).toBe('tx-1');
-  expect(await migrate(old.url)).toEqual({ applied: [], adopted: false });
+  expect(await migrate(old.url)).toEqual({ applied: [], defined: [], adopted: false });
 });
 
 test('the upgrade from the release before versioning, beside its traffic: no call of that release fails', async () => {
@@ -164,4 +225,66 @@ test('the upgrade from the release before versioning, beside its traffic: no cal
   }
   expect(failures).toEqual([]);
   expect(calls).toBeGreaterThan(0);
+});
+
+test('the upgrade from 0.1 beside both releases\' traffic: no call fails, 0.1\'s records stay, and the schema ends as a fresh one', async () => {
+  const old = await release01();
+  const s = RELEASE_0_1.statements;
+  const clients = await Promise.all(Array.from({ length: 4 }, async () => {
+    const c = new Client({ connectionString: old.url });
+    await c.connect();
+    return c;
+  }));
+  let stop = false;
+  let upgraded = false;
+  const failures: string[] = [];
+  const calls = { old: 0, new: 0 };
+  // Release 0.1's API on every connection, and once the new release has migrated, the new one's
+  // statements beside it on the same database: a rolling upgrade's two halves.
+  const traffic = clients.map(async (c, w) => {
+    for (let i = 0; !stop || i < 5; i++) {
+      const key = `k${w}-${i % 20}`;
+      try {
+        await c.query({ ...s.kvOne, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
+        await c.query({ ...s.kvOne, values: [TENANT, 'get', 'up', key, '{}'] });
+        await c.query({ ...s.push, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i, transactionId: `t${w}-${i}` }] })] });
+        const popped = JSON.parse((await c.query({ ...s.pop, values: [TENANT, 'up', null, `g${w}`, 5, 1] })).rows[0].messages ?? '[]') as { transactionId: string; partitionId: string; leaseId: string }[];
+        for (const m of popped) {
+          const ack = JSON.parse((await c.query({ ...s.ackOne, values: [TENANT, JSON.stringify({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status: 'completed', consumerGroup: `g${w}` })] })).rows[0].body);
+          if (ack.ok !== true) failures.push(`ack: ${JSON.stringify(ack)}`);
+        }
+        await c.query({ ...s.timers, values: [TENANT, JSON.stringify([{ op: 'schedule', queue: 'later', payload: i, delaySeconds: 3600 }])] });
+        calls.old += 6;
+        if (upgraded) {
+          await c.query({ ...KV_APPLY_ONE, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
+          await c.query({ ...LOG_PUSH, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i }] })] });
+          calls.new += 2;
+        }
+      } catch (err) {
+        failures.push((err as Error).message);
+      }
+    }
+  });
+  try {
+    const result = await migrate(old.url);
+    expect(result).toEqual({ applied: [47], defined: definitions().map((f) => f.name), adopted: false });
+    upgraded = true;
+    const until = calls.new + 40;
+    while (calls.new < until && failures.length === 0) await new Promise((r) => setImmediate(r));
+    stop = true;
+    await Promise.all(traffic);
+  } finally {
+    stop = true;
+    await Promise.all(clients.map((c) => c.end()));
+  }
+  expect(failures).toEqual([]);
+  expect(calls.old).toBeGreaterThan(0);
+  expect(calls.new).toBeGreaterThan(0);
+  // 0.1's records are left as they were (a 0.1 process still finds the checksums it knows).
+  const records = await sql(old.url, 'SELECT version, name, checksum FROM queen.schema_migrations WHERE version < 47 ORDER BY version');
+  expect(records).toEqual(RELEASE_0_1.files.map((f) => ({ version: f.version, name: f.name, checksum: f.checksum })));
+  const fresh = await database();
+  await migrate(fresh.url);
+  expect(await dumpSchema(old.url)).toBe(await dumpSchema(fresh.url));
+  expect(await migrate(old.url)).toEqual({ applied: [], defined: [], adopted: false });
 });

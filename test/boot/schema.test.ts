@@ -99,9 +99,9 @@ describe('a queues table from before tenancy', () => {
       expect(rows).toEqual([{ t: DEFAULT_TENANT, lease_time: 60 }]);
       const popped = await c.query(`SELECT queen.log_pop_v1($1::uuid, 'legacy', NULL, '__QUEUE_MODE__', 10) AS m`, [DEFAULT_TENANT]);
       expect(popped.rows[0].m.map((m: { transactionId: string; data: unknown }) => [m.transactionId, m.data])).toEqual([['old-1', 'before']]);
-      // The entry points as the previous release calls them (no tenant) reach the default tenant's rows.
-      const previous = await c.query(`SELECT queen.log_push_request_v1('[{"queue":"legacy","payload":2,"transactionId":"old-1"}]'::jsonb) -> 0 ->> 'status' AS s`);
-      expect(previous.rows[0].s).toBe('duplicate');
+      // A push of the old transactionId to the default tenant is the duplicate it is.
+      const again = await c.query(`SELECT queen.log_push_v1($1::uuid, 'legacy', NULL, '2', 'old-1') ->> 'status' AS s`, [DEFAULT_TENANT]);
+      expect(again.rows[0].s).toBe('duplicate');
       // Another tenant may now have a queue of that name.
       const other = await c.query(`SELECT queen.log_push_v1('aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa', 'legacy', NULL, '1', 'old-1') ->> 'status' AS s`);
       expect(other.rows[0].s).toBe('queued');
