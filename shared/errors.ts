@@ -65,7 +65,7 @@ const STATUS: Record<string, number> = {
   timers_body_conflicts_with_path: 400,
   timers_invalid_field: 400,
   tenant_required: 400,
-  // The message log (sql/011_log_push.sql to 013_log_apply.sql) and the transaction wire.
+  // The message log (sql/functions/log_*.sql) and the transaction wire.
   log_queue_required: 400,
   log_invalid_queue: 400,
   log_invalid_partition: 400,

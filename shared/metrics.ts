@@ -62,7 +62,7 @@ export function createMetrics(register = new client.Registry()) {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: r,
     }),
-    // The log's state (sweeper, sql/040_broker_gauges.sql), read on its own slower cadence
+    // The log's state (sweeper, sql/functions/log_gauges.sql), read on its own slower cadence
     // (services/sweeper/sweeper.ts LOG_GAUGE_INTERVAL_MS). Cell-wide figures, no names: a queue or
     // tenant label would grow with the cell; docs/runbook.md has the query that names the queues.
     // Unlike the other gauges they have no sample until a reading: a 0 served between a sweeper's

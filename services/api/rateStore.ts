@@ -1,5 +1,5 @@
 // The cell's buckets, shared by every API process of the cell through PostgreSQL
-// (queen.kv_rate_bucket, UNLOGGED; sql/026_kv_rate.sql). The primary of each process sends its
+// (queen.kv_rate_bucket, UNLOGGED; sql/migrations/026_kv_rate.sql, sql/functions/kv_rate.sql). The primary of each process sends its
 // workers' lease requests here; they are batched: one statement at a time per process, carrying
 // every request that arrived while the previous one ran (so the statement rate follows the lease
 // rate, never the request rate). A heartbeat statement runs once a second and counts the

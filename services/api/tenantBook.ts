@@ -15,7 +15,7 @@
 // How the local delta and the measurement combine, so that no write is counted twice:
 // - A write is held (counted, unstamped) from its admission until its call returns; then, if it
 //   committed, it is stamped with this worker's clock *after* the commit was acknowledged.
-// - The rollup (queen.kv_usage_rollup_v2, sql/041) counts the tables in slices, each in its own
+// - The rollup (queen.kv_usage_rollup_v2, sql/functions/kv_usage.sql) counts the tables in slices, each in its own
 //   transaction, and stamps computed_at with the start of the oldest of them, each never later than
 //   the snapshot its count comes from. So a commit acknowledged before computed_at is in the counts.
 // - Each read of kv_usage also reads the database's clock, which places computed_at on this

@@ -1,4 +1,4 @@
-// The sweeper's statements, one function each. The rules are in SQL (sql/032, 041): a pass claims,
+// The sweeper's statements, one function each. The rules are in SQL (sql/functions/sweeper.sql, kv_usage.sql): a pass claims,
 // fires, prunes and marks in one transaction; here we only send it and read its answer.
 import type { Pool } from 'pg';
 import { KV_USAGE_ROLLUP, LOG_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
@@ -79,7 +79,7 @@ export interface LogGauges {
 
 export const readLogGauges = (pool: Pool): Promise<LogGauges> => gaugesOf<LogGauges>(pool, LOG_GAUGES);
 
-/** What one call of the incremental usage rollup did (sql/041, queen.kv_usage_rollup_v2). */
+/** What one call of the incremental usage rollup did (queen.kv_usage_rollup_v2). */
 export interface UsageSlice {
   /** Another sweeper's call held the cell's rollup lock: nothing was done. */
   busy: boolean;

@@ -41,7 +41,7 @@ export const LOG_GAUGE_INTERVAL_MS = 15_000;
  */
 export const MIN_SLEEP_MS = 10;
 /**
- * Heap pages a usage rollup slice counts (sql/041): one statement each, bounded whatever the size of
+ * Heap pages a usage rollup slice counts (sql/functions/kv_usage.sql): one statement each, bounded whatever the size of
  * the cell. Measured with bench:scale (docs/operations.md, "The usage rollup").
  */
 export const DEFAULT_USAGE_SLICE_PAGES = 4096;
@@ -283,7 +283,7 @@ export class Sweeper extends EventEmitter {
     }
     if (fireEnabled !== undefined) metrics.switchState.set({ switch: 'timersFire' }, fireEnabled ? 1 : 0);
 
-    // The usage rollup counts one bounded slice of the tables per statement (sql/041), and a full
+    // The usage rollup counts one bounded slice of the tables per statement (sql/functions/kv_usage.sql), and a full
     // refresh, every slice once, is spread over QUEEN_SWEEPER_USAGE_INTERVAL_MS: one slice is owed
     // every interval / slices. A run counts what is owed since the last one, back to back, on its own
     // pool connection beside the firing (a pass never waits for it), one run at a time.
@@ -333,7 +333,7 @@ export class Sweeper extends EventEmitter {
   /**
    * The gauges that are due, read beside the firing on a connection of their own, one reading at a
    * time. Awaited inside the cycle they held up every timer due meanwhile: the log's pass over every
-   * (partition, group) row takes 1.5-2.5 s at 40,000 partitions (sql/040_broker_gauges.sql).
+   * (partition, group) row takes 1.5-2.5 s at 40,000 partitions (sql/functions/log_gauges.sql).
    * Undefined when none is due.
    */
   private readGaugesBeside(now: number): Promise<void> | undefined {

@@ -1,6 +1,6 @@
 // The statements the API sends for the message log and the transaction wire. Named, so each is
 // parsed and planned once per connection; never built per request. Every rule is in
-// sql/011_log_push.sql to 013_log_apply.sql: request text goes in as is, jsonb text comes back and is written out as is.
+// sql/functions/log_push.sql, log_consume.sql and log_apply.sql: request text goes in as is, jsonb text comes back and is written out as is.
 // $1 of each is the tenant (services/api/http.ts tenantOf): every log procedure takes it.
 
 /** POST /api/v1/configure: the body as is. */

@@ -1,4 +1,4 @@
-// The statements the sweeper sends. Named; every rule is in sql/031 (queen.sweeper_pass_v1 claims,
+// The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v1 claims,
 // fires, prunes and marks in one transaction).
 
 /** One pass: $1 cycle start (null on a cycle's first pass), $2 who, $3 shards, $4 fire batch, $5 prune batch, $6 prune on. */
@@ -13,7 +13,7 @@ export const SWEEPER_GAUGES = {
 };
 
 /**
- * One slice of the usage rollup (sql/041): $1 heap pages a slice (used when the layout is built),
+ * One slice of the usage rollup (sql/functions/kv_usage.sql): $1 heap pages a slice (used when the layout is built),
  * $2 QUEEN_SWEEPER_USAGE_INTERVAL_MS (a slice is due once half of it old). Counts the slice counted
  * longest ago and publishes the sum into queen.kv_usage.
  */
@@ -22,7 +22,7 @@ export const KV_USAGE_ROLLUP = {
   text: `SELECT queen.kv_usage_rollup_v2($1::int, make_interval(secs => $2::float8 / 1000)) AS slice`,
 };
 
-/** The message log's gauges (sql/040_broker_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */
+/** The message log's gauges (sql/functions/log_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */
 export const LOG_GAUGES = {
   name: 'log_gauges_v1',
   text: `SELECT queen.log_gauges_v1() AS gauges`,

@@ -1,5 +1,5 @@
 // The statements the API sends for timers. Named, so each is parsed and planned once per connection;
-// never built per request. Every rule is inside queen.timers_apply_v1 and its neighbours (sql/031).
+// never built per request. Every rule is inside queen.timers_apply_v1 and its neighbours (sql/functions/timers.sql).
 
 /** The wire's `timers` array and any batch of timer operations: answers aligned to the request. */
 export const TIMERS_APPLY = {

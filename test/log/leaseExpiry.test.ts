@@ -1,4 +1,4 @@
-// A lease that expires counts toward retryLimit (sql/012_log_consume.sql, queen.log_lapse_lease_v1):
+// A lease that expires counts toward retryLimit (queen.log_lapse_lease_v1, sql/functions/log_consume.sql):
 // each message it held unacked takes one failed delivery when the next pop takes the partition over,
 // and one past the limit is dead-lettered for the group exactly as a `failed` ack past it is, so a
 // poison message that kills every consumer before it acks no longer blocks its partition forever.

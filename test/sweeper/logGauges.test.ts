@@ -1,4 +1,4 @@
-// The message log's gauges, read by the sweeper (sql/040_broker_gauges.sql): backlog summed over
+// The message log's gauges, read by the sweeper (sql/functions/log_gauges.sql): backlog summed over
 // every consumer group, the worst single group, the oldest unfinished message's age and the dead
 // letters, driven by real traffic through the API and read from the sweeper's /metrics.
 import { createMetrics } from '../../shared/metrics';

@@ -1,4 +1,4 @@
-// The incremental usage rollup (sql/041, queen.kv_usage_rollup_v2): one bounded slice of heap pages
+// The incremental usage rollup (queen.kv_usage_rollup_v2, sql/functions/kv_usage.sql): one bounded slice of heap pages
 // a call, the measurement the sum of the slices' counts. Slices of one page here, so a few thousand
 // keys make dozens of them. What a user sees is queen.kv_usage, the same as the full count's (v1);
 // what the quota relies on is computed_at: every write acknowledged before it is in the counts.

@@ -1,5 +1,5 @@
 // The message log's routes (docs/log-and-transactions.md): configure, push, pop (with long poll), ack, ack batch,
-// lease extend. Shapes at the boundary; the rules are in sql/011_log_push.sql to 013_log_apply.sql. The log uses the
+// lease extend. Shapes at the boundary; the rules are in sql/functions/log_*.sql. The log uses the
 // message pool, never the dedicated KV pool.
 import { Router, Request, Response } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';

@@ -1,6 +1,6 @@
 // The timer routes: schedule, peek, list (keyset), cancel, reschedule. Shapes at the boundary only;
 // the rules (when, horizon, payload ceiling, timerKey idempotency, lock order) are in
-// queen.timers_apply_v1 and its neighbours (sql/031_timers_apply.sql).
+// queen.timers_apply_v1 and its neighbours (sql/functions/timers.sql).
 //
 // Race outcomes a caller can see (each is a test in test/timers/):
 //  * DELETE against a sweeper's fire: {cancelled: true} means it never fires; a cancel that arrives
