@@ -5,7 +5,7 @@
 // in its own process so it does not share the push generator's event loop, built for the least CPU
 // a request since it shares the cores with the cell); then alone once more. It prints every phase,
 // the ratio of the medians (under flood / alone) and what the flood was answered (mostly 429
-// rate_limited: the buckets sit in front of the pool). The bar is a ratio of at least 0.8.
+// rate_limited: the buckets sit in front of the pool). The bar it is held to is a ratio of at least 0.8.
 //
 // Environment: DATABASE_URL (else an embedded PostgreSQL in a temp dir), BENCH_SECONDS (10 a phase),
 // BENCH_ROUNDS (5), BENCH_WORKERS (the API's QUEEN_WORKERS; half the cores), BENCH_PUSH_CONNECTIONS (8),

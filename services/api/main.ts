@@ -130,7 +130,7 @@ async function primary(): Promise<void> {
   ];
   if (workerFlags.length) cluster.setupPrimary({ execArgv: [...process.execArgv, ...workerFlags] });
   const fork = (replacing?: number): Worker => {
-    const worker = cluster.fork({ DATABASE_URL: config.databaseUrl, QUEEN_SCHEMA_APPLIED: '1' });
+    const worker = cluster.fork({ DATABASE_URL: config.databaseUrl });
     if (replacing !== undefined) {
       worker.once('listening', () => log.info({ workerPid: worker.process.pid, replaced: replacing }, 'replacement API worker listening'));
     }
@@ -154,7 +154,8 @@ async function primary(): Promise<void> {
     stopping = true;
     log.info({ signal }, 'stopping: draining workers');
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w);
-    // Workers drain within 80% of the timeout on their own; this is the backstop.
+    // A worker closes what is still open at 80 % of the timeout (server.ts) and exits by 95 % on its
+    // own; this is the backstop.
     const timer = setTimeout(() => {
       log.error({ timeoutMs: config.shutdownTimeoutMs }, 'workers did not drain in time; killing them');
       for (const w of workers) if (!w.isDead()) w.process.kill('SIGKILL');

@@ -275,7 +275,7 @@ $$;
 
 -- A keyset page under a prefix, in byte order. Stops at `limit` rows or at the byte ceiling,
 -- whichever comes first, and says so with truncated/nextAfter. Each page is its own snapshot.
--- The ceiling is the whole call's (kv-routes.md: "applied to the whole call"): kv_apply_at_v1
+-- The ceiling is the whole call's (docs/kv.md: the byte ceiling applies to the whole call): kv_apply_at_v1
 -- passes what is left of it in o->'budget' and reads back the bytes spent in '_bytes'. Only the
 -- first page of a call may overshoot it by one row, so a single value above the ceiling still
 -- makes progress; a later page with nothing left answers no rows, truncated, and its own cursor.

@@ -1,5 +1,5 @@
 -- 024: queen.kv, its sequence, its one index, and the two side tables (quota and usage).
--- The table is the KV design's, column for column. Decisions inside it, briefly:
+-- Decisions inside it, briefly:
 --  * COLLATE "C" on both name columns is the foundation of the lock order (rows are taken in
 --    ascending (namespace, key) byte order, identical on every host whatever its libc or ICU) and
 --    keeps prefix scans and keyset cursors stable across machines.
@@ -46,7 +46,7 @@ BEGIN
   END IF;
 END $$;
 
--- Configuration, written by an operator. Null limits mean unlimited only where the design allows it (see docs/operations.md).
+-- Configuration, written by an operator. A null limit means unlimited only where docs/operations.md says a limit may be.
 CREATE TABLE IF NOT EXISTS queen.kv_quota (
   tenant_id  UUID PRIMARY KEY,
   granted    BOOLEAN NOT NULL DEFAULT true,

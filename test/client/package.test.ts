@@ -1,4 +1,4 @@
-// The package as it ships: importable as the README and the issue say, its own name, no runtime
+// The package as it ships: importable as the README says, its own name, no runtime
 // dependency beyond Node 20, pg only as an optional peer, types beside the JavaScript.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';

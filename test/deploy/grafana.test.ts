@@ -52,7 +52,7 @@ test('every panel query names metrics the API or the sweeper exposes', () => {
   expect(unknown).toEqual([]);
 });
 
-test('the panels the operations seed asks for are there', () => {
+test('the panels an operator on call reads are there', () => {
   const exprs = panels().flatMap((p) => (p.targets ?? []).map((t) => t.expr)).join('\n');
   for (const family of [
     'queen_kv_ops_total', 'queen_kv_refusals_total', 'queen_kv_pool_in_use', 'queen_kv_pool_waiting',

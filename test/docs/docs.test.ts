@@ -56,7 +56,8 @@ test('the README is the front door: short, with the two set-up commands and a li
 });
 
 test('nothing in the repository points at documents a clone does not have', () => {
-  const outside = /SPEC section|SPEC\.md|shared\/spec\/|STYLE\.md|\bseeds\b/i;
+  // The contract's documents by name, and the prose ways of pointing at them.
+  const outside = /SPEC section|SPEC\.md|shared\/spec\/|STYLE\.md|\bseeds\b|\bthe (operations )?seeds?\b|kv-(routes|state)\.md|queen-wire\.md|\bthe (KV )?design\b|\bthe issue\b/i;
   const text = /\.(ts|js|sql|md|ya?ml|json|sh|txt)$|(^|\/)(Procfile|run)$/;
   const self = 'test/docs/docs.test.ts';
   const offenders = walk(ROOT)
@@ -65,4 +66,16 @@ test('nothing in the repository points at documents a clone does not have', () =
     .map(rel)
     .filter((f) => f !== self);
   expect(offenders).toEqual([]);
+});
+
+test('docs/configuration.md names every variable the config reads, and reads nothing it does not name', () => {
+  const config = fs.readFileSync(path.join(ROOT, 'shared', 'config.ts'), 'utf8');
+  // Every read goes through env (int(env, 'NAME', ...), env.NAME, env['NAME']); a retired name the
+  // config refuses is a quoted QUEEN_ name.
+  const read = new Set([...config.matchAll(/\benv(?:, '|\.|\[')([A-Z][A-Z0-9_]+)|'(QUEEN_[A-Z0-9_]+)'/g)].map((m) => m[1] ?? m[2]));
+  const page = fs.readFileSync(path.join(ROOT, 'docs', 'configuration.md'), 'utf8');
+  const named = new Set([...page.matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+|PORT)`/g)].map((m) => m[1]));
+  expect([...read].filter((v) => !named.has(v)).sort()).toEqual([]);
+  // A variable named on the page is read by the config, or by the PostgreSQL client (PG*).
+  expect([...named].filter((v) => !read.has(v) && !v.startsWith('PG')).sort()).toEqual([]);
 });

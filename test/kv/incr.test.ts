@@ -117,7 +117,7 @@ test('incr takes delta, not value: a value field is a 400', async () => {
   expect(await h.row('q', 'v')).toBeNull();
 });
 
-test('the rate limiter of kv-routes.md: applied is the admission decision', async () => {
+test('the rate limiter in one call: applied is the admission decision', async () => {
   const op = { op: 'incr', ns: 'quota', key: 'acme:2026-08-17T14', delta: 1, max: 3, ttlSeconds: 3600 };
   const answers = [];
   for (let i = 0; i < 5; i++) answers.push((await h.one(op)).applied);

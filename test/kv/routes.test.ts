@@ -1,5 +1,5 @@
-// The path routes (GET/PUT/DELETE /api/v1/kv/:ns/*key) and the curl examples of kv-routes.md,
-// exactly as the seed writes them. Status describes the call, never the business verdict.
+// The path routes (GET/PUT/DELETE /api/v1/kv/:ns/*key) and the curl examples a user types, exactly
+// as docs/kv.md and the README write them. Status describes the call, never the business verdict.
 import net from 'node:net';
 import { startKv, KvHarness, expectError, secondsFromNow } from './harness';
 import { request } from '../support/http';
@@ -12,7 +12,7 @@ afterAll(() => h?.close());
 
 const json = { 'content-type': 'application/json' };
 
-describe('the curl examples of kv-routes.md', () => {
+describe('the documented curl examples', () => {
   test('a batch that reserves an idempotency marker and reads two counters', async () => {
     const body = '{"operations":[{"op":"putIfAbsent","ns":"orders","key":"ord_8812","value":{"chargeId":"ch_8812"},"ttlSeconds":604800},{"op":"getMany","ns":"quota","keys":["acme:reads","acme:writes"]}]}';
     const res = await h.call('POST', '/api/v1/kv', body, json);
@@ -334,8 +334,8 @@ describe('refusals of the path routes', () => {
   });
 });
 
-// kv-routes.md: "Nothing may ever be added as a literal segment under /api/v1/kv/:ns/, because it
-// would make every key named after it unaddressable."
+// Nothing is ever added as a literal segment under /api/v1/kv/:ns/: it would make every key named
+// after it unaddressable.
 describe('no literal segment under /api/v1/kv/:ns/', () => {
   test.each(['incr', 'getPrefix', 'prefix', 'batch', 'keys', 'kv', '_', 'api', 'v1'])('a key named %p is an ordinary key on every path route', async (key) => {
     const put = await h.call('PUT', `/api/v1/kv/literal/${key}`, { value: { key }, forever: true });

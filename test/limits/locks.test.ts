@@ -47,7 +47,7 @@ test('a KV row held elsewhere: the KV route answers 503 kv_unavailable, the same
 test('a partition held by another pushing transaction: a push answers 503 lock_timeout, then succeeds once it commits', async () => {
   expect((await push(api.url, [{ queue: 'locks-push', payload: 'first' }])).status).toBe(201);
   const items = JSON.stringify([{ queue: 'locks-push', payload: 'holder' }]);
-  await whileHeld(`SELECT queen.log_push_request_v1($1::jsonb)`, [items], async () => {
+  await whileHeld(`SELECT queen.log_push_request_v1($1::uuid, $2::jsonb)`, [DEFAULT_TENANT, items], async () => {
     expectRefused(await push(api.url, [{ queue: 'locks-push', payload: 'refused' }]), 'lock_timeout');
     expectRefused(await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'locks-push', payload: 'refused' }] }] }), 'lock_timeout');
   });
@@ -58,7 +58,7 @@ test('a partition held by another pushing transaction: a push answers 503 lock_t
 test('a lease held by another acking transaction: an ack answers 503 lock_timeout, then applies once that transaction rolls back', async () => {
   expect((await push(api.url, [{ queue: 'locks-ack', payload: 'm' }])).status).toBe(201);
   const [m] = await pop(api.url, 'locks-ack');
-  await whileHeld(`SELECT queen.log_ack_batch_v1(jsonb_build_array($1::jsonb), false)`, [JSON.stringify(ackOf(m))], async () => {
+  await whileHeld(`SELECT queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), false)`, [DEFAULT_TENANT, JSON.stringify(ackOf(m))], async () => {
     expectRefused(await call(api.url, 'POST', '/api/v1/ack', ackOf(m)), 'lock_timeout');
     expectRefused(await transaction(api.url, { operations: [{ type: 'ack', ...ackOf(m) }] }), 'lock_timeout');
   });

@@ -185,8 +185,8 @@ describe('bundles', () => {
 });
 
 describe('the KV rules are the same on the wire', () => {
-  // kv-state.md: the rules live in SQL "so it applies identically to the HTTP routes, the
-  // transaction wire and the embedded broker". Each refusal is a 400 and the ack beside it is not
+  // The rules live in SQL once, so they apply identically to the HTTP routes and the transaction
+  // wire. Each refusal is a 400 and the ack beside it is not
   // taken: the message is still the consumer's to ack.
   const refusals: Array<[string, Record<string, unknown>[], string]> = [
     ['a put with neither expiry', [{ op: 'put', ns: 'wire-rules', key: 'e', value: 1 }], 'kv_expiry_not_specified'],
