@@ -130,6 +130,8 @@ export interface HaCluster {
   /** The machine freezes: SIGSTOP to the same processes (SIGCONT with `thaw`). */
   freeze(node: PatroniNode): void;
   thaw(node: PatroniNode): void;
+  /** The member Patroni lists as the synchronous standby now, if any. */
+  syncStandby(): Promise<PatroniNode | undefined>;
   /** A planned switchover to `candidate` (Patroni's REST API, POST /switchover). */
   switchover(leader: PatroniNode, candidate: PatroniNode): Promise<void>;
   output(): string;
@@ -371,6 +373,15 @@ export async function startHaCluster(o: HaOptions = {}): Promise<HaCluster> {
     },
     thaw(n) {
       for (const p of pidsOf(n)) signal(p, 'SIGCONT');
+    },
+    async syncStandby() {
+      for (const n of nodes) {
+        const r = await rest(n.restPort, 'GET', '/cluster').catch(() => undefined);
+        if (r?.status !== 200) continue;
+        const sync = (JSON.parse(r.text).members as { name: string; role: string }[]).find((m) => m.role === 'sync_standby');
+        return nodes.find((x) => x.name === sync?.name);
+      }
+      return undefined;
     },
     async switchover(leader, candidate) {
       const r = await rest(leader.restPort, 'POST', '/switchover', { leader: leader.name, candidate: candidate.name }, 30_000);

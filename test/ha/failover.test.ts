@@ -1,0 +1,70 @@
+// The cell on a real Patroni cluster (test/ha/cluster.ts: three PostgreSQL nodes, synchronous_mode,
+// HAProxy routing to the primary by Patroni's REST check), under load, while the primary's machine
+// is lost (every process of the node SIGKILLed) and then in a planned switchover. Nothing
+// acknowledged is lost, no push is stored twice, every refusal meanwhile is a 503 with
+// Retry-After, and the cell serves again by itself (same processes) once a new primary is up.
+import { HaCluster, MISSING, PatroniNode, startHaCluster } from './cluster';
+import { waitFor } from '../support/wait';
+import { Cell, failoverUnderLoad, startCell, Verdict } from './failover';
+
+function expectClean(v: Verdict, cluster: HaCluster) {
+  const shown = JSON.stringify({ ...v, badRefusals: v.badRefusals.slice(0, 5) });
+  try {
+    expect(v.putsAcknowledged).toBeGreaterThan(0);
+    expect(v.pushesAcknowledged).toBeGreaterThan(0);
+    expect({ putsLost: v.putsLost, pushesLost: v.pushesLost, pushesDoubled: v.pushesDoubled }).toEqual({ putsLost: 0, pushesLost: 0, pushesDoubled: 0 });
+    expect(v.badRefusals).toEqual([]);
+    expect({ hangs: v.hangs, socketErrors: v.socketErrors, processesKept: v.processesKept }).toEqual({ hangs: 0, socketErrors: 0, processesKept: true });
+    expect(v.servingAgainMs).toBeDefined();
+  } catch (err) {
+    (err as Error).message += `\nverdict: ${shown}\n${cluster.output().slice(-4000)}`;
+    throw err;
+  }
+}
+
+const reason = MISSING;
+if (reason) process.stderr.write(`test/ha/failover.test.ts: not run: ${reason}\n`);
+(reason ? describe : describe.skip)(`failover on Patroni: not run, ${reason}`, () => {
+  test('not run', () => undefined);
+});
+(reason ? describe.skip : describe)('failover on Patroni (3 nodes, synchronous_mode, HAProxy)', () => {
+  let cluster: HaCluster;
+  let cell: Cell;
+
+  beforeAll(async () => {
+    cluster = await startHaCluster({ nodes: 3 });
+    cell = await startCell(cluster);
+  }, 120_000);
+
+  afterAll(async () => {
+    try {
+      await cell?.stop();
+    } finally {
+      await cluster?.stop();
+    }
+  }, 60_000);
+
+  test('the primary machine is lost (SIGKILL): nothing acknowledged lost, refusals 503 with Retry-After, serving again by itself', async () => {
+    const old = await cluster.untilPrimary();
+    const v = await failoverUnderLoad(cluster, cell, 'kill', async () => {
+      cluster.kill(old);
+      await cluster.untilPrimary(old);
+    });
+    process.stderr.write(`failover (kill): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
+    expectClean(v, cluster);
+    expect(v.servingAgainMs!).toBeLessThan(30_000);
+  }, 120_000);
+
+  test('a planned switchover: the same', async () => {
+    const leader = await cluster.untilPrimary();
+    // In synchronous_mode Patroni switches over only to the synchronous standby.
+    let candidate: PatroniNode | undefined;
+    await waitFor(async () => (candidate = await cluster.syncStandby()) !== undefined, { what: 'a synchronous standby', timeoutMs: 30_000, everyMs: 200 });
+    const v = await failoverUnderLoad(cluster, cell, 'switchover', async () => {
+      await cluster.switchover(leader, candidate!);
+      await cluster.untilPrimary(leader);
+    });
+    process.stderr.write(`failover (switchover): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
+    expectClean(v, cluster);
+  }, 120_000);
+});
