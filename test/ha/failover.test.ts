@@ -19,6 +19,8 @@ function expectClean(v: Verdict, cluster: HaCluster) {
     expect(Object.keys(v.refusalCodes).filter((c) => c !== '503 db_unavailable')).toEqual([]);
     expect({ hangs: v.hangs, socketErrors: v.socketErrors, processesKept: v.processesKept }).toEqual({ hangs: 0, socketErrors: 0, processesKept: true });
     expect(v.servingAgainMs).toBeDefined();
+    // The switches', the push wake-ups' and the sweeper's LISTEN connections found the new primary.
+    expect(v.listenersNotRestored).toEqual([]);
     // A failover is the cell's state, not a bug: warnings, no error line (the sweeper logged one a second).
     expect(v.errorLines.map((l) => l.msg)).toEqual([]);
   } catch (err) {
@@ -58,6 +60,8 @@ if (reason) process.stderr.write(`test/ha/failover.test.ts: not run: ${reason}\n
     process.stderr.write(`failover (kill): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
     expectClean(v, cluster);
     expect(v.servingAgainMs!).toBeLessThan(30_000);
+    // The machine was lost: the LISTEN connections held from boot were cut with it (and came back, above).
+    expect(v.listenersLost).toEqual(expect.arrayContaining(['api:switches', 'sweeper:sweeper']));
   }, 120_000);
 
   test('a planned switchover: the same', async () => {

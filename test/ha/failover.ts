@@ -75,6 +75,9 @@ export interface Verdict {
   servingAgainMs: number | undefined;
   /** The API's and the sweeper's processes are the ones started before the fault. */
   processesKept: boolean;
+  /** Listeners (switches, log wake-ups, the sweeper's) that lost their LISTEN connection in the fault; each must say 'LISTEN restored' after. */
+  listenersLost: string[];
+  listenersNotRestored: string[];
   /** The API's and the sweeper's log lines at level error or above. */
   errorLines: LogLine[];
 }
@@ -162,6 +165,14 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   }
   ok();
 
+  // Each LISTEN connection the fault cut is back (on the new primary, through the same address).
+  const lost: { who: string; line: LogLine; lines: LogLine[] }[] = [];
+  for (const [who, p] of [['api', cell.api], ['sweeper', cell.sweeper]] as const) {
+    for (const line of p.lines.filter((l) => l.time >= faultAt && /LISTEN connection lost/.test(l.msg ?? ''))) lost.push({ who: `${who}:${line.listener}`, line, lines: p.lines });
+  }
+  const restored = (x: (typeof lost)[number]) => x.lines.some((l) => l.time >= x.line.time && l.listener === x.line.listener && l.pid === x.line.pid && /LISTEN restored/.test(l.msg ?? ''));
+  await waitFor(() => lost.every(restored), { what: 'every LISTEN connection the fault cut restored', timeoutMs: 20_000 }).catch(() => undefined);
+
   const db = new Client({ connectionString: cluster.url(DATABASE) });
   await db.connect();
   let kv: { key: string; value: unknown }[];
@@ -196,6 +207,8 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     hangs,
     socketErrors,
     servingAgainMs: back ? back.at - faultAt : undefined,
+    listenersLost: [...new Set(lost.map((x) => x.who))],
+    listenersNotRestored: [...new Set(lost.filter((x) => !restored(x)).map((x) => x.who))],
     // A worker node:cluster replaced would say 'API worker listening' a second time.
     processesKept: cell.api.child.exitCode === null && cell.sweeper.child.exitCode === null && cell.api.pid === apiPid && cell.sweeper.pid === sweeperPid && cell.api.lines.filter(listening).length === 1,
     errorLines: [...cell.api.lines, ...cell.sweeper.lines].filter((l) => l.level >= 50 && l.time >= faultAt - 60_000),
