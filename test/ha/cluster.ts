@@ -30,7 +30,8 @@ function pgBinDir(): string | undefined {
 }
 
 const TOOLS = {
-  patroni: which('patroni', ['/usr/bin/patroni']),
+  // PATRONI_BIN names another binary (a path that does not exist: the suite's not-run path).
+  patroni: process.env.PATRONI_BIN !== undefined ? (fs.existsSync(process.env.PATRONI_BIN) ? process.env.PATRONI_BIN : undefined) : which('patroni', ['/usr/bin/patroni']),
   etcd: which('etcd', ['/usr/bin/etcd']),
   haproxy: which('haproxy', ['/usr/sbin/haproxy']),
   pgBin: pgBinDir(),

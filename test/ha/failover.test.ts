@@ -30,11 +30,9 @@ function expectClean(v: Verdict, cluster: HaCluster) {
 }
 
 const reason = MISSING;
+// Said on stderr too: jest shows neither a skipped suite's title (but in a verbose or JSON report) nor its console.
 if (reason) process.stderr.write(`test/ha/failover.test.ts: not run: ${reason}\n`);
-(reason ? describe : describe.skip)(`failover on Patroni: not run, ${reason}`, () => {
-  test('not run', () => undefined);
-});
-(reason ? describe.skip : describe)('failover on Patroni (3 nodes, synchronous_mode, HAProxy)', () => {
+(reason ? describe.skip : describe)(reason ? `failover on Patroni: not run, ${reason}` : 'failover on Patroni (3 nodes, synchronous_mode, HAProxy)', () => {
   let cluster: HaCluster;
   let cell: Cell;
 
