@@ -1,6 +1,7 @@
 // npm run chaos:failover: the cell (built API, one worker, and a sweeper) on a three-node Patroni
 // cluster (synchronous_mode, HAProxy routing to the primary by Patroni's REST check; test/ha/cluster.ts)
-// under four writers of KV puts and pushes with transactionIds, each retried until acknowledged,
+// under four writers of KV puts, pushes with transactionIds and timers with timerKeys (1 s ahead), each
+// retried until acknowledged,
 // through three faults in a row: the primary's machine lost (every process SIGKILLed), a planned
 // switchover, and the primary frozen (SIGSTOP) until a standby is promoted, then thawed so that it
 // comes back beside the new primary. Prints, per run, what was acknowledged and what the new primary
@@ -50,14 +51,14 @@ async function main(): Promise<void> {
     await cell?.stop().catch(() => undefined);
     await cluster.stop();
   }
-  process.stdout.write('\nrun         acked puts  acked pushes  lost  doubled  refusals (all 503 + Retry-After)  hangs  serving again  same processes\n');
+  process.stdout.write('\nrun         acked puts/pushes/timers  lost  doubled  timers early  refusals (all 503 + Retry-After)  hangs  serving again  same processes\n');
   for (const v of verdicts) {
     const allGood = v.badRefusals.length === 0 ? 'yes' : `no (${v.badRefusals.length})`;
     process.stdout.write(
-      `${v.fault.padEnd(12)}${String(v.putsAcknowledged).padEnd(12)}${String(v.pushesAcknowledged).padEnd(14)}${String(v.putsLost + v.pushesLost).padEnd(6)}${String(v.pushesDoubled).padEnd(9)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${v.processesKept ? 'yes' : 'no'}\n`,
+      `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${v.processesKept ? 'yes' : 'no'}\n`,
     );
   }
-  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.badRefusals.length + v.hangs + v.socketErrors > 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000);
+  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.badRefusals.length + v.hangs + v.socketErrors > 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000);
   process.exit(bad ? 1 : 0);
 }
 

@@ -12,7 +12,9 @@ function expectClean(v: Verdict, cluster: HaCluster) {
   try {
     expect(v.putsAcknowledged).toBeGreaterThan(0);
     expect(v.pushesAcknowledged).toBeGreaterThan(0);
-    expect({ putsLost: v.putsLost, pushesLost: v.pushesLost, pushesDoubled: v.pushesDoubled }).toEqual({ putsLost: 0, pushesLost: 0, pushesDoubled: 0 });
+    expect(v.timersAcknowledged).toBeGreaterThan(0);
+    expect({ putsLost: v.putsLost, pushesLost: v.pushesLost, pushesDoubled: v.pushesDoubled, timersLost: v.timersLost, timersDoubled: v.timersDoubled, timersEarly: v.timersEarly })
+      .toEqual({ putsLost: 0, pushesLost: 0, pushesDoubled: 0, timersLost: 0, timersDoubled: 0, timersEarly: 0 });
     expect(v.badRefusals).toEqual([]);
     // The database's state, named as such: a new connection that the proxy could not complete (no
     // primary behind it yet) was 503 kv_unavailable, "the KV pool is exhausted", on the KV routes.

@@ -1,6 +1,7 @@
 // A failover under load, for test/ha/ (the verdict asserted) and `npm run chaos:failover` (the
 // verdict printed): the built API and a sweeper on the HA cluster through HAProxy, writers that put
-// KV keys and push messages with transactionIds (each retried on any refusal until acknowledged,
+// KV keys, push messages with transactionIds and schedule timers 1 s ahead with timerKeys (each
+// retried on any refusal until acknowledged,
 // as a client that follows Retry-After does), a fault while they run, and then the count of what
 // was acknowledged against what the new primary holds.
 import { Client } from 'pg';
@@ -63,6 +64,11 @@ export interface Verdict {
   putsLost: number;
   pushesLost: number;
   pushesDoubled: number;
+  /** Timers scheduled (acknowledged, 1 s ahead), and of those: never fired, fired twice, fired before their deliverAt. */
+  timersAcknowledged: number;
+  timersLost: number;
+  timersDoubled: number;
+  timersEarly: number;
   refusals: number;
   /** Refusals by status and code, "503 db_unavailable": n. */
   refusalCodes: Record<string, number>;
@@ -82,7 +88,7 @@ export interface Verdict {
   errorLines: LogLine[];
 }
 
-type Op = { kind: 'put'; key: string; value: unknown } | { kind: 'push'; txid: string; payload: unknown };
+type Op = { kind: 'put'; key: string; value: unknown } | { kind: 'push'; txid: string; payload: unknown } | { kind: 'timer'; timerKey: string; payload: unknown };
 
 /** Load on `cell` while `fault()` runs; resolves once `acksAfter` calls begun after the fault were acknowledged. */
 export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: string, fault: () => Promise<void>, o: { writers?: number; acksBefore?: number; acksAfter?: number; run?: string } = {}): Promise<Verdict> {
@@ -90,6 +96,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const run = o.run ?? name;
   const puts = new Map<string, unknown>();
   const pushes = new Set<string>();
+  const timers = new Map<string, string>();
   const refusals: Refusal[] = [];
   const acks: { began: number; at: number }[] = [];
   let hangs = 0;
@@ -98,8 +105,14 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   let faultAt = Infinity;
 
   const attempt = async (op: Op): Promise<boolean> => {
-    const body = op.kind === 'put' ? { value: op.value, forever: true } : { items: [{ queue: `ha-${run}`, payload: op.payload, transactionId: op.txid }] };
-    const path = op.kind === 'put' ? `/api/v1/kv/ha-${run}/${op.key}` : '/api/v1/push';
+    // A timer's retry carries the same timerKey: the same timer, never a second one.
+    const body =
+      op.kind === 'put'
+        ? { value: op.value, forever: true }
+        : op.kind === 'push'
+          ? { items: [{ queue: `ha-${run}`, payload: op.payload, transactionId: op.txid }] }
+          : { queue: `ha-${run}-timers`, payload: op.payload, delaySeconds: 1, timerKey: op.timerKey };
+    const path = op.kind === 'put' ? `/api/v1/kv/ha-${run}/${op.key}` : op.kind === 'push' ? '/api/v1/push' : '/api/v1/timers';
     let res: Response;
     try {
       res = await fetch(cell.base + path, { method: op.kind === 'put' ? 'PUT' : 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
@@ -113,6 +126,10 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
       const parsed = JSON.parse(text);
       if (op.kind === 'put' && parsed.applied !== true) throw new Error(`a put answered ${text}`);
       if (op.kind === 'push' && !['queued', 'duplicate'].includes(parsed[0]?.status)) throw new Error(`a push answered ${text}`);
+      if (op.kind === 'timer') {
+        if (typeof parsed.timerId !== 'string') throw new Error(`a schedule answered ${text}`);
+        timers.set(parsed.timerId, parsed.deliverAt);
+      }
       return true;
     }
     let code: string | undefined;
@@ -127,7 +144,8 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
 
   const writer = async (w: number) => {
     for (let i = 0; !stopping; i++) {
-      const op: Op = i % 2 === 0 ? { kind: 'put', key: `w${w}-${i}`, value: `${w}-${i}` } : { kind: 'push', txid: `t-${w}-${i}`, payload: { w, i } };
+      const op: Op =
+        i % 3 === 0 ? { kind: 'put', key: `w${w}-${i}`, value: `${w}-${i}` } : i % 3 === 1 ? { kind: 'push', txid: `t-${w}-${i}`, payload: { w, i } } : { kind: 'timer', timerKey: `k-${w}-${i}`, payload: { w, i } };
       const began = Date.now();
       const giveUp = began + 60_000;
       for (;;) {
@@ -137,7 +155,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
         await new Promise((r) => setTimeout(r, 250));
       }
       if (op.kind === 'put') puts.set(op.key, op.value);
-      else pushes.add(op.txid);
+      else if (op.kind === 'push') pushes.add(op.txid);
       acks.push({ began, at: Date.now() });
     }
   };
@@ -177,7 +195,23 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   await db.connect();
   let kv: { key: string; value: unknown }[];
   let logged: { transaction_id: string; n: number }[];
+  let fired: { transaction_id: string; n: number; early: number }[];
   try {
+    // Every acknowledged timer falls due 1 s after it was scheduled: wait (bounded) until none is left.
+    await waitFor(async () => (await db.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = $1`, [`ha-${run}-timers`])).rows[0].n === 0, {
+      what: 'every timer of the run fired',
+      timeoutMs: 30_000,
+      everyMs: 200,
+    }).catch(() => undefined);
+    fired = (
+      await db.query(
+        `SELECT m.transaction_id, count(*)::int AS n, count(*) FILTER (WHERE m.created_at < (t.deliver_at)::timestamptz)::int AS early
+           FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           JOIN jsonb_to_recordset($2::jsonb) AS t(id text, deliver_at text) ON m.transaction_id = 'timer:' || t.id
+          WHERE q.name = $1 GROUP BY 1`,
+        [`ha-${run}-timers`, JSON.stringify([...timers].map(([id, at]) => ({ id, deliver_at: at })))],
+      )
+    ).rows;
     kv = (await db.query(`SELECT key, value FROM queen.kv WHERE namespace = $1`, [`ha-${run}`])).rows;
     logged = (
       await db.query(
@@ -188,6 +222,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   } finally {
     await db.end();
   }
+  const firedBy = new Map(fired.map((r) => [r.transaction_id, r]));
   const stored = new Map(kv.map((r) => [r.key, JSON.stringify(r.value)]));
   const inLog = new Map(logged.map((r) => [r.transaction_id, r.n]));
   const lastRefusal = refusals.length > 0 ? refusals[refusals.length - 1].at : faultAt;
@@ -201,6 +236,10 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     putsLost: [...puts].filter(([k, v]) => stored.get(k) !== JSON.stringify(v)).length,
     pushesLost: [...pushes].filter((t) => !inLog.has(t)).length,
     pushesDoubled: [...inLog.values()].filter((n) => n > 1).length,
+    timersAcknowledged: timers.size,
+    timersLost: [...timers.keys()].filter((id) => !firedBy.has(`timer:${id}`)).length,
+    timersDoubled: fired.filter((r) => r.n > 1).length,
+    timersEarly: fired.filter((r) => r.early > 0).length,
     refusals: refusals.length,
     refusalCodes,
     badRefusals: refusals.filter((r) => r.status !== 503 || !r.retryAfter),
