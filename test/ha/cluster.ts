@@ -323,7 +323,9 @@ export async function startHaCluster(o: HaOptions = {}): Promise<HaCluster> {
     const pid = n.pid();
     if (pid) {
       signal(pid, 'SIGTERM');
-      await Promise.race([n.proc!.exited, new Promise((r) => setTimeout(r, 10_000))]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([n.proc!.exited, new Promise((r) => (timer = setTimeout(r, 10_000)))]);
+      clearTimeout(timer);
     }
     for (const p of [...pids, ...pidsOf(n)]) signal(p, 'SIGKILL');
   };
