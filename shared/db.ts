@@ -112,7 +112,7 @@ function unnamed(client: PoolClient): void {
 /**
  * Every `pool.query` in its own transaction that begins with the pool's settings. A statement that
  * fails aborts the transaction and the COMMIT behind it ends it as a rollback; nothing is written.
- * A connection that failed, or whose BEGIN or COMMIT failed, is dropped, never handed back.
+ * A connection that failed, that found the server read-only, or whose BEGIN or COMMIT failed, is dropped, never handed back.
  */
 function perTransaction(pool: Pool, begin: string): void {
   begins.set(pool, begin);
@@ -125,7 +125,9 @@ function perTransaction(pool: Pool, begin: string): void {
       client.query('COMMIT'),
     ]);
     const failure = [began, ran, committed].find((s): s is PromiseRejectedResult => s.status === 'rejected')?.reason;
-    const broken = failure !== undefined && (isConnectionFailure(failure) || began.status === 'rejected' || committed.status === 'rejected');
+    // A read-only server (a demoted primary behind the address) too: the next connection may reach the new primary.
+    const readOnly = (failure as { code?: unknown } | undefined)?.code === SQLSTATE.READ_ONLY_SQL_TRANSACTION;
+    const broken = failure !== undefined && (isConnectionFailure(failure) || readOnly || began.status === 'rejected' || committed.status === 'rejected');
     client.release(broken ? (failure as Error) : undefined);
     if (failure !== undefined) throw failure;
     return (ran as PromiseFulfilledResult<unknown>).value;

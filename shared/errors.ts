@@ -200,7 +200,14 @@ export function coerceError(err: unknown): unknown {
     );
   }
   if (!isPgError(err)) {
-    if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
+    if (err instanceof Error && /^Connection terminated due to connection timeout$/.test(err.message)) {
+      // pg's connect timeout on a new connection: the pool had room, the server (or the proxy in
+      // front of it, with no primary behind it during a failover) did not answer. The database, not the pool.
+      return new ApiError('db_unavailable', 'A new database connection did not complete in time (the database is down, failing over or unreachable); retry shortly.', {
+        retryAfterSeconds: 1,
+      });
+    }
+    if (err instanceof Error && /timeout exceeded when trying to connect/i.test(err.message)) {
       // pg's pool acquire timeout (or a new connection slower than it): only the dedicated KV pool
       // sets connectionTimeoutMillis, and that pool is the semaphore; it is full.
       return new ApiError('kv_unavailable', 'The KV connection pool is exhausted; retry shortly.', {

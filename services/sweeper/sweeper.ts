@@ -15,6 +15,7 @@ import { EventEmitter } from 'node:events';
 import os from 'node:os';
 import crypto from 'node:crypto';
 import type { Pool } from 'pg';
+import { ApiError, coerceError } from '../../shared/errors';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
@@ -108,6 +109,8 @@ export class Sweeper extends EventEmitter {
   /** Wakes the loop on a switch flip; absent without a databaseUrl (the fresh read per cycle alone). */
   private readonly listener: Listener | undefined;
   private cycles = 0;
+  /** Cycles failed in a row with the database unavailable (0 while it answers). */
+  private outageCycles = 0;
   private inCycle = false;
   private lastUsageAt = 0;
   /** Slices in the cell's layout, from the last answer: a slice is owed every usageIntervalMs / this. */
@@ -217,10 +220,24 @@ export class Sweeper extends EventEmitter {
             ? this.pressure.sleepMs
             : Math.min(this.pressure.sleepMs, Math.max(MIN_SLEEP_MS, Math.ceil(nextDue)));
         report.sleepMs = sleepMs;
+        if (this.outageCycles > 0) {
+          this.o.log.info({ failedCycles: this.outageCycles }, 'sweeper: the database is back; cycling again');
+          this.outageCycles = 0;
+        }
         this.emit('cycle', report);
       } catch (err) {
         // A background fault is reported, never allowed to end the process: the next cycle retries.
-        this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper cycle failed');
+        // The database unreachable, restarting or read-only (a failover: the primary gone, a demoted
+        // one behind the address) is the cell's state, not a bug: one warning per outage, and a line
+        // when it is back. Every other failure is an error, each time. Before: a Patroni failover
+        // logged "sweeper cycle failed" at error once a second for its 10 s.
+        const e = { message: (err as Error).message, code: (err as { code?: string }).code };
+        const coerced = coerceError(err);
+        if (coerced instanceof ApiError && coerced.code === 'db_unavailable') {
+          if (this.outageCycles++ === 0) this.o.log.warn({ err: e, retryInMs: FAULT_BACKOFF_MS }, 'sweeper: the database is unavailable; retrying');
+        } else {
+          this.o.log.error({ err: e }, 'sweeper cycle failed');
+        }
         this.emit('fault', err);
         sleepMs = Math.max(sleepMs, FAULT_BACKOFF_MS);
       }

@@ -1,0 +1,255 @@
+// A failover under load, for test/ha/ (the verdict asserted) and `npm run chaos:failover` (the
+// verdict printed): the built API and a sweeper on the HA cluster through HAProxy, writers that put
+// KV keys, push messages with transactionIds and schedule timers 1 s ahead with timerKeys (each
+// retried on any refusal until acknowledged,
+// as a client that follows Retry-After does), a fault while they run, and then the count of what
+// was acknowledged against what the new primary holds.
+import { Client } from 'pg';
+import { applySchema } from '../../shared/db';
+import { freePort } from '../../shared/embeddedPostgres';
+import { UNLIMITED_RATES } from '../support/api';
+import { API_MAIN, LogLine, spawnLogged, Spawned, SWEEPER_MAIN } from '../support/processes';
+import { waitFor } from '../support/wait';
+import type { HaCluster } from './cluster';
+
+export const DATABASE = 'queen';
+/** One call's bound: an answer later than this counts as a hang. */
+export const CALL_BOUND_MS = 10_000;
+
+export interface Cell {
+  base: string;
+  api: Spawned;
+  sweeper: Spawned;
+  stop(): Promise<void>;
+}
+
+const listening = (l: LogLine) => l.msg === 'API worker listening';
+
+/** The schema on the cluster (through HAProxy), then the API (one worker) and one sweeper on it. */
+export async function startCell(cluster: HaCluster, env: Record<string, string> = {}): Promise<Cell> {
+  const admin = new Client({ connectionString: cluster.url() });
+  await admin.connect();
+  try {
+    await admin.query(`CREATE DATABASE ${DATABASE}`);
+  } finally {
+    await admin.end();
+  }
+  await applySchema(cluster.url(DATABASE));
+  const common = { DATABASE_URL: cluster.url(DATABASE), DATABASE_LISTEN_URL: cluster.url(DATABASE), LOG_LEVEL: 'info', ...UNLIMITED_RATES, ...env };
+  const port = await freePort();
+  const api = spawnLogged(process.execPath, [API_MAIN], { ...common, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '20' }, { exitOn: 'exit' });
+  const sweeper = spawnLogged(process.execPath, [SWEEPER_MAIN], { ...common, QUEEN_SWEEPER_METRICS_PORT: '0', QUEEN_SWEEPER_INTERVAL_MS: '100' }, { exitOn: 'exit' });
+  await Promise.all([api.waitForLine(listening, 'API worker listening'), sweeper.waitForLine((l) => l.msg === 'config: sweeper', 'config: sweeper')]);
+  return {
+    base: `http://127.0.0.1:${port}`,
+    api,
+    sweeper,
+    async stop() {
+      await Promise.all([api.stop(), sweeper.stop()]);
+    },
+  };
+}
+
+export interface Refusal {
+  status: number;
+  code: string | undefined;
+  retryAfter: string | null;
+  at: number;
+}
+
+export interface Verdict {
+  fault: string;
+  putsAcknowledged: number;
+  pushesAcknowledged: number;
+  putsLost: number;
+  pushesLost: number;
+  pushesDoubled: number;
+  /** Timers scheduled (acknowledged, 1 s ahead), and of those: never fired, fired twice, fired before their deliverAt. */
+  timersAcknowledged: number;
+  timersLost: number;
+  timersDoubled: number;
+  timersEarly: number;
+  refusals: number;
+  /** Refusals by status and code, "503 db_unavailable": n. */
+  refusalCodes: Record<string, number>;
+  /** Refusals that were not a 503 with Retry-After. */
+  badRefusals: Refusal[];
+  /** Calls with no answer within CALL_BOUND_MS, and calls the API's socket failed. */
+  hangs: number;
+  socketErrors: number;
+  /** From the fault until the first acknowledged call that began after the last refusal. */
+  servingAgainMs: number | undefined;
+  /** The API's and the sweeper's processes are the ones started before the fault. */
+  processesKept: boolean;
+  /** Listeners (switches, log wake-ups, the sweeper's) that lost their LISTEN connection in the fault; each must say 'LISTEN restored' after. */
+  listenersLost: string[];
+  listenersNotRestored: string[];
+  /** The API's and the sweeper's log lines at level error or above. */
+  errorLines: LogLine[];
+}
+
+type Op = { kind: 'put'; key: string; value: unknown } | { kind: 'push'; txid: string; payload: unknown } | { kind: 'timer'; timerKey: string; payload: unknown };
+
+/** Load on `cell` while `fault()` runs; resolves once `acksAfter` calls begun after the fault were acknowledged. */
+export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: string, fault: () => Promise<void>, o: { writers?: number; acksBefore?: number; acksAfter?: number; run?: string } = {}): Promise<Verdict> {
+  const writers = o.writers ?? 4;
+  const run = o.run ?? name;
+  const puts = new Map<string, unknown>();
+  const pushes = new Set<string>();
+  const timers = new Map<string, string>();
+  const refusals: Refusal[] = [];
+  const acks: { began: number; at: number }[] = [];
+  let hangs = 0;
+  let socketErrors = 0;
+  let stopping = false;
+  let faultAt = Infinity;
+
+  const attempt = async (op: Op): Promise<boolean> => {
+    // A timer's retry carries the same timerKey: the same timer, never a second one.
+    const body =
+      op.kind === 'put'
+        ? { value: op.value, forever: true }
+        : op.kind === 'push'
+          ? { items: [{ queue: `ha-${run}`, payload: op.payload, transactionId: op.txid }] }
+          : { queue: `ha-${run}-timers`, payload: op.payload, delaySeconds: 1, timerKey: op.timerKey };
+    const path = op.kind === 'put' ? `/api/v1/kv/ha-${run}/${op.key}` : op.kind === 'push' ? '/api/v1/push' : '/api/v1/timers';
+    let res: Response;
+    try {
+      res = await fetch(cell.base + path, { method: op.kind === 'put' ? 'PUT' : 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
+    } catch (err) {
+      if ((err as Error).name === 'TimeoutError') hangs++;
+      else socketErrors++;
+      return false;
+    }
+    const text = await res.text();
+    if (res.status === 200 || res.status === 201) {
+      const parsed = JSON.parse(text);
+      if (op.kind === 'put' && parsed.applied !== true) throw new Error(`a put answered ${text}`);
+      if (op.kind === 'push' && !['queued', 'duplicate'].includes(parsed[0]?.status)) throw new Error(`a push answered ${text}`);
+      if (op.kind === 'timer') {
+        if (typeof parsed.timerId !== 'string') throw new Error(`a schedule answered ${text}`);
+        timers.set(parsed.timerId, parsed.deliverAt);
+      }
+      return true;
+    }
+    let code: string | undefined;
+    try {
+      code = JSON.parse(text).error;
+    } catch {
+      code = undefined;
+    }
+    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+    return false;
+  };
+
+  const writer = async (w: number) => {
+    for (let i = 0; !stopping; i++) {
+      const op: Op =
+        i % 3 === 0 ? { kind: 'put', key: `w${w}-${i}`, value: `${w}-${i}` } : i % 3 === 1 ? { kind: 'push', txid: `t-${w}-${i}`, payload: { w, i } } : { kind: 'timer', timerKey: `k-${w}-${i}`, payload: { w, i } };
+      const began = Date.now();
+      const giveUp = began + 60_000;
+      for (;;) {
+        if (await attempt(op)) break;
+        if (Date.now() > giveUp) throw new Error(`writer ${w}: call ${i} not acknowledged within 60 s`);
+        // The Retry-After of every refusal here is 1 s; a quarter of it keeps the window measured finely.
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      if (op.kind === 'put') puts.set(op.key, op.value);
+      else if (op.kind === 'push') pushes.add(op.txid);
+      acks.push({ began, at: Date.now() });
+    }
+  };
+
+  const apiPid = cell.api.pid;
+  const sweeperPid = cell.sweeper.pid;
+  const running = Promise.all(Array.from({ length: writers }, (_, w) => writer(w)));
+  let failure: unknown;
+  running.catch((err) => (failure = err));
+  const ok = () => {
+    if (failure) throw failure;
+  };
+  try {
+    await waitFor(() => (ok(), acks.length >= (o.acksBefore ?? 40)), { what: 'acknowledged writes before the fault', timeoutMs: 30_000 });
+    faultAt = Date.now();
+    await fault();
+    await waitFor(() => (ok(), acks.filter((a) => a.began > faultAt && (refusals.length === 0 || a.began > refusals[refusals.length - 1].at)).length >= (o.acksAfter ?? 40)), {
+      what: `acknowledged writes after the fault (${name})`,
+      timeoutMs: 90_000,
+      everyMs: 100,
+    });
+  } finally {
+    stopping = true;
+    await running.catch(() => undefined);
+  }
+  ok();
+
+  // Each LISTEN connection the fault cut is back (on the new primary, through the same address).
+  const lost: { who: string; line: LogLine; lines: LogLine[] }[] = [];
+  for (const [who, p] of [['api', cell.api], ['sweeper', cell.sweeper]] as const) {
+    for (const line of p.lines.filter((l) => l.time >= faultAt && /LISTEN connection lost/.test(l.msg ?? ''))) lost.push({ who: `${who}:${line.listener}`, line, lines: p.lines });
+  }
+  const restored = (x: (typeof lost)[number]) => x.lines.some((l) => l.time >= x.line.time && l.listener === x.line.listener && l.pid === x.line.pid && /LISTEN restored/.test(l.msg ?? ''));
+  await waitFor(() => lost.every(restored), { what: 'every LISTEN connection the fault cut restored', timeoutMs: 20_000 }).catch(() => undefined);
+
+  const db = new Client({ connectionString: cluster.url(DATABASE) });
+  await db.connect();
+  let kv: { key: string; value: unknown }[];
+  let logged: { transaction_id: string; n: number }[];
+  let fired: { transaction_id: string; n: number; early: number }[];
+  try {
+    // Every acknowledged timer falls due 1 s after it was scheduled: wait (bounded) until none is left.
+    await waitFor(async () => (await db.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = $1`, [`ha-${run}-timers`])).rows[0].n === 0, {
+      what: 'every timer of the run fired',
+      timeoutMs: 30_000,
+      everyMs: 200,
+    }).catch(() => undefined);
+    fired = (
+      await db.query(
+        `SELECT m.transaction_id, count(*)::int AS n, count(*) FILTER (WHERE m.created_at < (t.deliver_at)::timestamptz)::int AS early
+           FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           JOIN jsonb_to_recordset($2::jsonb) AS t(id text, deliver_at text) ON m.transaction_id = 'timer:' || t.id
+          WHERE q.name = $1 GROUP BY 1`,
+        [`ha-${run}-timers`, JSON.stringify([...timers].map(([id, at]) => ({ id, deliver_at: at })))],
+      )
+    ).rows;
+    kv = (await db.query(`SELECT key, value FROM queen.kv WHERE namespace = $1`, [`ha-${run}`])).rows;
+    logged = (
+      await db.query(
+        `SELECT m.transaction_id, count(*)::int AS n FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 GROUP BY 1`,
+        [`ha-${run}`],
+      )
+    ).rows;
+  } finally {
+    await db.end();
+  }
+  const firedBy = new Map(fired.map((r) => [r.transaction_id, r]));
+  const stored = new Map(kv.map((r) => [r.key, JSON.stringify(r.value)]));
+  const inLog = new Map(logged.map((r) => [r.transaction_id, r.n]));
+  const lastRefusal = refusals.length > 0 ? refusals[refusals.length - 1].at : faultAt;
+  const back = acks.filter((a) => a.began >= Math.max(faultAt, lastRefusal)).sort((a, b) => a.at - b.at)[0];
+  const refusalCodes: Record<string, number> = {};
+  for (const r of refusals) refusalCodes[`${r.status} ${r.code}`] = (refusalCodes[`${r.status} ${r.code}`] ?? 0) + 1;
+  return {
+    fault: name,
+    putsAcknowledged: puts.size,
+    pushesAcknowledged: pushes.size,
+    putsLost: [...puts].filter(([k, v]) => stored.get(k) !== JSON.stringify(v)).length,
+    pushesLost: [...pushes].filter((t) => !inLog.has(t)).length,
+    pushesDoubled: [...inLog.values()].filter((n) => n > 1).length,
+    timersAcknowledged: timers.size,
+    timersLost: [...timers.keys()].filter((id) => !firedBy.has(`timer:${id}`)).length,
+    timersDoubled: fired.filter((r) => r.n > 1).length,
+    timersEarly: fired.filter((r) => r.early > 0).length,
+    refusals: refusals.length,
+    refusalCodes,
+    badRefusals: refusals.filter((r) => r.status !== 503 || !r.retryAfter),
+    hangs,
+    socketErrors,
+    servingAgainMs: back ? back.at - faultAt : undefined,
+    listenersLost: [...new Set(lost.map((x) => x.who))],
+    listenersNotRestored: [...new Set(lost.filter((x) => !restored(x)).map((x) => x.who))],
+    // A worker node:cluster replaced would say 'API worker listening' a second time.
+    processesKept: cell.api.child.exitCode === null && cell.sweeper.child.exitCode === null && cell.api.pid === apiPid && cell.sweeper.pid === sweeperPid && cell.api.lines.filter(listening).length === 1,
+    errorLines: [...cell.api.lines, ...cell.sweeper.lines].filter((l) => l.level >= 50 && l.time >= faultAt - 60_000),
+  };
+}
