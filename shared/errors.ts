@@ -111,13 +111,13 @@ const STATUS: Record<string, number> = {
   not_found: 404,
   payload_too_large: 413,
   rate_limited: 429,
-  // A call needing more tokens than a bucket ever holds: no Retry-After would be true (rateLimit.ts).
+  // A call needing more tokens than a bucket ever holds: no Retry-After would be true (rate/limit.ts).
   rate_limit_exceeds_burst: 400,
   internal: 500,
   kv_unavailable: 503,
   db_unavailable: 503,
   shutting_down: 503,
-  // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/bodyBudget.ts).
+  // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/edge/bodyBudget.ts).
   lock_timeout: 503,
   statement_timeout: 503,
   server_busy: 503,

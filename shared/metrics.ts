@@ -44,7 +44,7 @@ export function createMetrics(register = new client.Registry()) {
     kvPoolInUse: gauge('queen_kv_pool_in_use', 'Connections of the dedicated KV pool checked out now.'),
     kvPoolWaiting: gauge('queen_kv_pool_waiting', 'Requests waiting for a connection of the dedicated KV pool.'),
     // The message log (API): how many one-item pushes each push statement to a partition carried
-    // (services/api/pushCoalescer.ts): 1 is a push that went alone; more is group commit at work.
+    // (services/api/push/coalescer.ts): 1 is a push that went alone; more is group commit at work.
     logPushGathering: new client.Histogram({
       name: 'queen_log_push_gathering_size',
       help: 'One-item pushes per push statement to a partition: 1 went alone, more were committed together (group commit).',
@@ -75,7 +75,7 @@ export function createMetrics(register = new client.Registry()) {
     logDeadLetters: reading('queen_log_dead_letters', 'Messages set aside as dead letters (per consumer group) and still stored.'),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
-    // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rateStore.ts).
+    // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rate/store.ts).
     rateStoreFallback: gauge('queen_kv_rate_store_fallback', 'Rate limits: 1 while this process cannot reach the shared buckets and enforces its local share (1/processes), else 0.', [], 'max'),
     rateLeaseAsks: counter('queen_kv_rate_lease_asks_total', 'Rate limits: token asks a worker sent its primary (each one a statement on the shared buckets); under a flood about four a second per bucket and worker, never one a request.'),
     rateProcesses: gauge('queen_kv_rate_processes', 'Rate limits: API processes of the cell sharing the buckets, as this process last saw them.', [], 'max'),

@@ -2409,7 +2409,7 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/pushSignal.ts).
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   -- Queen's push answer entry (snake_case but queueName, as Queen spells it); a duplicate's
@@ -2849,7 +2849,7 @@ BEGIN
   )
   SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
   -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/pushSignal.ts).
+  -- (services/api/push/signal.ts).
   PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
   FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
         WHERE k.pid = ANY (v_hit)) x;

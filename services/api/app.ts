@@ -6,15 +6,15 @@ import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { errorHandler, notFound } from './http';
+import { errorHandler, notFound } from './edge/answer';
 import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
-import type { Guards } from './guards';
-import type { Switches } from './switches';
-import type { TenantBook } from './tenantBook';
-import { requestLog } from './requestLog';
+import type { Guards } from './admission/guards';
+import type { Switches } from './switches/switches';
+import type { TenantBook } from './admission/tenantBook';
+import { requestLog } from './edge/requestLog';
 import { ApiError } from '../../shared/errors';
 import { logRoutes, PUSH_ROUTES, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
@@ -33,11 +33,11 @@ export interface AppDeps {
   log: Logger;
   metrics: Metrics;
   isReady?: () => boolean;
-  /** Switches, grants and the admission guards every KV and timer route applies (guards.ts). */
+  /** Switches, grants and the admission guards every KV and timer route applies (admission/guards.ts). */
   ops: OpsHandles;
   /** The text /metrics serves: the cluster's under node:cluster, this registry's otherwise. */
   metricsText?: () => Promise<string>;
-  /** Hears each piece of every request body as it arrives (null: its end); false drops it (bodyBudget.ts). */
+  /** Hears each piece of every request body as it arrives (null: its end); false drops it (edge/bodyBudget.ts). */
   bodyChunk?: (req: IncomingMessage, chunk: Buffer | null) => boolean;
 }
 

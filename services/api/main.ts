@@ -10,10 +10,10 @@ import { Config, directUrl, queryTimeoutMs } from '../../shared/config';
 import { createLogger, Logger } from '../../shared/log';
 import { installMetricsAggregation } from './clusterMetrics';
 import { poolSizesPerWorker, startApiServer } from './server';
-import { relaySwitchesInPrimary } from './switchRelay';
-import { LEASE_SECONDS, LEASE_TTL_MS } from './rateLease';
-import { ownRateLimitsInPrimary } from './rateOwner';
-import { RateStore } from './rateStore';
+import { relaySwitchesInPrimary } from './switches/relay';
+import { LEASE_SECONDS, LEASE_TTL_MS } from './rate/lease';
+import { ownRateLimitsInPrimary } from './rate/owner';
+import { RateStore } from './rate/store';
 
 function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void {
   const sizes = poolSizesPerWorker(config);
@@ -84,7 +84,7 @@ async function primary(): Promise<void> {
   const sizes = poolSizesPerWorker(config);
   // Per worker: its two pools plus its LISTEN clients (push wake-ups, switch announcements); plus
   // the primary's schema connection and one sweeper of the all-in-one start.
-  // The primary's one connection to the shared rate buckets (rateStore.ts) opens after the schema's closed.
+  // The primary's one connection to the shared rate buckets (rate/store.ts) opens after the schema's closed.
   // Behind a transaction pooler the pools connect to it, not to the server: its max_client_conn and
   // default_pool_size are the budget, which the server's max_connections says nothing about.
   if (config.dbPooling === 'session') await checkConnectionBudget(config, config.workers * (sizes.message + sizes.kv + 2) + 4, log);
@@ -107,7 +107,7 @@ async function primary(): Promise<void> {
     log.warn('QUEEN_SWEEPER=false: no sweeper runs here; expired keys are not pruned and timers do not fire until one does');
   }
 
-  // Kill switches: a flip taken by one worker reaches its siblings through here (switchRelay.ts).
+  // Kill switches: a flip taken by one worker reaches its siblings through here (switches/relay.ts).
   relaySwitchesInPrimary();
   installMetricsAggregation(log);
   ownRateLimitsInPrimary(rates);

@@ -11,12 +11,12 @@ import { ApiError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
 import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
 import { createApp, OpsHandles } from './app';
-import { BodyBudget } from './bodyBudget';
+import { BodyBudget } from './edge/bodyBudget';
 import { workerMetricsSource } from './clusterMetrics';
-import { Guards } from './guards';
-import { sendError } from './http';
-import { Switches } from './switches';
-import { TenantBook } from './tenantBook';
+import { Guards } from './admission/guards';
+import { sendError } from './edge/answer';
+import { Switches } from './switches/switches';
+import { TenantBook } from './admission/tenantBook';
 
 export interface ApiServer {
   url: string;

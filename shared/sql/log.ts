@@ -1,7 +1,7 @@
 // The statements the API sends for the message log and the transaction wire. Named, so each is
 // parsed and planned once per connection; never built per request. Every rule is in
 // sql/functions/log_push.sql, log_consume.sql and log_apply.sql: request text goes in as is, jsonb text comes back and is written out as is.
-// $1 of each is the tenant (services/api/http.ts tenantOf): every log procedure takes it.
+// $1 of each is the tenant (services/api/edge/tenant.ts tenantOf): every log procedure takes it.
 
 /** POST /api/v1/configure: the body as is. */
 export const LOG_CONFIGURE = {
@@ -19,7 +19,7 @@ export const LOG_PUSH = {
 };
 
 /**
- * Concurrent one-item pushes of one tenant to one partition, gathered by services/api/pushCoalescer.ts: $2 is a
+ * Concurrent one-item pushes of one tenant to one partition, gathered by services/api/push/coalescer.ts: $2 is a
  * JSON array of the request bodies, as the clients wrote them. One row per body, in order: its
  * results array, or NULL where the fast path declined.
  */

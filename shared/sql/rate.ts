@@ -1,4 +1,4 @@
-// The statement of the shared rate buckets (services/api/rateStore.ts): one batch of leases, sent by
+// The statement of the shared rate buckets (services/api/rate/store.ts): one batch of leases, sent by
 // an API primary when its workers need tokens, and once a second as its heartbeat.
 export const RATE_LEASE = {
   name: 'kv_rate_lease_v1',

@@ -39,7 +39,7 @@ export const QUOTA_READ_ALL = {
 /**
  * The sweeper's last measurement per tenant; computed_at in epoch milliseconds, and read_ms the
  * database's clock at this read (now(): this statement's start, after the worker sent it), so
- * the worker can place computed_at on its own clock from below (services/api/tenantBook.ts).
+ * the worker can place computed_at on its own clock from below (services/api/admission/tenantBook.ts).
  */
 export const USAGE_READ_ALL = {
   name: 'system_usage_read_all_v2',

@@ -1,4 +1,4 @@
--- The cell's rate buckets, shared by every API process of the cell (services/api/rateStore.ts).
+-- The cell's rate buckets, shared by every API process of the cell (services/api/rate/store.ts).
 -- One row per (tenant, scope): scope 'tenant_reads' or 'tenant_writes' per tenant, and 'cell' under
 -- tenant '' for the cell ceiling. A process never spends from here per request: its primary leases
 -- tokens in chunks (a statement per batch of leases, not per call) and hands them to its workers.

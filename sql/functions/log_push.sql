@@ -124,7 +124,7 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/pushSignal.ts).
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   -- Queen's push answer entry (snake_case but queueName, as Queen spells it); a duplicate's
@@ -323,7 +323,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_request_v1(p_tenant UUID, p_items JSON
 $$;
 
 -- One tenant's one-item pushes to one partition that an API worker gathered while an earlier push to that
--- partition was in flight (services/api/pushCoalescer.ts says why): the bodies whose one item goes
+-- partition was in flight (services/api/push/coalescer.ts says why): the bodies whose one item goes
 -- to the first such body's queue and partition, through the fast path in one call, so one lock and
 -- one commit serve them all. Answers one row per body, in order: that request's results array, or
 -- NULL where the fast path declined it (a shape or transactionId it does not take, another

@@ -108,7 +108,7 @@ BEGIN
   )
   SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
   -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/pushSignal.ts).
+  -- (services/api/push/signal.ts).
   PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
   FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
         WHERE k.pid = ANY (v_hit)) x;

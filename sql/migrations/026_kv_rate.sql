@@ -1,4 +1,4 @@
--- 026: the cell's rate buckets, shared by every API process of the cell (services/api/rateStore.ts;
+-- 026: the cell's rate buckets, shared by every API process of the cell (services/api/rate/store.ts;
 -- the lease is sql/functions/kv_rate.sql). One row per (tenant, scope): scope 'tenant_reads' or
 -- 'tenant_writes' per tenant, and 'cell' under tenant '' for the cell ceiling.
 -- UNLOGGED: a bucket is a few seconds of state; after a crash every bucket starts full, which is

@@ -1,4 +1,4 @@
-// A worker's memory for request bodies is bounded whatever clients send (services/api/bodyBudget.ts):
+// A worker's memory for request bodies is bounded whatever clients send (services/api/edge/bodyBudget.ts):
 // one body past QUEEN_MAX_BODY_BYTES is 413 before it is read, and the bodies in flight past
 // QUEEN_MAX_INFLIGHT_BODY_BYTES are 503 server_busy, each answered at once with the connection closed.
 // Each exchange is on a raw socket, so the test decides how much of a body is ever sent.

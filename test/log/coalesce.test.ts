@@ -1,9 +1,9 @@
-// Group commit for pushes (services/api/pushCoalescer.ts): one-item pushes to a partition that
+// Group commit for pushes (services/api/push/coalescer.ts): one-item pushes to a partition that
 // arrive while a push to it is in flight go together in one transaction, and each is still answered
 // on its own, with its own refusals. Calls made in one tick are deterministic: the first is in
 // flight before the others are made. Messages of one transaction share its xmin.
 import { Pool } from 'pg';
-import { PushCoalescer } from '../../services/api/pushCoalescer';
+import { PushCoalescer } from '../../services/api/push/coalescer';
 import { push } from './helpers';
 import { useApi } from '../support/api';
 import { createTestDatabase } from '../support/database';
@@ -130,7 +130,7 @@ describe('over HTTP', () => {
   test('60 concurrent pushes to one partition: every one answered queued, seqs contiguous, a malformed one refused alone', async () => {
     await push(api.url, [{ queue: 'http-gather', payload: 0 }]);
     // A number past numeric's range: PostgreSQL refuses it as data (a U+0000 is refused before the
-    // gathering, http.ts refuseUnstorable).
+    // gathering, edge/body.ts refuseUnstorable).
     const bad = call(api.url, 'POST', '/api/v1/push', '{"items":[{"queue":"http-gather","payload":1e999999}]}');
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => push(api.url, [{ queue: 'http-gather', payload: { i }, transactionId: `h${i}` }])));
     expect(answers.map((a) => [a.status, a.body[0].status])).toEqual(Array(60).fill([201, 'queued']));

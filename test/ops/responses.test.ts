@@ -1,6 +1,6 @@
 // queen_http_responses_total: every answer a route or a KV guard wrote, by surface, status and error
 // code, so an outage, a bug or a flood shows on the dashboard and in the alerts (deploy/prometheus).
-import { surfaceOf } from '../../services/api/requestLog';
+import { surfaceOf } from '../../services/api/edge/requestLog';
 import { call } from '../support/http';
 import { counter } from '../support/metrics';
 import { useApi } from '../support/api';

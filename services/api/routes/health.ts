@@ -3,7 +3,7 @@
 // (before 2026-12-01, PostgreSQL stopped with SIGSTOP held /health for as long as it was stopped).
 import { Router } from 'express';
 import type { Pool } from 'pg';
-import { sendError } from '../http';
+import { sendError } from '../edge/answer';
 import { ApiError } from '../../../shared/errors';
 
 export function healthRoutes(pool: Pool, isReady: () => boolean, timeoutMs: number): Router {

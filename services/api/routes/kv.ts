@@ -15,17 +15,19 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
-import type { Guards } from '../guards';
-import { answerWithBody, bodyText, isPlainObject, nameRule, notModified, parseJson, refuseNul, refuseUnstorable, sendJsonText } from '../http';
+import type { Guards } from '../admission/guards';
+import { answerWithBody, notModified, sendJsonText } from '../edge/answer';
+import { bodyText, isPlainObject, parseJson, refuseUnstorable } from '../edge/body';
+import { nameRule, refuseNulKeys, refuseNul } from './fields';
 
 export interface KvRouteDeps {
   config: Config;
   kvPool: Pool;
   metrics: Metrics;
   log: Logger;
-  /** Switch, grant, quota, rate and pool admission (guards.ts), applied to every KV route. */
+  /** Switch, grant, quota, rate and pool admission (admission/guards.ts), applied to every KV route. */
   guards: Guards;
-  /** The request line every answered call gets (requestLog.ts). */
+  /** The request line every answered call gets (edge/requestLog.ts). */
   logRequest: (req: IncomingMessage, res: ServerResponse) => void;
 }
 
@@ -79,7 +81,7 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
       'KV path routes take no query string: keys and prefixes in URLs end up in every access log on the way.',
     );
   }
-  // PostgreSQL's text cannot hold U+0000, so the SQL rules could never see it (http.ts, refuseNul).
+  // PostgreSQL's text cannot hold U+0000, so the SQL rules could never see it (routes/fields.ts, refuseNul).
   refuseNul(key, 'kv_invalid_key', 'A key may not contain U+0000.');
   refuseNul(ns, 'kv_invalid_namespace', NAMESPACE_RULE);
   const text = bodyText(req);
@@ -101,31 +103,12 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
 
 const NAMESPACE_RULE = nameRule('A namespace');
 
-/**
- * A NUL in a batch key or namespace is refused with the KV's own code; a NUL elsewhere fails the
- * jsonb cast: invalid_json. Used by POST /api/v1/kv and by the transaction wire's `kv` array, so
- * one operation gets one answer whichever way it comes.
- */
-export function refuseNulKeys(text: string, ops: unknown): void {
-  if (!text.includes('\\u0000') || !Array.isArray(ops)) return;
-  ops.forEach((op, index) => {
-    if (!isPlainObject(op)) return;
-    if (typeof op.ns === 'string' && op.ns.includes('\u0000')) {
-      throw new ApiError('kv_invalid_namespace', `Operation ${index}: ${NAMESPACE_RULE}`, { index });
-    }
-    const keys = [op.key, op.prefix, ...(Array.isArray(op.keys) ? op.keys : [])];
-    if (keys.some((k) => typeof k === 'string' && k.includes('\u0000'))) {
-      throw new ApiError('kv_invalid_key', `Operation ${index}: a key may not contain U+0000.`, { index });
-    }
-  });
-}
-
 /** The KV surface as a request listener: true when it took the request. */
 export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: KvRouteDeps): (req: IncomingMessage, res: ServerResponse) => boolean {
   const withBody = answerWithBody(config, log);
 
   // Each call reads top to bottom: the caller and the switch, the body, the rest of the admission
-  // (guards.ts), the statement, the answer; a refusal at any step is thrown to the one error handler.
+  // (admission/guards.ts), the statement, the answer; a refusal at any step is thrown to the one error handler.
 
   async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });

@@ -9,9 +9,12 @@ import { directUrl, type Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
-import { answerWithBody, bodyText, isPlainObject, nameRule, notFound, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
-import { PushCoalescer } from '../pushCoalescer';
-import { PushSignal } from '../pushSignal';
+import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
+import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
+import { nameRule, refuseTraceIds, refuseNul } from './fields';
+import { tenantOf } from '../edge/tenant';
+import { PushCoalescer } from '../push/coalescer';
+import { PushSignal } from '../push/signal';
 
 export interface LogRouteDeps {
   config: Config;
@@ -271,16 +274,6 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
 const PUSH = '/api/v1/push';
 /** The route pushRoute answers (app.ts `routes()`). */
 export const PUSH_ROUTES: ReadonlyArray<{ method: string; path: string }> = [{ method: 'POST', path: PUSH }];
-
-/** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
-export function refuseTraceIds(items: unknown[]): void {
-  for (let i = 0; i < items.length; i++) {
-    const item = items[i];
-    if (isPlainObject(item) && item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
-      throw new ApiError('unsupported', `Item ${i}: traceId: the cell does not store traces; leave it out.`, { index: i });
-    }
-  }
-}
 
 /**
  * POST /api/v1/push as a request listener, answered before Express like the KV routes (routes/kv.ts

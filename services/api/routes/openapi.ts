@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Router } from 'express';
 import { ApiError } from '../../../shared/errors';
-import { sendJsonText } from '../http';
+import { sendJsonText } from '../edge/answer';
 
 export const OPENAPI_FILE = path.resolve(__dirname, '..', '..', '..', 'openapi.json');
 

@@ -6,9 +6,10 @@ import type { Pool } from 'pg';
 import type { Config } from '../../../shared/config';
 import { ApiError } from '../../../shared/errors';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
-import { bodyText, isPlainObject, parseJson, rawBody, sendJsonText } from '../http';
-import { SWITCH_NAMES, SwitchState } from '../switchState';
-import type { Switches } from '../switches';
+import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
+import { sendJsonText } from '../edge/answer';
+import { SWITCH_NAMES, SwitchState } from '../switches/state';
+import type { Switches } from '../switches/switches';
 
 export interface SystemRouteDeps {
   config: Config;

@@ -15,14 +15,17 @@ import { ApiError, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
-import type { Guards } from '../guards';
-import { bodyText, isPlainObject, nameRule, parseJson, rawBody, refuseNul, sendJsonText, tenantOf } from '../http';
+import type { Guards } from '../admission/guards';
+import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
+import { nameRule, refuseNul } from './fields';
+import { sendJsonText } from '../edge/answer';
+import { tenantOf } from '../edge/tenant';
 
 export interface TimerRouteDeps {
   config: Config;
   pool: Pool;
   metrics: Metrics;
-  /** Schedule and reschedule pass the switch, grant, quota and rate (guards.ts); cancel, peek and list never do. */
+  /** Schedule and reschedule pass the switch, grant, quota and rate (admission/guards.ts); cancel, peek and list never do. */
   guards: Guards;
 }
 

@@ -22,10 +22,12 @@ import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
 import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
-import type { Guards } from '../guards';
-import { refuseNulKeys } from './kv';
-import { refuseTraceIds, timed } from './log';
-import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, sendJsonText, tenantOf } from '../http';
+import type { Guards } from '../admission/guards';
+import { timed } from './log';
+import { refuseNulKeys, refuseTraceIds } from './fields';
+import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable } from '../edge/body';
+import { sendJsonText } from '../edge/answer';
+import { tenantOf } from '../edge/tenant';
 
 export interface TransactionRouteDeps {
   config: Config;
@@ -33,7 +35,7 @@ export interface TransactionRouteDeps {
   metrics: Metrics;
   /**
    * The kv and timers arrays pass the switch, grant, quota and rate before the bundle starts
-   * (guards.ts); a paused switch is 403 here, never 503: a client retrying a bundle would spin with
+   * (admission/guards.ts); a paused switch is 403 here, never 503: a client retrying a bundle would spin with
    * messages in its hands. A bundle of only pushes, acks and timer cancels passes untouched.
    */
   guards: Guards;

@@ -1,5 +1,5 @@
 // What one worker holds to be in force, and why. Three sources disagree for a while after every flip,
-// and this is the state machine that merges them, with no I/O of its own (switches.ts feeds it):
+// and this is the state machine that merges them, with no I/O of its own (switches/switches.ts feeds it):
 //
 //   base         what the database has said (rows read, announcements heard), with this worker's
 //                own flips folded in when they were made;
@@ -17,7 +17,7 @@
 // rows, until an operator flips that switch again here or the cell restarts ("in force on this
 // broker but will not survive a restart"). Without the pin, the re-read that follows the listener's
 // reconnect, once the database was back, silently undid a pause taken during the outage.
-import { Announcement, ALL_ON, defined, SWITCH_NAMES, SwitchName, SwitchState } from './switchState';
+import { Announcement, ALL_ON, defined, SWITCH_NAMES, SwitchName, SwitchState } from './state';
 
 /**
  * How long a flip stays on top while its announcement has not arrived: a listener that was

@@ -1,8 +1,8 @@
 // What a KV or timer call costs, read from its parsed body before anything runs: the rate tokens
 // (one per operation) and what it may add to the tenant's occupancy (the quota's local delta). The
 // body is not trusted here: whatever the SQL will refuse is charged nothing, so a malformed call
-// never drains the caller's bucket. guards.ts asks; nothing here refuses.
-import { isPlainObject } from './http';
+// never drains the caller's bucket. admission/guards.ts asks; nothing here refuses.
+import { isPlainObject } from '../edge/body';
 import type { Delta } from './tenantBook';
 
 const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);

@@ -8,9 +8,9 @@
 // about a tenth of the API's CPU on a KV get; here nothing is built unless the level is on.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from '../../shared/log';
-import type { Metrics } from '../../shared/metrics';
-import { answeredCode } from './http';
+import type { Logger } from '../../../shared/log';
+import type { Metrics } from '../../../shared/metrics';
+import { answeredCode } from './answer';
 
 /** An incoming id is kept when it is short and plain; anything else is replaced, never echoed. */
 const REQUEST_ID = /^[A-Za-z0-9._:@/+=-]{1,128}$/;

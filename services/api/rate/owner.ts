@@ -1,10 +1,10 @@
 // The cluster primary's side of the rate limits: it answers its workers' lease requests
-// (rateLease.ts) from the cell's shared buckets (rateStore.ts), and tells every worker whether the
+// (rate/lease.ts) from the cell's shared buckets (rate/store.ts), and tells every worker whether the
 // process is on its local fallback, for the queen_kv_rate_store_fallback gauge.
 import cluster, { Worker } from 'node:cluster';
-import type { LeaseAsk, RateScope } from './rateLimit';
-import { RATE_IPC } from './rateLease';
-import type { RateStore } from './rateStore';
+import type { LeaseAsk, RateScope } from './limit';
+import { RATE_IPC } from './lease';
+import type { RateStore } from './store';
 
 const SCOPES = new Set<RateScope>(['tenant_reads', 'tenant_writes', 'cell']);
 

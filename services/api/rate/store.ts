@@ -12,12 +12,12 @@
 import { randomUUID } from 'node:crypto';
 import os from 'node:os';
 import type { Pool } from 'pg';
-import { createPool } from '../../shared/db';
-import type { Config } from '../../shared/config';
-import type { Logger } from '../../shared/log';
-import { RATE_LEASE } from '../../shared/sql/rate';
-import { bucketTenant, CellBuckets, cellLimits, LeaseAsk, LeaseGrant, RateScope, ScopeLimit } from './rateLimit';
-import type { RateMode } from './rateLease';
+import { createPool } from '../../../shared/db';
+import type { Config } from '../../../shared/config';
+import type { Logger } from '../../../shared/log';
+import { RATE_LEASE } from '../../../shared/sql/rate';
+import { bucketTenant, CellBuckets, cellLimits, LeaseAsk, LeaseGrant, RateScope, ScopeLimit } from './limit';
+import type { RateMode } from './lease';
 
 /** A lease statement slower than this counts as the store being unreachable. */
 export const STORE_TIMEOUT_MS = 500;

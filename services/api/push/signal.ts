@@ -4,8 +4,8 @@
 // A notification is a hint, never the truth: the pop that wakes asks the database again, and the
 // waiters also wake on a short interval, which covers what sends no notification (an expired lease,
 // a `failed` ack that released its partition) and a listener that lost its connection.
-import { CHANNEL, Listener } from '../../shared/listener';
-import type { Logger } from '../../shared/log';
+import { CHANNEL, Listener } from '../../../shared/listener';
+import type { Logger } from '../../../shared/log';
 
 export interface Armed {
   /** Resolves on a push to the queue, after `ms`, or when the signal closes; whichever comes first. */

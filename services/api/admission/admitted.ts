@@ -1,7 +1,7 @@
-// What follows an admission (guards.ts): the call's occupancy delta is held by the quota from the
+// What follows an admission (admission/guards.ts): the call's occupancy delta is held by the quota from the
 // moment it is admitted until its statement returns, then stamped as committed or forgotten. Its own
 // module because it is the one piece of the admission a route holds on to after the verdict.
-import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../shared/errors';
+import { AckFailed, ApiError, coerceError, isConnectionFailure } from '../../../shared/errors';
 import type { Hold } from './tenantBook';
 
 /**
@@ -21,7 +21,7 @@ export function mayHaveCommitted(err: unknown): boolean {
 /**
  * An admitted call. Its occupancy delta is held (counted by the quota) from admission, before the
  * statement is sent, so concurrent calls of this worker see each other; once the statement returns
- * it is stamped as committed (tenantBook.ts), or forgotten when the statement certainly failed. A wire
+ * it is stamped as committed (admission/tenantBook.ts), or forgotten when the statement certainly failed. A wire
  * bundle answered 200 ok:false (a lost precondition, a failed ack) rolled back but returns as done:
  * it is counted until the next measurement, which can only block early, never late.
  */

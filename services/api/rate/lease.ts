@@ -9,7 +9,7 @@
 // does not sit on the tenant's rate. Every wait on the primary is bounded (ASK_TIMEOUT_MS): past it
 // the call is a 503 kv_unavailable with Retry-After, never admitted unchecked.
 import { performance } from 'node:perf_hooks';
-import type { Config } from '../../shared/config';
+import type { Config } from '../../../shared/config';
 import {
   Admission,
   bucketTenant,
@@ -22,7 +22,7 @@ import {
   RateScope,
   ScopeLimit,
   wholeSeconds,
-} from './rateLimit';
+} from './limit';
 
 /** A chunk is this much of the bucket's rate: 50 ms, so a busy tenant costs ~20 IPC asks a second per worker. */
 export const LEASE_SECONDS = 0.05;

@@ -1,7 +1,7 @@
 // What a kill switch is and how it is written down: the three switches, their queen.system_state
 // rows, and the two ways the database tells a worker about them (the rows themselves, read at boot
 // and after a reconnect, and the NOTIFY queen_system_state announcement a flip sends). Kept apart
-// from the machinery (switchBoard.ts, switchRelay.ts, switches.ts) so that the one rule every reader
+// from the machinery (switches/board.ts, switches/relay.ts, switches/switches.ts) so that the one rule every reader
 // must agree on, "only false is off; anything else, or no row, is on", is written once.
 export interface SwitchState {
   kv: boolean;

@@ -15,7 +15,7 @@
 // so nothing is pushed twice), so one malformed request never answers for the others. Any other
 // failure (the pool, the connection, a timeout) is every waiting request's answer.
 import type { Pool } from 'pg';
-import { LOG_PUSH, LOG_PUSH_COALESCED } from '../../shared/sql/log';
+import { LOG_PUSH, LOG_PUSH_COALESCED } from '../../../shared/sql/log';
 
 /** At most this many requests, or about this many bytes of bodies, go in one statement. */
 export const COALESCE_LIMITS = { requests: 100, bytes: 1 << 20 } as const;

@@ -7,15 +7,15 @@
 //
 // The limits are per cell, and so are the buckets: one per tenant and scope, whatever the number
 // of workers and processes. This file is the bucket math; who holds the buckets is elsewhere:
-//   rateStore.ts   the cell's buckets, in PostgreSQL, leased in chunks by each process's primary
+//   rate/store.ts   the cell's buckets, in PostgreSQL, leased in chunks by each process's primary
 //                  (with a local fallback at 1/processes when PostgreSQL cannot be reached);
-//   rateOwner.ts   the primary: answers its workers' lease requests from the store;
-//   rateLease.ts   a cluster worker: spends leased tokens without awaiting anything, and asks for
+//   rate/owner.ts   the primary: answers its workers' lease requests from the store;
+//   rate/lease.ts   a cluster worker: spends leased tokens without awaiting anything, and asks for
 //                  more only when a call needs more than its lease holds;
 //   RateLimiter    below: a server started in-process (tests, tools) owns its buckets itself.
 // Evaluated before the pool: a refused call never waits for a connection.
 import { performance } from 'node:perf_hooks';
-import type { Config } from '../../shared/config';
+import type { Config } from '../../../shared/config';
 
 export class TokenBucket {
   private tokens: number;

@@ -3,23 +3,23 @@
 // three places, in this order, because an operator pulling a lever during an incident must not wait
 // on a database that may be the thing going wrong:
 //   1. this worker, at once;
-//   2. every sibling worker, through the cluster primary (switchRelay.ts; the row waits, at most a
+//   2. every sibling worker, through the cluster primary (switches/relay.ts; the row waits, at most a
 //      second, until the primary has handed the flip back, i.e. to everyone);
 //   3. the queen.system_state rows, written and announced with NOTIFY queen_system_state, so that
 //      other cells, restarted workers and the sweeper follow. `mirrored` says whether this worked.
 // Each worker LISTENs on queen_system_state with one dedicated client (shared/listener.ts), reads the
 // rows at boot and on a reconnect, and applies each announcement's rows as it arrives. An absent row
-// means on. This module wires those sources together; switchBoard.ts decides what is in force when
-// they disagree, switchState.ts reads and writes the rows.
+// means on. This module wires those sources together; switches/board.ts decides what is in force when
+// they disagree, switches/state.ts reads and writes the rows.
 import { randomBytes } from 'node:crypto';
 import type { Pool } from 'pg';
-import { CHANNEL, Listener } from '../../shared/listener';
-import type { Logger } from '../../shared/log';
-import type { Metrics } from '../../shared/metrics';
-import { SWITCHES_READ, SWITCHES_WRITE } from '../../shared/sql/system';
-import { SwitchBoard } from './switchBoard';
-import { WorkerRelay } from './switchRelay';
-import { parseAnnouncement, rowsOf, stateFromRows, SWITCH_NAMES, SwitchState } from './switchState';
+import { CHANNEL, Listener } from '../../../shared/listener';
+import type { Logger } from '../../../shared/log';
+import type { Metrics } from '../../../shared/metrics';
+import { SWITCHES_READ, SWITCHES_WRITE } from '../../../shared/sql/system';
+import { SwitchBoard } from './board';
+import { WorkerRelay } from './relay';
+import { parseAnnouncement, rowsOf, stateFromRows, SWITCH_NAMES, SwitchState } from './state';
 
 export interface FlipResult {
   state: SwitchState;

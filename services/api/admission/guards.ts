@@ -7,7 +7,7 @@
 //                                     403 kv_disabled_for_tenant / timers_disabled_for_tenant (enabled=false)
 //   3. the tenant's occupancy quota   403 kv_quota_exceeded / timers_quota_exceeded, writes only
 //   4. the token buckets              429 rate_limited + Retry-After (per tenant, and the cell ceiling;
-//                                     one bucket each per cell, see rateLimit.ts): the wait until this
+//                                     one bucket each per cell, see rate/limit.ts): the wait until this
 //                                     call's tokens are all there; a call needing more than a burst
 //                                     holds is 400 rate_limit_exceeds_burst instead
 //   5. the dedicated pool             503 kv_unavailable + Retry-After: an acquire that waits past
@@ -21,7 +21,7 @@
 // its body, only when a switch refuses it).
 //
 // Nothing here runs a statement: the switches are an in-process object, grants and usage come from
-// TenantBook's background copy, the buckets are arithmetic on tokens leased ahead (rateLease.ts): a
+// TenantBook's background copy, the buckets are arithmetic on tokens leased ahead (rate/lease.ts): a
 // call awaits its primary only when its worker's lease is short, never a statement.
 //
 // How a route uses it:
@@ -31,22 +31,22 @@
 //   timer schedule:  tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { schedules: 1 }); admitted.track(the statement)
 //   timer reschedule tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { reschedules: 1 }); admitted.track(the statement)
 //   cancel, peek, list: no guard at all (never blocked by a switch or a gate), tenantOf(config, req) only.
-// What a call costs is counted in callCost.ts; what an admitted call holds until its statement
-// returns is admitted.ts.
+// What a call costs is counted in admission/callCost.ts; what an admitted call holds until its statement
+// returns is admission/admitted.ts.
 import cluster from 'node:cluster';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
-import type { Config } from '../../shared/config';
-import { ApiError, coerceError } from '../../shared/errors';
-import type { Logger } from '../../shared/log';
-import type { Metrics } from '../../shared/metrics';
+import type { Config } from '../../../shared/config';
+import { ApiError, coerceError } from '../../../shared/errors';
+import type { Logger } from '../../../shared/log';
+import type { Metrics } from '../../../shared/metrics';
 import { Admitted } from './admitted';
 import { KvCost, kvCost, timerCounts } from './callCost';
-import { tenantOf } from './http';
-import { Admission, RateDecision, RateLimiter } from './rateLimit';
-import { LeaseLimiter } from './rateLease';
-import type { Switches } from './switches';
+import { tenantOf } from '../edge/tenant';
+import { Admission, RateDecision, RateLimiter } from '../rate/limit';
+import { LeaseLimiter } from '../rate/lease';
+import type { Switches } from '../switches/switches';
 import { Delta, NO_HOLD, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';

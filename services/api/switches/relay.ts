@@ -1,13 +1,13 @@
 // How a switch flip crosses the processes of one cell: worker -> cluster primary -> every worker,
 // over cluster IPC, never through the database (an operator pulling a lever during an incident must
 // not wait on a database that may be the thing going wrong). Both ends live here, the primary's
-// relay (main.ts starts it once) and each worker's side of it (switches.ts holds one), so the
+// relay (main.ts starts it once) and each worker's side of it (switches/switches.ts holds one), so the
 // message format has one reader and one writer.
 //
-// The primary also keeps the cell's pins (flips whose row could not be written, switchBoard.ts) and
+// The primary also keeps the cell's pins (flips whose row could not be written, switches/board.ts) and
 // hands them to a worker that asks at boot, so a worker forked later (a replaced one) has them too.
 import cluster from 'node:cluster';
-import { SWITCH_NAMES, SwitchName, SwitchState } from './switchState';
+import { SWITCH_NAMES, SwitchName, SwitchState } from './state';
 
 /** The IPC message a worker sends the primary, and the primary sends every worker. */
 export interface SwitchMessage {
@@ -15,7 +15,7 @@ export interface SwitchMessage {
   change: Partial<SwitchState>;
   from: number;
   token: string;
-  /** The flip `token` could not be written to queen.system_state: pin it (switchBoard.ts). */
+  /** The flip `token` could not be written to queen.system_state: pin it (switches/board.ts). */
   unmirrored?: boolean;
   /** The primary's pins, handed to a worker that asked at boot: pinned whatever the worker's own flips. */
   replay?: boolean;

@@ -14,9 +14,9 @@
 // front, since what it inflates to is only known while reading it. A reservation is released when
 // the answer is finished or the connection is gone.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Config } from '../../shared/config';
-import { ApiError } from '../../shared/errors';
-import { sendError } from './http';
+import type { Config } from '../../../shared/config';
+import { ApiError } from '../../../shared/errors';
+import { sendError } from './answer';
 
 interface Held {
   res: ServerResponse;

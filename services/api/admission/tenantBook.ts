@@ -27,8 +27,8 @@
 // flight at that instant, and only until the next measurement. Nothing is ever retired early.
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
-import type { Logger } from '../../shared/log';
-import { QUOTA_READ_ALL, USAGE_READ_ALL } from '../../shared/sql/system';
+import type { Logger } from '../../../shared/log';
+import { QUOTA_READ_ALL, USAGE_READ_ALL } from '../../../shared/sql/system';
 
 /** Short, because a grant an operator just wrote should not wait long; two small reads per second per worker. */
 export const QUOTA_REFRESH_MS = 1000;

@@ -1,0 +1,48 @@
+// Field rules that more than one route applies, so one mistake gets one answer whichever route it
+// comes through (a KV operation alone or inside the transaction wire, say).
+import { ApiError } from '../../../shared/errors';
+import { isPlainObject } from '../edge/body';
+
+/**
+ * PostgreSQL's text cannot hold U+0000: a path segment or query value carrying %00 failed the
+ * parameter's bind ("invalid byte sequence for encoding UTF8: 0x00", 22021) and was answered 400
+ * invalid_json, on a GET with no body. Such a value breaks the field's own rule, so it gets the
+ * field's own code, before it reaches SQL.
+ */
+export function refuseNul(value: string | null | undefined, code: string, message: string): void {
+  if (value != null && value.includes('\u0000')) throw new ApiError(code, message);
+}
+
+/** The name rule of namespaces, queues, partitions and groups, worded as queen.name_ok_v1's refusals word it. */
+export const nameRule = (what: string) => `${what} is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.`;
+
+const NAMESPACE_RULE = nameRule('A namespace');
+
+/**
+ * A NUL in a batch key or namespace is refused with the KV's own code; a NUL elsewhere fails the
+ * jsonb cast: invalid_json. Used by POST /api/v1/kv and by the transaction wire's `kv` array, so
+ * one operation gets one answer whichever way it comes.
+ */
+export function refuseNulKeys(text: string, ops: unknown): void {
+  if (!text.includes('\\u0000') || !Array.isArray(ops)) return;
+  ops.forEach((op, index) => {
+    if (!isPlainObject(op)) return;
+    if (typeof op.ns === 'string' && op.ns.includes('\u0000')) {
+      throw new ApiError('kv_invalid_namespace', `Operation ${index}: ${NAMESPACE_RULE}`, { index });
+    }
+    const keys = [op.key, op.prefix, ...(Array.isArray(op.keys) ? op.keys : [])];
+    if (keys.some((k) => typeof k === 'string' && k.includes('\u0000'))) {
+      throw new ApiError('kv_invalid_key', `Operation ${index}: a key may not contain U+0000.`, { index });
+    }
+  });
+}
+
+/** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
+export function refuseTraceIds(items: unknown[]): void {
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i];
+    if (isPlainObject(item) && item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
+      throw new ApiError('unsupported', `Item ${i}: traceId: the cell does not store traces; leave it out.`, { index: i });
+    }
+  }
+}
