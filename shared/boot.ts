@@ -4,7 +4,7 @@ import { Pool } from 'pg';
 import { Config, ConfigError, directUrl, loadConfig } from './config';
 import { applySchema } from './db';
 import { MigrateOptions, MigrationRefused, pendingMigrations } from './migrations';
-import { isConnectionFailure, SQLSTATE } from './errors';
+import { isConnectionFailure, isConnectTimeout, SQLSTATE } from './errors';
 import { EmbeddedPostgres, startEmbeddedPostgres } from './embeddedPostgres';
 import { createLogger, Logger } from './log';
 
@@ -160,7 +160,7 @@ function notUpYet(err: unknown): boolean {
     isConnectionFailure(err) ||
     code === SQLSTATE.CANNOT_CONNECT_NOW || // starting up, in recovery, shutting down
     code === SQLSTATE.TOO_MANY_CONNECTIONS ||
-    /timeout expired|timeout exceeded when trying to connect|connection timeout/i.test((err as Error)?.message ?? '')
+    isConnectTimeout(err)
   );
 }
 

@@ -4,7 +4,7 @@
 // connections from the message path.
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
-import { ApiError, isConnectionFailure, SQLSTATE } from './errors';
+import { answerTimeLimit, isConnectionFailure, SQLSTATE } from './errors';
 import { migrate, MigrateOptions, MigrateResult } from './migrations';
 
 export interface Pools {
@@ -149,27 +149,13 @@ function perTransaction(pool: Pool, begin: string): void {
  * its throughput (bench:isolation, same hour, 2026-12-01).
  */
 function answerTimeouts(pool: Pool, config: Config): void {
+  const limits = { statementTimeoutMs: config.dbStatementTimeoutMs, lockTimeoutMs: config.dbLockTimeoutMs, acquireTimeoutMs: config.dbAcquireTimeoutMs };
   const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
   const answered = (...args: unknown[]) =>
     query(...args).catch((err: unknown) => {
-      throw timeoutAnswer(err, config);
+      throw answerTimeLimit(err, 'log', limits);
     });
   (pool as unknown as { query: typeof answered }).query = answered;
-}
-
-/** A time limit that fired, as the answer that names it; anything else as it was. */
-function timeoutAnswer(err: unknown, config: Config): unknown {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (code === SQLSTATE.LOCK_NOT_AVAILABLE) {
-    return new ApiError('lock_timeout', `A row this call needs stayed locked by another transaction past ${config.dbLockTimeoutMs} ms (QUEEN_DB_LOCK_TIMEOUT_MS); nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
-  }
-  if (code === SQLSTATE.QUERY_CANCELED) {
-    return new ApiError('statement_timeout', `The statement ran past ${config.dbStatementTimeoutMs} ms (QUEEN_DB_STATEMENT_TIMEOUT_MS) and was rolled back; nothing was written; retry shortly.`, { retryAfterSeconds: 1 });
-  }
-  if (err instanceof Error && /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(err.message)) {
-    return new ApiError('db_unavailable', `No database connection came free within ${config.dbAcquireTimeoutMs} ms (QUEEN_DB_ACQUIRE_TIMEOUT_MS); retry shortly.`, { retryAfterSeconds: 1 });
-  }
-  return err;
 }
 
 /**

@@ -101,7 +101,7 @@ const STATUS: Record<string, number> = {
   unauthorized: 401,
   expectation_failed: 417,
   feature_gated: 403,
-  // Rung 1 is 503 on a route and 403 inside the transaction wire (ApiError's `status` overrides).
+  // Rung 1 is 503 on a route and 403 inside the transaction wire (IN_TRANSACTION below).
   kv_disabled: 503,
   timers_schedule_disabled: 503,
   kv_disabled_for_tenant: 403,
@@ -110,11 +110,17 @@ const STATUS: Record<string, number> = {
   timers_quota_exceeded: 403,
   not_found: 404,
   payload_too_large: 413,
+  // Refused by node's HTTP parser or body-parser before any route (services/api/server.ts, edge/answer.ts).
+  request_timeout: 408,
+  headers_too_large: 431,
+  unsupported_media_type: 415,
   rate_limited: 429,
   // A call needing more tokens than a bucket ever holds: no Retry-After would be true (rate/limit.ts).
   rate_limit_exceeds_burst: 400,
   internal: 500,
   kv_unavailable: 503,
+  // The timer routes share the KV pool, but their time limits are answered in their own name.
+  timers_unavailable: 503,
   db_unavailable: 503,
   shutting_down: 503,
   // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/edge/bodyBudget.ts).
@@ -124,18 +130,28 @@ const STATUS: Record<string, number> = {
   metrics_unavailable: 503,
 };
 
+/**
+ * An operator's pause inside the transaction wire is permanent for that bundle: a bundle retrying a
+ * paused KV would spin on the hot path with messages in hand, so it is 403 there, 503 on a route.
+ */
+const IN_TRANSACTION: Record<string, number> = {
+  kv_disabled: 403,
+  timers_schedule_disabled: 403,
+};
+
 export class ApiError extends Error {
   constructor(
     readonly code: string,
     message: string,
-    readonly extra: { index?: number; retryAfterSeconds?: number; status?: number } = {},
+    readonly extra: { index?: number; retryAfterSeconds?: number; inTransaction?: boolean } = {},
   ) {
     super(message);
     this.name = 'ApiError';
   }
 
+  /** Decided by the code alone (and, for the pauses, by whether the transaction wire asked). */
   get status(): number {
-    return this.extra.status ?? STATUS[this.code] ?? 500;
+    return (this.extra.inTransaction ? IN_TRANSACTION[this.code] : undefined) ?? statusOf(this.code);
   }
 
   body(): Record<string, unknown> {
@@ -184,11 +200,80 @@ function isPgError(err: unknown): err is PgError {
 }
 
 /**
- * Turns whatever a database call threw into the product's answer: an ApiError with a code from the
- * table above, an AckFailed, or the original error (a bug, answered as 500 and logged).
+ * pg's own errors that carry no code, by their text: the only texts this module matches, kept here
+ * so that nothing else in the product matches an error's message.
  */
-export function coerceError(err: unknown): unknown {
+export const PG_TEXT = {
+  /** The pool's acquire timeout (connectionTimeoutMillis): no connection came free in time. */
+  acquireTimeout: /timeout exceeded when trying to connect/i,
+  /** A new connection that did not complete within connectionTimeoutMillis (the pool's text, the socket's). */
+  connectTimeout: /^Connection terminated due to connection timeout$|^timeout expired$/,
+  /** A connection lost, a client whose connection already failed, pg's client-side query_timeout. */
+  connectionLost: /^Connection terminated( unexpectedly)?$|is not queryable$|^Query read timeout$/,
+} as const;
+
+/** A connection attempt that timed out, either way (the boot's retry reads it too). */
+export function isConnectTimeout(err: unknown): boolean {
+  const message = err instanceof Error ? err.message : '';
+  return PG_TEXT.acquireTimeout.test(message) || PG_TEXT.connectTimeout.test(message);
+}
+
+/**
+ * Which pool a statement ran on, and so whose time limit an answer names: the message pool's
+ * limits are the cell's (lock_timeout, statement_timeout, db_unavailable for a pool with no free
+ * connection); the KV pool is the KV's semaphore (kv_unavailable), and the timer routes, which
+ * share it, answer timers_unavailable.
+ */
+export type Surface = 'log' | 'kv' | 'timers';
+
+/** The message pool's settings, named in its answers (shared/db.ts). */
+export interface TimeLimits {
+  statementTimeoutMs?: number;
+  lockTimeoutMs?: number;
+  acquireTimeoutMs?: number;
+}
+
+const POOL_CODE: Record<Surface, string> = { log: 'db_unavailable', kv: 'kv_unavailable', timers: 'timers_unavailable' };
+const TIMEOUT_CODE: Record<Surface, string> = { log: 'statement_timeout', kv: 'kv_unavailable', timers: 'timers_unavailable' };
+const retry = { retryAfterSeconds: 1 };
+
+/** A time limit that fired, as the answer that names it on `surface`; undefined for anything else. */
+function timeLimitAnswer(err: unknown, surface: Surface, limits: TimeLimits): ApiError | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  const setting = (ms: number | undefined, name: string) => (ms === undefined ? '' : ` (${ms} ms, ${name})`);
+  if (code === SQLSTATE.LOCK_NOT_AVAILABLE) {
+    return new ApiError('lock_timeout', `A row this call needs stayed locked by another transaction past its lock limit${setting(limits.lockTimeoutMs, 'QUEEN_DB_LOCK_TIMEOUT_MS')}; nothing was written; retry shortly.`, retry);
+  }
+  if (code === SQLSTATE.QUERY_CANCELED) {
+    return new ApiError(TIMEOUT_CODE[surface], `The statement ran past its time limit${setting(limits.statementTimeoutMs, 'QUEEN_DB_STATEMENT_TIMEOUT_MS')} and was rolled back; nothing was written; retry shortly.`, retry);
+  }
+  if (!(err instanceof Error)) return undefined;
+  if (PG_TEXT.connectTimeout.test(err.message)) {
+    // The pool had room, the server (or the proxy in front of it, with no primary behind it during
+    // a failover) did not answer: the database, not the pool.
+    return new ApiError('db_unavailable', 'A new database connection did not complete in time (the database is down, failing over or unreachable); retry shortly.', retry);
+  }
+  if (PG_TEXT.acquireTimeout.test(err.message)) {
+    const pool = surface === 'log' ? 'No database connection' : surface === 'kv' ? 'No connection of the KV pool' : 'No connection of the pool the timers share with the KV';
+    return new ApiError(POOL_CODE[surface], `${pool} came free in time${setting(limits.acquireTimeoutMs, 'QUEEN_DB_ACQUIRE_TIMEOUT_MS')}; retry shortly.`, retry);
+  }
+  return undefined;
+}
+
+/** The message pool's time limits answered where they fire, with the settings they name (shared/db.ts). */
+export function answerTimeLimit(err: unknown, surface: Surface, limits: TimeLimits): unknown {
+  return timeLimitAnswer(err, surface, limits) ?? err;
+}
+
+/**
+ * Turns whatever a database call threw into the product's answer: an ApiError with a code from the
+ * table above, an AckFailed, or the original error (a bug, answered as 500 and logged). The one
+ * translator of pg's errors; `surface` names whose time limits fired (KV unless told).
+ */
+export function coerceError(err: unknown, surface: Surface = 'kv'): unknown {
   if (err instanceof ApiError || err instanceof AckFailed) return err;
+  const limit = timeLimitAnswer(err, surface, {});
+  if (limit) return limit;
   if (isConnectionFailure(err)) {
     // The database is down, restarting or unreachable: the cell, not the call. Every route answered
     // these as 500 internal ("connect ECONNREFUSED", "Connection terminated unexpectedly") for the
@@ -199,23 +284,7 @@ export function coerceError(err: unknown): unknown {
       { retryAfterSeconds: 1 },
     );
   }
-  if (!isPgError(err)) {
-    if (err instanceof Error && /^Connection terminated due to connection timeout$/.test(err.message)) {
-      // pg's connect timeout on a new connection: the pool had room, the server (or the proxy in
-      // front of it, with no primary behind it during a failover) did not answer. The database, not the pool.
-      return new ApiError('db_unavailable', 'A new database connection did not complete in time (the database is down, failing over or unreachable); retry shortly.', {
-        retryAfterSeconds: 1,
-      });
-    }
-    if (err instanceof Error && /timeout exceeded when trying to connect/i.test(err.message)) {
-      // pg's pool acquire timeout (or a new connection slower than it): only the dedicated KV pool
-      // sets connectionTimeoutMillis, and that pool is the semaphore; it is full.
-      return new ApiError('kv_unavailable', 'The KV connection pool is exhausted; retry shortly.', {
-        retryAfterSeconds: 1,
-      });
-    }
-    return err;
-  }
+  if (!isPgError(err)) return err;
   switch (err.code) {
     case SQLSTATE.QUEEN_BAD_REQUEST: {
       const detail = parseDetail(err.detail);
@@ -236,10 +305,6 @@ export function coerceError(err: unknown): unknown {
     // JSON nested deeper than PostgreSQL's stack allows ("stack depth limit exceeded") in the cast.
     case SQLSTATE.STATEMENT_TOO_COMPLEX:
       return new ApiError('invalid_json', `The request cannot be stored by PostgreSQL: ${err.message}.`);
-    case SQLSTATE.QUERY_CANCELED:
-      return new ApiError('kv_unavailable', 'The statement ran past its time limit; retry shortly.', {
-        retryAfterSeconds: 1,
-      });
     case SQLSTATE.ADMIN_SHUTDOWN:
     case SQLSTATE.CRASH_SHUTDOWN:
     case SQLSTATE.CANNOT_CONNECT_NOW:
@@ -278,7 +343,7 @@ export function isConnectionFailure(err: unknown): boolean {
   const { code, message } = err as { code?: unknown; message?: unknown };
   if (typeof code === 'string' && (SOCKET_ERRNOS.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
   // "Query read timeout": pg's client-side query_timeout, the database did not answer at all (frozen).
-  return typeof message === 'string' && /^Connection terminated( unexpectedly)?$|is not queryable$|^Query read timeout$/.test(message);
+  return typeof message === 'string' && PG_TEXT.connectionLost.test(message);
 }
 
 /**

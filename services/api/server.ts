@@ -84,7 +84,7 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
     sendError(res, new ApiError('expectation_failed', 'The only Expect this cell answers is 100-continue.'));
   });
   server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
-    endWithJson(socket, 400, 'Bad Request', 'bad_request', 'This cell is not a proxy: CONNECT is not served.');
+    endWithJson(socket, new ApiError('bad_request', 'This cell is not a proxy: CONNECT is not served.'));
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -217,20 +217,20 @@ function answerClientError(err: Error & { code?: string }, socket: Duplex): void
     socket.destroy();
     return;
   }
-  const [status, reason, code, message] =
+  const refusal =
     err.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'Request Header Fields Too Large', 'headers_too_large', 'The request line and headers are larger than this cell accepts (16 KiB).']
+      ? new ApiError('headers_too_large', 'The request line and headers are larger than this cell accepts (16 KiB).')
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'Request Timeout', 'request_timeout', 'The request did not arrive in time.']
-        : [400, 'Bad Request', 'bad_request', 'The request is not valid HTTP/1.1.'];
-  endWithJson(socket, status, reason, code, message);
+        ? new ApiError('request_timeout', 'The request did not arrive in time.')
+        : new ApiError('bad_request', 'The request is not valid HTTP/1.1.');
+  endWithJson(socket, refusal);
 }
 
-/** A JSON error written straight to a socket no response object owns, and the connection closed. */
-function endWithJson(socket: Duplex, status: number, reason: string, code: string, message: string): void {
-  const body = JSON.stringify({ error: code, message });
+/** A refusal written straight to a socket no response object owns, and the connection closed. */
+function endWithJson(socket: Duplex, refusal: ApiError): void {
+  const body = JSON.stringify(refusal.body());
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `HTTP/1.1 ${refusal.status} ${http.STATUS_CODES[refusal.status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
   // end() lets the answer reach the client before the close (node destroys at once); a client that

@@ -3,6 +3,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { ApiError } from '../../shared/errors';
 
 export interface MetricsServer {
   port: number;
@@ -15,7 +16,7 @@ export async function startMetricsServer(register: Registry, port: number): Prom
     if (req.method === 'GET' && (path === '/metrics' || path === '/metrics/prometheus')) {
       register.metrics().then(
         (text) => res.writeHead(200, { 'content-type': register.contentType }).end(text),
-        () => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"internal","message":"Metrics could not be collected."}'),
+        () => refuse(res, new ApiError('metrics_unavailable', 'Metrics could not be collected; retry shortly.')),
       );
       return;
     }
@@ -23,9 +24,7 @@ export async function startMetricsServer(register: Registry, port: number): Prom
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
       return;
     }
-    res
-      .writeHead(404, { 'content-type': 'application/json' })
-      .end(JSON.stringify({ error: 'not_found', message: `No route for ${req.method} ${path}.` }));
+    refuse(res, new ApiError('not_found', `No route for ${req.method} ${path}.`));
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -39,4 +38,9 @@ export async function startMetricsServer(register: Registry, port: number): Prom
         server.closeAllConnections();
       }),
   };
+}
+
+/** The same JSON refusal the API answers, from the same table of codes. */
+function refuse(res: http.ServerResponse, err: ApiError): void {
+  res.writeHead(err.status, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify(err.body()));
 }

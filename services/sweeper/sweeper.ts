@@ -369,7 +369,9 @@ export class Sweeper extends EventEmitter {
           metrics.kvExpiredNotPruned.set(Number(g.kvExpiredNotPruned));
           metrics.kvExpiryLag.set(Math.max(0, Number(g.kvExpiryLagSeconds)));
         } catch (err) {
-          this.o.log.error({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the timer and KV gauges could not be read; trying again next interval');
+          // The database gone for a moment (a failover, a restart) is the cell's state, as in a cycle: a warning.
+          const outage = (coerceError(err) as { code?: string } | undefined)?.code === 'db_unavailable';
+          this.o.log[outage ? 'warn' : 'error']({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the timer and KV gauges could not be read; trying again next interval');
           this.emit('fault', err);
         }
       }

@@ -31,6 +31,27 @@ test('docs/errors.md lists every error code with the status the code answers, an
   expect({ missing, unknown, wrong }).toEqual({ missing: [], unknown: [], wrong: [] });
 });
 
+test('every code the cell can answer is in the table: each ApiError the TypeScript raises, each refusal the SQL raises', () => {
+  const codes = new Map(errorCodes());
+  const source = walk(ROOT).filter((f) => /^(services|shared)\//.test(rel(f)) && f.endsWith('.ts'));
+  const sql = walk(path.join(ROOT, 'sql/functions')).filter((f) => f.endsWith('.sql'));
+  const raised = new Map<string, string>();
+  for (const file of source) {
+    for (const m of fs.readFileSync(file, 'utf8').matchAll(/ApiError\(\s*'([a-z_]+)'/g)) raised.set(m[1], rel(file));
+  }
+  for (const file of sql) {
+    const text = fs.readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/fail_v1\(\s*'([a-z_]+)'/g)) raised.set(m[1], rel(file));
+    // queen.array_length_v1(array, code, message, index, max, big_code, big_message): both codes.
+    for (const m of text.matchAll(/array_length_v1\(\s*[^,]+,\s*'([a-z_]+)',\s*'(?:[^']|'')*',\s*[^,]+,\s*[^,]+,\s*'([a-z_]+)'/g)) {
+      raised.set(m[1], rel(file));
+      raised.set(m[2], rel(file));
+    }
+  }
+  expect(raised.size).toBeGreaterThan(80);
+  expect([...raised].filter(([code]) => !codes.has(code)).map(([code, file]) => `${code} (${file})`)).toEqual([]);
+});
+
 test('every relative link in the README, CONTRIBUTING and docs resolves to a file in the repository', () => {
   expect(markdown.length).toBeGreaterThan(5);
   const broken: string[] = [];

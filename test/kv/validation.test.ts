@@ -58,6 +58,11 @@ describe('the body', () => {
     expect([declared.status, declared.body.value]).toEqual([200, 'café']);
     const utf8 = await send('PUT', '/api/v1/kv/v/cafe', Buffer.from('{"value":"café ✓","forever":true}', 'utf8'));
     expect([utf8.status, utf8.body.value]).toEqual([200, 'café ✓']);
+    // A charset the cell cannot decode is the media type's fault, and says so by its own code.
+    for (const path of ['/api/v1/kv/v/cafe', '/api/v1/timers']) {
+      const unknown = await send(path === '/api/v1/timers' ? 'POST' : 'PUT', path, Buffer.from('{}'), 'application/json; charset=x-unknown');
+      expect({ path, status: unknown.status, error: unknown.body.error }).toEqual({ path, status: 415, error: 'unsupported_media_type' });
+    }
   });
 
   test('a number beyond numeric range is a 400, not a 500', async () => {

@@ -41,6 +41,12 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
   expect(read.headers.get('retry-after')).toBe('1');
   const batch = await kv(api.url, [{ op: 'get', ns: 'pool', key: 'other' }]);
   expect([batch.status, batch.body.error]).toEqual([503, 'kv_unavailable']);
+  // The timer routes share the KV pool, and are answered in their own name: a timer's client is
+  // told which surface to retry, not that the KV it never called is unavailable.
+  const timers = await call(api.url, 'GET', '/api/v1/timers?queue=pool-timers');
+  expect([timers.status, timers.body.error, timers.headers.get('retry-after')]).toEqual([503, 'timers_unavailable', '1']);
+  const scheduled = await call(api.url, 'POST', '/api/v1/timers', { queue: 'pool-timers', payload: {}, delaySeconds: 60 });
+  expect([scheduled.status, scheduled.body.error]).toEqual([503, 'timers_unavailable']);
 
   // The message pool is another pool: the cell still answers, and pushes still commit.
   const health = await call(api.url, 'GET', '/health');
@@ -50,6 +56,7 @@ test('a pool of 4 held by slow statements: KV is 503 kv_unavailable with Retry-A
     expect(pushed.status).toBe(201);
   }
   expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'kv_unavailable' })).toBe(before + 2);
+  expect(await counter(api.url, 'queen_kv_refusals_total', { code: 'timers_unavailable' })).toBe(1);
 
   // Shedding: with four reads queued (a queue as deep as the pool), a standalone write is refused
   // at once, before any of the queued reads has been answered.

@@ -264,7 +264,7 @@ export class Guards {
 
   private failed(err: unknown, onKvPool: boolean): void {
     const coerced = coerceError(err);
-    if (coerced instanceof ApiError && coerced.code === 'kv_unavailable') {
+    if (coerced instanceof ApiError && (coerced.code === 'kv_unavailable' || coerced.code === 'timers_unavailable')) {
       this.deps.metrics.kvRefusals.inc({ code: coerced.code });
       if (onKvPool) this.lastAcquireTimeoutAt = performance.now();
     }
@@ -280,7 +280,7 @@ export class Guards {
     this.refuse(
       where === 'route'
         ? new ApiError(code, message, { retryAfterSeconds: PAUSED_RETRY_AFTER_SECONDS })
-        : new ApiError(code, message, { status: 403 }),
+        : new ApiError(code, message, { inTransaction: true }),
     );
   }
 

@@ -54,7 +54,8 @@ export function errorHandler(log: Logger) {
     const expressStatus = e?.status ?? e?.statusCode;
     if (expressStatus && expressStatus >= 400 && expressStatus < 500 && !(err instanceof ApiError)) {
       // Express and body-parser refusals (bad percent-encoding, unsupported charset, aborted body).
-      return sendError(res, new ApiError('bad_request', e.message ?? 'Bad request.', { status: expressStatus === 404 ? 400 : expressStatus }));
+      // body-parser's 415 (a charset or Content-Encoding it cannot decode) keeps its status by its own code.
+      return sendError(res, new ApiError(expressStatus === 415 ? 'unsupported_media_type' : 'bad_request', e.message ?? 'Bad request.'));
     }
     const coerced = coerceError(err);
     if (coerced instanceof ApiError) return sendError(res, coerced);

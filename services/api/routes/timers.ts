@@ -9,7 +9,7 @@
 //  * reschedule against a fire: {rescheduled: true} (the new deliverAt holds) or
 //    {rescheduled: false, reason: "absent"} (it already fired).
 //  * two schedules with one timerKey: one {created: true}, the other the same timerId, {created: false}.
-import { Router, Request } from 'express';
+import { Router, Request, Response, NextFunction } from 'express';
 import type { Pool } from 'pg';
 import { ApiError, coerceError } from '../../../shared/errors';
 import type { Config } from '../../../shared/config';
@@ -72,9 +72,9 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     try {
       return (await pool.query({ ...TIMERS_APPLY_ONE, values })).rows[0];
     } catch (err) {
-      const verdict = coerceError(err);
+      const verdict = coerceError(err, 'timers');
       if (verdict instanceof ApiError && LIMIT_CODES.has(verdict.code)) metrics.kvRefusals.inc({ code: verdict.code });
-      throw err;
+      throw verdict;
     }
   };
 
@@ -130,5 +130,7 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
     sendJsonText(res, 200, row.body);
   });
 
+  // The KV pool's time limits, fired on a timer route, are answered as the timers' own.
+  router.use((err: unknown, _req: Request, _res: Response, next: NextFunction) => next(coerceError(err, 'timers')));
   return router;
 }
