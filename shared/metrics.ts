@@ -3,6 +3,7 @@
 // sweeper each create their own registry from this one definition; a family a process never moves
 // still reads 0 there, which is the truth.
 import client from 'prom-client';
+import { KV_OPS } from './kvOps';
 
 export function createMetrics(register = new client.Registry()) {
   const r = [register];
@@ -115,7 +116,7 @@ export const KV_ROUTES = ['batch', 'get', 'put', 'delete'] as const;
 export function primeMetrics(m: Metrics): void {
   for (const s of ['kv', 'timersSchedule', 'timersFire']) m.switchState.set({ switch: s }, 1);
   for (const p of ['prune', 'usage', 'fire']) m.sweeperPhaseSuspended.set({ phase: p }, 0);
-  for (const op of ['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']) m.kvOps.inc({ op, outcome: 'ok' }, 0);
+  for (const op of KV_OPS) m.kvOps.inc({ op, outcome: 'ok' }, 0);
   m.kvRefusals.inc({ code: 'rate_limited' }, 0);
   m.kvRefusals.inc({ code: 'kv_unavailable' }, 0);
   // Histograms too: a labelled histogram has no series until its first observation, so a latency

@@ -42,39 +42,35 @@ async function database(empty = true): Promise<Db> {
   dbs.push(d);
   return d;
 }
-/** A database as the release before versioning left it: its files applied the way its boot did. */
-async function previousRelease(): Promise<Db> {
+/** A fresh database with `apply` run on it in one transaction, the way an older release's boot ran its files. */
+async function leftBy(apply: (c: Client) => Promise<void>): Promise<Db> {
   const d = await database();
   const c = new Client({ connectionString: d.url });
   await c.connect();
   try {
     await c.query('BEGIN');
-    for (const f of PREVIOUS.files) await c.query(f);
+    await apply(c);
     await c.query('COMMIT');
   } finally {
     await c.end();
   }
   return d;
 }
+/** A database as the release before versioning left it: its files applied the way its boot did. */
+const previousRelease = () =>
+  leftBy(async (c) => {
+    for (const f of PREVIOUS.files) await c.query(f);
+  });
 /** A database as release 0.1 left it: its files applied and recorded the way its boot did. */
-async function release01(): Promise<Db> {
-  const d = await database();
-  const c = new Client({ connectionString: d.url });
-  await c.connect();
-  try {
-    await c.query('BEGIN');
+const release01 = () =>
+  leftBy(async (c) => {
     await c.query(`CREATE SCHEMA IF NOT EXISTS queen;
       CREATE TABLE queen.schema_migrations (version INT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`);
     for (const f of RELEASE_0_1.files) {
       await c.query(f.sql);
       await c.query('INSERT INTO queen.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)', [f.version, f.name, f.checksum]);
     }
-    await c.query('COMMIT');
-  } finally {
-    await c.end();
-  }
-  return d;
-}
+  });
 /** The release command, as a release phase runs it: its exit code and its last log line. */
 function releaseCommand(url: string, extra: Record<string, string> = {}): Promise<{ code: number; last: string }> {
   return new Promise((resolve) => {

@@ -60,10 +60,15 @@ async function offer(port: number, perSec: number, seconds: number, call: (i: nu
 const get = (i: number) => ({ method: 'GET', path: `/api/v1/kv/rate/k${i % 50}` });
 const put = (i: number) => ({ method: 'PUT', path: `/api/v1/kv/rate/w${i % 50}`, body: { value: i, forever: true } });
 
-/** Admitted within 10 % of what one bucket of this rate and burst admits over the window. */
+/**
+ * Never more than 10 % over what one bucket of this rate and burst admits over the window (the
+ * promise), and at least three quarters of it: a worker's half-bucket admits about half, while a
+ * machine busy with other work delays the workers' lease asks and admits a little less than the
+ * whole (seen: 88 % with four other test runs on two cores).
+ */
 function expectOneBucket(admitted: number, ratePerSec: number, burst: number, seconds: number): void {
   const expected = burst + ratePerSec * seconds;
-  expect(admitted).toBeGreaterThanOrEqual(Math.floor(expected * 0.9));
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor(expected * 0.75));
   expect(admitted).toBeLessThanOrEqual(Math.ceil(expected * 1.1));
 }
 

@@ -2,11 +2,9 @@
 // (one per operation) and what it may add to the tenant's occupancy (the quota's local delta). The
 // body is not trusted here: whatever the SQL will refuse is charged nothing, so a malformed call
 // never drains the caller's bucket. admission/guards.ts asks; nothing here refuses.
+import { KV_ADDING_OPS as ADDING_OPS, KV_READ_OPS as READ_OPS } from '../../../shared/kvOps';
 import { isPlainObject } from '../edge/body';
 import type { Delta } from './tenantBook';
-
-const READ_OPS = new Set(['get', 'getMany', 'getPrefix']);
-const ADDING_OPS = new Set(['put', 'putIfAbsent', 'incr']);
 
 export interface KvCost {
   reads: number;

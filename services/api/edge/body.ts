@@ -73,3 +73,10 @@ export function refuseUnstorable(text: string): void {
 export function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
+
+/** parseJson for a body that must be one JSON object (every body-taking route's first rule). */
+export function parseObject(text: string, storable = true): Record<string, unknown> {
+  const parsed = parseJson(text, storable);
+  if (!isPlainObject(parsed)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  return parsed;
+}

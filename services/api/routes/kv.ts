@@ -11,13 +11,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
 import { ApiError, answerTooLarge } from '../../../shared/errors';
+import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards } from '../admission/guards';
 import { answerWithBody, notModified, sendJsonText } from '../edge/answer';
-import { bodyText, isPlainObject, parseJson, refuseUnstorable } from '../edge/body';
+import { bodyText, isPlainObject, parseJson, refuseUnstorable , parseObject } from '../edge/body';
 import { nameRule, refuseNulKeys, refuseNul } from './fields';
 
 export interface KvRouteDeps {
@@ -89,8 +90,7 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
     if (requireObject) throw new ApiError('invalid_json', 'This route needs a JSON object body with at least value and an expiry.');
     return { text: '{}', fields: {} };
   }
-  const body = parseJson(text);
-  if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  const body = parseObject(text);
   const conflicting = PATH_FIELDS.filter((f) => f in body);
   if (conflicting.length > 0) {
     throw new ApiError(
@@ -197,14 +197,12 @@ function tooLarge(err: unknown): never {
   throw answerTooLarge(err);
 }
 
-const KNOWN_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
-
 /** Operations by name, as the counters label them; a body without an operations array is one 'unknown'. */
 function opCounts(ops: unknown): Map<string, number> {
   const counts = new Map<string, number>();
   if (!Array.isArray(ops)) return counts.set('unknown', 1);
   for (const op of ops) {
-    const name = isPlainObject(op) && typeof op.op === 'string' && KNOWN_OPS.has(op.op) ? op.op : 'unknown';
+    const name = isPlainObject(op) && isKvOp(op.op) ? op.op : 'unknown';
     counts.set(name, (counts.get(name) ?? 0) + 1);
   }
   return counts;

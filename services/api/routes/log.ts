@@ -10,7 +10,7 @@ import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
-import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
+import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
 import { nameRule, refuseTraceIds, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
@@ -114,8 +114,7 @@ function refuseUnsupportedPop(req: Request): boolean {
 /** The body's text (what travels to PostgreSQL) and, for routing only, the object it parses to. */
 function objectBody(req: IncomingMessage): { text: string; body: Record<string, unknown> } {
   const text = bodyText(req);
-  const body = parseJson(text);
-  if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  const body = parseObject(text);
   return { text, body };
 }
 
@@ -253,8 +252,7 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const text = bodyText(req);
     let seconds: number | null = null;
     if (text.trim() !== '') {
-      const parsed = parseJson(text);
-      if (!isPlainObject(parsed)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+      const parsed = parseObject(text);
       if (parsed.seconds !== undefined && parsed.seconds !== null) {
         if (typeof parsed.seconds !== 'number' || !Number.isInteger(parsed.seconds) || parsed.seconds < 1 || parsed.seconds > 86400) {
           throw new ApiError('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.');

@@ -16,7 +16,7 @@ import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
-import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
+import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
 import { nameRule, refuseNul } from './fields';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
@@ -41,7 +41,7 @@ function timerIdOf(req: Request): string {
 function objectBody(req: Request): string {
   const text = bodyText(req);
   if (text.trim() === '') throw new ApiError('invalid_json', 'This route needs a JSON object body.');
-  if (!isPlainObject(parseJson(text))) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+  parseObject(text);
   return text;
 }
 

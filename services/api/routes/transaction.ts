@@ -17,6 +17,7 @@
 import { Router, Request, Response } from 'express';
 import type { Pool } from 'pg';
 import { AckFailed, ApiError, answerTooLarge, coerceError } from '../../../shared/errors';
+import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
@@ -25,7 +26,7 @@ import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
 import { refuseNulKeys, refuseTraceIds } from './fields';
-import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable } from '../edge/body';
+import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable , parseObject } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
 
@@ -41,12 +42,10 @@ export interface TransactionRouteDeps {
   guards: Guards;
 }
 
-const KV_OPS = new Set(['get', 'getMany', 'getPrefix', 'put', 'putIfAbsent', 'delete', 'incr']);
-
 /** The wire's KV operations count in queen_kv_ops_total like the KV routes' do. */
 function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
   for (const op of kv) {
-    const name = isPlainObject(op) && typeof op.op === 'string' && KV_OPS.has(op.op) ? op.op : 'unknown';
+    const name = isPlainObject(op) && isKvOp(op.op) ? op.op : 'unknown';
     metrics.kvOps.inc({ op: name, outcome });
   }
 }
@@ -92,8 +91,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
   router.post('/api/v1/transaction', rawBody(config), timed(metrics, 'transaction', async (req: Request, res: Response) => {
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
-    const body = parseJson(text, false);
-    if (!isPlainObject(body)) throw new ApiError('invalid_json', 'The request body must be a JSON object.');
+    const body = parseObject(text, false);
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
