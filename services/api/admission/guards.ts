@@ -25,8 +25,9 @@
 // call awaits its primary only when its worker's lease is short, never a statement.
 //
 // How a route uses it:
-//   KV route:        tenant = guards.kvCaller(req); (parse the body); admitted = await guards.admitKv(tenant, ops);
-//                    admitted.track(query on the KV pool)
+//   KV route:        call = guards.preflight(req, res, route) (null: answered); tenant = guards.kvTenant(call);
+//                    (parse the body); admitted = await guards.admitKv(call, ops); admitted.track(query on the KV pool)
+//                    The switch, the tenant and the grant are each looked up once, in preflight.
 //   the wire:        admitted = await guards.admitWire(req, { kv, timers }); admitted.track(the bundle)
 //   timer schedule:  tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { schedules: 1 }); admitted.track(the statement)
 //   timer reschedule tenant = guards.timersCaller(req); the body; admitted = await guards.admitTimers(tenant, { reschedules: 1 }); admitted.track(the statement)
@@ -47,9 +48,16 @@ import { tenantOf } from '../edge/tenant';
 import { Admission, RateDecision, RateLimiter } from '../rate/limit';
 import { LeaseLimiter } from '../rate/lease';
 import type { Switches } from '../switches/switches';
-import { Delta, NO_HOLD, TenantBook } from './tenantBook';
+import { Delta, Grant, NO_HOLD, TenantBook } from './tenantBook';
 
 export type Where = 'route' | 'wire';
+
+/**
+ * A KV route call past the switch: its tenant and grant as preflight found them, carried to the rest
+ * of the admission so neither is looked up twice; or the refusal of its tenant header, thrown where
+ * the call's own path (with its request line) reaches it.
+ */
+export type KvCall = { readonly tenant: string; readonly grant: Grant } | { readonly refusal: unknown };
 
 /** How long a paused surface asks a client to stay away; a pause is an incident measured in minutes. */
 export const PAUSED_RETRY_AFTER_SECONDS = 30;
@@ -126,11 +134,11 @@ export class Guards {
    * The flood's cheap exit: a KV route call that is certainly refused by rung 1 or (a path route,
    * one token) rung 4 is answered here from the raw request (routes/kv.ts calls it once it knows the route), with no
    * body read, no request log line and no error handler. Under a flood of ten times the limits nearly every call ends here, and the CPU it
-   * does not spend is the message path's. It only ever answers what kvCaller() and admitKv() would answer:
+   * does not spend is the message path's. It only ever answers what the full path (kvTenant, admitKv) would answer:
    * whenever an inner rung could apply (no valid tenant, no grant, a quota on the tenant) it steps
    * aside and the full path decides. It never takes a token.
    */
-  preflight(req: IncomingMessage, res: ServerResponse, call: 'batch' | 'get' | 'put' | 'delete'): boolean {
+  preflight(req: IncomingMessage, res: ServerResponse, call: 'batch' | 'get' | 'put' | 'delete'): KvCall | null {
     const { config, switches, book, metrics } = this.deps;
     const kind = call === 'batch' ? 'batch' : call === 'get' ? 'read' : 'write';
     if (!switches.kv) {
@@ -139,21 +147,23 @@ export class Guards {
     let tenant: string;
     try {
       tenant = tenantOf(config, req);
-    } catch {
-      return false;
+    } catch (refusal) {
+      return { refusal };
     }
-    if (book.grant(tenant) !== 'ok' || (kind !== 'read' && book.hasKvLimits(tenant))) return false;
+    const grant = book.grant(tenant);
+    const full = { tenant, grant };
+    if (grant !== 'ok' || (kind !== 'read' && book.hasKvLimits(tenant))) return full;
     // A batch's cost is in its body: only the full path, having counted its operations, can say how
     // long until all of them pass (answering the wait for one token sent a batch of 32 back too soon).
-    if (kind === 'batch') return false;
+    if (kind === 'batch') return full;
     // A path route is one operation: one token, so this wait is the call's own.
     const decision = this.limiter.minimumWait(tenant, kind);
-    if (decision.retryAfterSeconds === 0) return false;
+    if (decision.retryAfterSeconds === 0) return full;
     metrics.kvOps.inc({ op: call, outcome: 'refused' });
     return this.answerEarly(res, 429, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
   }
 
-  private answerEarly(res: ServerResponse, status: number, code: string, message: string, retryAfter: number): true {
+  private answerEarly(res: ServerResponse, status: number, code: string, message: string, retryAfter: number): null {
     this.deps.metrics.kvRefusals.inc({ code });
     // No request line for these (the flood's cheap exit), but the answer is counted like any other.
     this.deps.metrics.httpResponses.inc({ surface: 'kv', status: String(status), code });
@@ -164,26 +174,24 @@ export class Guards {
       'Retry-After': String(retryAfter),
     });
     res.end(body);
-    return true;
+    return null;
   }
 
-  /**
-   * A KV route call's first rungs, before its body is parsed: the switch (a paused KV answers that,
-   * whatever the body) and the caller (a stranger's body is not read). Returns the tenant.
-   */
-  kvCaller(req: IncomingMessage): string {
-    this.refuseIf(!this.deps.switches.kv, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', 'route');
-    return tenantOf(this.deps.config, req);
+  /** A KV call's tenant, or the refusal of its tenant header (before its body is parsed: a stranger's body is not read). */
+  kvTenant(call: KvCall): string {
+    if ('refusal' in call) throw call.refusal;
+    return call.tenant;
   }
 
   /**
    * The rest of a KV route call's admission, once its operations are parsed: grant, quota, rate and
    * the pool. Throws the refusal; a Promise only when the worker had to ask its primary for tokens.
    */
-  admitKv(tenant: string, ops: unknown): Admitted | Promise<Admitted> {
+  admitKv(call: KvCall, ops: unknown): Admitted | Promise<Admitted> {
     const { config, book } = this.deps;
+    const tenant = this.kvTenant(call);
     const cost = kvCost(ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
-    this.checkGrant(tenant, 'kv');
+    this.refuseGrant(tenant, (call as { grant: Grant }).grant, 'kv');
     this.checkKvQuota(tenant, cost);
     const rated = this.checkRate(tenant, cost.reads, cost.writes);
     return rated ? rated.then(() => this.admitOnKvPool(tenant, cost)) : this.admitOnKvPool(tenant, cost);
@@ -285,7 +293,11 @@ export class Guards {
   }
 
   private checkGrant(tenant: string, surface: 'kv' | 'timers'): void {
-    switch (this.deps.book.grant(tenant)) {
+    this.refuseGrant(tenant, this.deps.book.grant(tenant), surface);
+  }
+
+  private refuseGrant(tenant: string, grant: Grant, surface: 'kv' | 'timers'): void {
+    switch (grant) {
       case 'ok':
         return;
       case 'no_row':

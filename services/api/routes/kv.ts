@@ -16,7 +16,7 @@ import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
-import type { Guards } from '../admission/guards';
+import type { Guards, KvCall } from '../admission/guards';
 import { answerWithBody, notModified, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, refuseUnstorable , parseObject } from '../edge/body';
 import { nameRule, refuseNulKeys, refuseNul } from './fields';
@@ -110,7 +110,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
   // Each call reads top to bottom: the caller and the switch, the body, the rest of the admission
   // (admission/guards.ts), the statement, the answer; a refusal at any step is thrown to the one error handler.
 
-  async function batch(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async function batch(req: IncomingMessage, res: ServerResponse, call: KvCall): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: 'batch' });
     // What the counters need of the parsed body, taken at once: the parsed operations themselves are
     // not kept while the statement runs (held across the wait for PostgreSQL, they survived young
@@ -118,7 +118,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     // clients, bench:kv with --trace-gc 2026-12-01, 60 KB promoted per request before, 52 KB after).
     let counted: Map<string, number> | undefined;
     try {
-      const tenant = guards.kvCaller(req);
+      const tenant = guards.kvTenant(call);
       const text = bodyText(req);
       let ops: unknown;
       {
@@ -128,7 +128,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       counted = opCounts(ops);
       refuseNulKeys(text, ops);
       refuseUnstorable(text);
-      const admitted = await guards.admitKv(tenant, ops);
+      const admitted = await guards.admitKv(call, ops);
       ops = undefined;
       const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch(tooLarge));
       // An object in place of the answers: the verdict of a lost `required`, written out as is.
@@ -143,15 +143,15 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     }
   }
 
-  async function one(req: IncomingMessage, res: ServerResponse, op: 'get' | 'put' | 'delete', rawNs: string, rawKey: string): Promise<void> {
+  async function one(req: IncomingMessage, res: ServerResponse, call: KvCall, op: 'get' | 'put' | 'delete', rawNs: string, rawKey: string): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: op });
     try {
       const ns = decodePath(rawNs, 'namespace');
       const key = decodePath(rawKey, 'key');
-      const tenant = guards.kvCaller(req);
+      const tenant = guards.kvTenant(call);
       const body = pathRouteBody(req, ns, key, op === 'put');
       // The one operation the path names, as the guards count it (a put's value sizes the quota delta).
-      const admitted = await guards.admitKv(tenant, [op === 'put' ? { ...body.fields, op, key } : { op }]);
+      const admitted = await guards.admitKv(call, [op === 'put' ? { ...body.fields, op, key } : { op }]);
       const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_ONE, values: [tenant, op, ns, key, op === 'get' ? '{}' : body.text] }));
       const { body: answer, version, ok } = rows[0];
       metrics.kvOps.inc({ op, outcome: ok === false ? 'precondition' : 'ok' });
@@ -175,17 +175,15 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     const query = url.indexOf('?');
     const route = routeOf(req.method, query < 0 ? url : url.slice(0, query));
     if (!route) return false;
-    if (route.call !== 'keyRequired' && guards.preflight(req, res, route.call)) return true;
+    // The switch, the tenant and the grant, looked up once (null: preflight answered the call itself).
+    const call = route.call === 'keyRequired' ? undefined : guards.preflight(req, res, route.call);
+    if (call === null) return true;
     logRequest(req, res);
     const answer = (): Promise<void> => {
-      switch (route.call) {
-        case 'keyRequired':
-          throw new ApiError('kv_key_required', 'The path names a namespace but no key: /api/v1/kv/:ns/:key.');
-        case 'batch':
-          return batch(req, res);
-        default:
-          return one(req, res, route.call, route.ns, route.key);
+      if (route.call === 'keyRequired' || call === undefined) {
+        throw new ApiError('kv_key_required', 'The path names a namespace but no key: /api/v1/kv/:ns/:key.');
       }
+      return route.call === 'batch' ? batch(req, res, call) : one(req, res, call, route.call, route.ns, route.key);
     };
     withBody(req, res, answer);
     return true;
