@@ -61,15 +61,17 @@ const get = (i: number) => ({ method: 'GET', path: `/api/v1/kv/rate/k${i % 50}` 
 const put = (i: number) => ({ method: 'PUT', path: `/api/v1/kv/rate/w${i % 50}`, body: { value: i, forever: true } });
 
 /**
- * Never more than 10 % over what one bucket of this rate and burst admits over the window (the
- * promise), and at least three quarters of it: a worker's half-bucket admits about half, while a
- * machine busy with other work delays the workers' lease asks and admits a little less than the
- * whole (seen: 88 % with four other test runs on two cores).
+ * Never more than 10 % over what one bucket of this rate and burst admits over the window the
+ * answers took (the promise), and at least three quarters of what it admits over the window the
+ * load was offered in. A worker's half-bucket admits about half; a machine busy with other work
+ * stretches the answers' window (the server falls behind the offered pace) and delays the
+ * workers' lease asks, so the lower bound is judged on the offered window alone (seen under four
+ * other test runs on two cores: 88 % of the answers' window in the two-worker test, and a 3 s
+ * flood answered over 60 s).
  */
-function expectOneBucket(admitted: number, ratePerSec: number, burst: number, seconds: number): void {
-  const expected = burst + ratePerSec * seconds;
-  expect(admitted).toBeGreaterThanOrEqual(Math.floor(expected * 0.75));
-  expect(admitted).toBeLessThanOrEqual(Math.ceil(expected * 1.1));
+function expectOneBucket(admitted: number, ratePerSec: number, burst: number, answeredSeconds: number, offeredSeconds: number): void {
+  expect(admitted).toBeGreaterThanOrEqual(Math.floor((burst + ratePerSec * Math.min(offeredSeconds, answeredSeconds)) * 0.75));
+  expect(admitted).toBeLessThanOrEqual(Math.ceil((burst + ratePerSec * answeredSeconds) * 1.1));
 }
 
 const RATE = 20;
@@ -109,7 +111,7 @@ describe('one keep-alive client against a two-worker process', () => {
   test("gets the tenant's whole read rate, not one worker's half of it", async () => {
     const r = await offer(cell.port, 3 * RATE, WINDOW_S, get);
     expect(r.other).toEqual([]);
-    expectOneBucket(r.admitted, RATE, BURST, r.seconds);
+    expectOneBucket(r.admitted, RATE, BURST, r.seconds, WINDOW_S);
     expect(r.refused).toBeGreaterThan(0);
   }, 60_000);
 });
@@ -125,7 +127,7 @@ describe('a flood against a drained bucket', () => {
     if (process.env.RATE_TEST_VERBOSE) process.stderr.write(`asks ${asks} for ${r.admitted} admitted\n`);
     expect(r.other).toEqual([]);
     // The limit holds as before: the burst plus the rate over the window.
-    expectOneBucket(r.admitted, FLOOD_RATE, FLOOD_RATE, r.seconds);
+    expectOneBucket(r.admitted, FLOOD_RATE, FLOOD_RATE, r.seconds, 3);
     // A chunk is 50 ms of the rate (10 tokens here). Asked token by token, as before, a drained bucket
     // cost about one ask per admitted call past the burst.
     expect(asks).toBeLessThan((r.admitted - FLOOD_RATE) / 3);
@@ -166,7 +168,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
   test("one client on each, three times the tenant's read rate: the cell admits the rate once, not once per process", async () => {
     const [a, b] = await Promise.all(ports.map((p) => offer(p, 3 * RATE, WINDOW_S, get)));
     expect([...a.other, ...b.other]).toEqual([]);
-    expectOneBucket(a.admitted + b.admitted, RATE, BURST, Math.max(a.seconds, b.seconds));
+    expectOneBucket(a.admitted + b.admitted, RATE, BURST, Math.max(a.seconds, b.seconds), WINDOW_S);
     // Both processes were served from the one bucket: neither was shut out.
     expect(Math.min(a.admitted, b.admitted)).toBeGreaterThan(0);
   }, 60_000);
@@ -177,7 +179,7 @@ describe('two API processes on one PostgreSQL share the buckets', () => {
     const [a, b] = await Promise.all(ports.map((p) => offer(p, 1.5 * ceiling, WINDOW_S, put)));
     expect([...a.other, ...b.other]).toEqual([]);
     // The ceiling's burst is one second of its rate.
-    expectOneBucket(a.admitted + b.admitted, ceiling, ceiling, Math.max(a.seconds, b.seconds));
+    expectOneBucket(a.admitted + b.admitted, ceiling, ceiling, Math.max(a.seconds, b.seconds), WINDOW_S);
   }, 60_000);
 
   test('a process that loses the shared store falls back to 1/2 of every limit, says so, and the cell stays bounded', async () => {

@@ -1,9 +1,8 @@
 // The tenant a data request acts for.
 import type { IncomingMessage } from 'node:http';
 import { ApiError } from '../../../shared/errors';
+import { isUuid } from '../../../shared/uuid';
 import { DEFAULT_TENANT, Config } from '../../../shared/config';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /** Never a tenant under tenancy: the nil UUID (no one), and the default tenant (the cell's own, tenancy off). */
 const NIL_TENANT = '00000000-0000-0000-0000-000000000000';
@@ -16,7 +15,7 @@ const NIL_TENANT = '00000000-0000-0000-0000-000000000000';
 export function tenantOf(config: Config, req: IncomingMessage): string {
   if (!config.tenancyHeader) return DEFAULT_TENANT;
   const header = req.headers['x-queen-tenant'];
-  if (typeof header !== 'string' || !UUID.test(header.trim())) {
+  if (typeof header !== 'string' || !isUuid(header.trim())) {
     throw new ApiError('tenant_required', 'This cell takes the tenant from the x-queen-tenant header, a UUID.');
   }
   const tenant = header.trim().toLowerCase();

@@ -19,6 +19,7 @@ import {
   LeaseAsk,
   LeaseGrant,
   RateDecision,
+  refilled,
   RateScope,
   ScopeLimit,
   wholeSeconds,
@@ -111,7 +112,7 @@ export class LeaseLimiter implements Admission {
   /** What the bucket holds now by the mirror, if nothing else took from it since; Infinity when unknown. */
   private mirrored(l: Lease, scope: RateScope, now: number): number {
     if (!l.mirror) return Infinity;
-    return Math.min(this.limits[scope].burst, l.mirror.level + ((now - l.mirror.at) / 1000) * l.mirror.ratePerSec);
+    return refilled(l.mirror.level, now - l.mirror.at, l.mirror.ratePerSec, this.limits[scope].burst);
   }
 
   /** The mirror, moved to `now`, less `n` tokens this worker is about to take. */

@@ -17,6 +17,11 @@
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../../../shared/config';
 
+/** A bucket's level `ms` after it held `level`: the one refill rule of the API's buckets (the cell's own is queen.kv_rate_lease_v1's). */
+export function refilled(level: number, ms: number, ratePerSec: number, burst: number): number {
+  return Math.min(burst, level + (ms / 1000) * ratePerSec);
+}
+
 export class TokenBucket {
   private tokens: number;
   private last: number;
@@ -28,7 +33,7 @@ export class TokenBucket {
 
   private refill(now: number): void {
     if (now > this.last) {
-      this.tokens = Math.min(this.burst, this.tokens + ((now - this.last) / 1000) * this.ratePerSec);
+      this.tokens = refilled(this.tokens, now - this.last, this.ratePerSec, this.burst);
       this.last = now;
     }
   }

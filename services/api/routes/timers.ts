@@ -12,6 +12,7 @@
 import { Router, Request, Response, NextFunction } from 'express';
 import type { Pool } from 'pg';
 import { ApiError, coerceError } from '../../../shared/errors';
+import { isUuid } from '../../../shared/uuid';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
@@ -29,11 +30,9 @@ export interface TimerRouteDeps {
   guards: Guards;
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
 function timerIdOf(req: Request): string {
   const id = String((req.params as Record<string, string>).id);
-  if (!UUID.test(id)) throw new ApiError('timers_invalid_timer_id', 'The path must name a timer id (a UUID).');
+  if (!isUuid(id)) throw new ApiError('timers_invalid_timer_id', 'The path must name a timer id (a UUID).');
   return id.toLowerCase();
 }
 
