@@ -44,6 +44,7 @@ import type { Logger } from '../../../shared/log';
 import type { Metrics } from '../../../shared/metrics';
 import { Admitted } from './admitted';
 import { KvCost, kvCost, timerCounts } from './callCost';
+import { sendError } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
 import { Admission, RateDecision, RateLimiter } from '../rate/limit';
 import { LeaseLimiter } from '../rate/lease';
@@ -142,7 +143,7 @@ export class Guards {
     const { config, switches, book, metrics } = this.deps;
     const kind = call === 'batch' ? 'batch' : call === 'get' ? 'read' : 'write';
     if (!switches.kv) {
-      return this.answerEarly(res, 503, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', PAUSED_RETRY_AFTER_SECONDS);
+      return this.answerEarly(res, 'kv_disabled', 'KV is paused by the operator (POST /api/v1/system/kv-timers); stored keys are untouched.', PAUSED_RETRY_AFTER_SECONDS);
     }
     let tenant: string;
     try {
@@ -160,22 +161,18 @@ export class Guards {
     const decision = this.limiter.minimumWait(tenant, kind);
     if (decision.retryAfterSeconds === 0) return full;
     metrics.kvOps.inc({ op: call, outcome: 'refused' });
-    return this.answerEarly(res, 429, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
+    return this.answerEarly(res, 'rate_limited', this.rateMessage(tenant, decision), decision.retryAfterSeconds);
   }
 
-  private answerEarly(res: ServerResponse, status: number, code: string, message: string, retryAfter: number): null {
+  private answerEarly(res: ServerResponse, code: string, message: string, retryAfterSeconds: number): null {
+    const refusal = new ApiError(code, message, { retryAfterSeconds });
     this.deps.metrics.kvRefusals.inc({ code });
     // No request line for these (the flood's cheap exit), but the answer is counted like any other.
-    this.deps.metrics.httpResponses.inc({ surface: 'kv', status: String(status), code });
-    const body = JSON.stringify({ error: code, message });
-    res.writeHead(status, {
-      'Content-Type': 'application/json; charset=utf-8',
-      'Content-Length': Buffer.byteLength(body),
-      'Retry-After': String(retryAfter),
-    });
-    res.end(body);
+    this.deps.metrics.httpResponses.inc({ surface: 'kv', status: String(refusal.status), code });
+    sendError(res, refusal);
     return null;
   }
+
 
   /** A KV call's tenant, or the refusal of its tenant header (before its body is parsed: a stranger's body is not read). */
   kvTenant(call: KvCall): string {
