@@ -11,7 +11,7 @@ import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
-import { nameRule, refuseTraceIds, refuseNul } from './fields';
+import { nameRule, refusePushItems, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
@@ -292,7 +292,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
     // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
     if (Array.isArray(body.items)) {
       if (body.items.length === 0) return sendJsonText(res, 201, '[]');
-      refuseTraceIds(body.items);
+      refusePushItems(body.items);
     }
     sendJsonText(res, 201, await coalescer.push(tenant, text, body));
   });
