@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
 import { ApiError, SQLSTATE } from '../../../shared/errors';
 import { directUrl, type Config } from '../../../shared/config';
+import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
@@ -150,7 +151,10 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const values = [tenant, params.queue, params.partition ?? null, group, batch];
-    if (fromNow) await messagePool.query({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) });
+    // A pop that does not wait is one call's bound in all (shared/db.ts), its statements together.
+    const started = Date.now();
+    const from = () => (wait ? Date.now() : started);
+    if (fromNow) await messagePool.query(since({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) }, started));
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
@@ -158,7 +162,7 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
-          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] });
+          return await messagePool.query(since({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] }, from()));
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
