@@ -39,8 +39,10 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
     { ...kvSessionSettings(config), statement_timeout: String(config.kvStatementTimeoutMs) },
   );
   // Last, so each call's bound covers the wrappers above (the per-transaction BEGIN and COMMIT too).
+  // The KV pool keeps its own two limits, its acquire (1 s, the semaphore's) and its query timeout
+  // (8.5 s): their sum is its routes' bound; wrapped like the message pool it shed bursts the
+  // semaphore used to queue (test/ops/pool.test.ts), not understood yet.
   boundCalls(message, queryTimeoutMs(config.dbStatementTimeoutMs), 'QUEEN_DB_STATEMENT_TIMEOUT_MS');
-  boundCalls(kv, queryTimeoutMs(config.kvStatementTimeoutMs), 'QUEEN_KV_STATEMENT_TIMEOUT_MS');
   // An idle client that loses its connection emits on the pool; without a listener it would crash
   // the process. A checked-out client emits on itself: a connection the client-side query timeout
   // dropped (a frozen server) ends later, between queries, and that unhandled 'error' killed the
@@ -185,6 +187,16 @@ export function since<T extends object>(config: T, at: number): T {
  * the answer is `503 db_unavailable` at the bound whatever the pool is doing; the call behind it
  * ends by its own limits, its connection dropped.
  */
+const answeredAt = new WeakMap<Pool, number>();
+
+/**
+ * When the database last answered a statement of this pool (a result or its own error: either way
+ * it is up), in ms since the epoch; 0 before the first. Readiness reads it (routes/health.ts).
+ */
+export function lastAnswer(pool: Pool): number {
+  return answeredAt.get(pool) ?? 0;
+}
+
 function boundCalls(pool: Pool, boundMs: number, variable: string): void {
   const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
   const late = () =>
@@ -205,7 +217,20 @@ function boundCalls(pool: Pool, boundMs: number, variable: string): void {
     const bound = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(late()), deadline - Date.now());
     });
-    return Promise.race([query(config, ...rest), bound]).finally(() => clearTimeout(timer));
+    const sent = query(config, ...rest).then(
+      (result) => {
+        answeredAt.set(pool, Date.now());
+        return result;
+      },
+      (err: unknown) => {
+        // A SQLSTATE of the server's own (not a connection class): the server answered.
+        const code = (err as { code?: unknown } | null)?.code;
+        const fromServer = typeof code === 'string' && (/^[0-9A-Z]{5}$/.test(code) ? !code.startsWith('08') : code === 'lock_timeout' || code === 'statement_timeout');
+        if (fromServer) answeredAt.set(pool, Date.now());
+        throw err;
+      },
+    );
+    return Promise.race([sent, bound]).finally(() => clearTimeout(timer));
   };
   (pool as unknown as { query: typeof bounded }).query = bounded;
 }
