@@ -118,6 +118,8 @@ const STATUS: Record<string, number> = {
   rate_limit_exceeds_burst: 400,
   internal: 500,
   kv_unavailable: 503,
+  // Too many calls of this worker writing one key at once (admission/keyWaiters.ts).
+  kv_key_busy: 503,
   db_unavailable: 503,
   shutting_down: 503,
   // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/edge/bodyBudget.ts).
