@@ -92,7 +92,7 @@ async function startApi(databaseUrl: string, port: number): Promise<ChildProcess
     if (child.exitCode !== null) throw new Error(`the API exited during boot (status ${child.exitCode})`);
     if (Date.now() > deadline - 200) child.kill('SIGTERM');
     try {
-      if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) return child;
+      if ((await fetch(`http://127.0.0.1:${port}/ready`)).status === 200) return child;
     } catch {
       // not yet
     }

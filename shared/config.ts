@@ -25,6 +25,7 @@ export const DEFAULTS = {
   dbLockTimeoutMs: 5000,
   dbAcquireTimeoutMs: 5000,
   healthTimeoutMs: 2000,
+  readyToleranceMs: 10_000,
   kvReadsPerSec: 200,
   kvReadsBurst: 400,
   kvWritesPerSec: 100,
@@ -62,6 +63,8 @@ export interface Config {
   dbLockTimeoutMs: number;
   dbAcquireTimeoutMs: number;
   healthTimeoutMs: number;
+  /** /ready stays 200 while the database answered any statement this recently, its own probe slow or not. */
+  readyToleranceMs: number;
   kvReadsPerSec: number;
   kvReadsBurst: number;
   kvWritesPerSec: number;
@@ -225,6 +228,7 @@ export function loadConfig(env: Env = process.env): Config {
     dbLockTimeoutMs: int(env, 'QUEEN_DB_LOCK_TIMEOUT_MS', DEFAULTS.dbLockTimeoutMs, 1, 3_600_000),
     dbAcquireTimeoutMs: int(env, 'QUEEN_DB_ACQUIRE_TIMEOUT_MS', DEFAULTS.dbAcquireTimeoutMs, 1, 600_000),
     healthTimeoutMs: int(env, 'QUEEN_HEALTH_TIMEOUT_MS', DEFAULTS.healthTimeoutMs, 1, 600_000),
+    readyToleranceMs: int(env, 'QUEEN_READY_TOLERANCE_MS', DEFAULTS.readyToleranceMs, 0, 600_000),
     kvReadsPerSec,
     kvReadsBurst,
     kvWritesPerSec,

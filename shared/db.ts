@@ -4,7 +4,7 @@
 // connections from the message path.
 import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
-import { answerTimeLimit, isConnectionFailure, SQLSTATE } from './errors';
+import { answerTimeLimit, ApiError, isConnectionFailure, SQLSTATE } from './errors';
 import { migrate, MigrateOptions, MigrateResult } from './migrations';
 
 export interface Pools {
@@ -38,6 +38,11 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
     { ...base, max: sizes.kv, connectionTimeoutMillis: config.kvAcquireTimeoutMs, query_timeout: queryTimeoutMs(config.kvStatementTimeoutMs) },
     { ...kvSessionSettings(config), statement_timeout: String(config.kvStatementTimeoutMs) },
   );
+  // Last, so each call's bound covers the wrappers above (the per-transaction BEGIN and COMMIT too).
+  // The KV pool keeps its own two limits, its acquire (1 s, the semaphore's) and its query timeout
+  // (8.5 s): their sum is its routes' bound; wrapped like the message pool it shed bursts the
+  // semaphore used to queue (test/ops/pool.test.ts), not understood yet.
+  boundCalls(message, queryTimeoutMs(config.dbStatementTimeoutMs), 'QUEEN_DB_STATEMENT_TIMEOUT_MS');
   // An idle client that loses its connection emits on the pool; without a listener it would crash
   // the process. A checked-out client emits on itself: a connection the client-side query timeout
   // dropped (a frozen server) ends later, between queries, and that unhandled 'error' killed the
@@ -156,6 +161,79 @@ function answerTimeouts(pool: Pool, config: Config): void {
       throw answerTimeLimit(err, 'log', limits);
     });
   (pool as unknown as { query: typeof answered }).query = answered;
+}
+
+/**
+ * A query config may say when its call began waiting (`since`, ms since the epoch): a push that
+ * waited in the worker for a gathering in flight (push/coalescer.ts) is bounded from its arrival,
+ * not from its own statement.
+ */
+export interface Since {
+  since?: number;
+}
+
+/** A named statement's config with the time its call began waiting (see Since). */
+export function since<T extends object>(config: T, at: number): T {
+  return { ...config, since: at } as T;
+}
+
+/**
+ * One bound per call, the pool's wait and the statement together: `boundMs` (the client-side query
+ * timeout, 1.5 x the statement timeout + 1 s) from `since`, or from the call. Without it they added
+ * up: with PostgreSQL frozen for 20 s, a push that queued behind a gathering in flight waited for
+ * that statement's 16 s, then for a connection, then for its own statement, and was answered 503
+ * at 21.3 s, after the freeze had ended. Now the statement's client-side limit is what is left of
+ * the bound when the connection comes (a live server still fires its own statement_timeout first:
+ * 5 s of pool wait + 10 s < 16 s), a call whose bound has passed before it starts is not sent, and
+ * the answer is `503 db_unavailable` at the bound whatever the pool is doing; the call behind it
+ * ends by its own limits, its connection dropped.
+ */
+const answeredAt = new WeakMap<Pool, number>();
+
+/**
+ * When the database last answered a statement of this pool (a result or its own error: either way
+ * it is up), in ms since the epoch; 0 before the first. Readiness reads it (routes/health.ts).
+ */
+export function lastAnswer(pool: Pool): number {
+  return answeredAt.get(pool) ?? 0;
+}
+
+function boundCalls(pool: Pool, boundMs: number, variable: string): void {
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  const late = () =>
+    new ApiError('db_unavailable', `The call did not complete within ${boundMs} ms (1.5 x ${variable} + 1 s, the pool's wait included); it may or may not have been applied; retry shortly.`, { retryAfterSeconds: 1 });
+  const bounded = (first: unknown, ...rest: unknown[]): Promise<unknown> => {
+    const isConfig = typeof first === 'object' && first !== null && typeof (first as { submit?: unknown }).submit !== 'function';
+    const since = isConfig ? (first as Since).since : undefined;
+    const deadline = (since ?? Date.now()) + boundMs;
+    if (deadline - Date.now() <= 0) return Promise.reject(late());
+    let config = first;
+    if (isConfig) {
+      // Read when the connection has come (pg reads query_timeout as it sends): what is left then.
+      const plain: Record<string, unknown> = { ...(first as Record<string, unknown>) };
+      delete plain.since;
+      config = Object.defineProperty(plain, 'query_timeout', { enumerable: true, get: () => Math.max(1, deadline - Date.now()) });
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(late()), deadline - Date.now());
+    });
+    const sent = query(config, ...rest).then(
+      (result) => {
+        answeredAt.set(pool, Date.now());
+        return result;
+      },
+      (err: unknown) => {
+        // A SQLSTATE of the server's own (not a connection class): the server answered.
+        const code = (err as { code?: unknown } | null)?.code;
+        const fromServer = typeof code === 'string' && (/^[0-9A-Z]{5}$/.test(code) ? !code.startsWith('08') : code === 'lock_timeout' || code === 'statement_timeout');
+        if (fromServer) answeredAt.set(pool, Date.now());
+        throw err;
+      },
+    );
+    return Promise.race([sent, bound]).finally(() => clearTimeout(timer));
+  };
+  (pool as unknown as { query: typeof bounded }).query = bounded;
 }
 
 /**

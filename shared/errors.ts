@@ -74,6 +74,9 @@ const STATUS: Record<string, number> = {
   log_reserved_transaction_id: 400,
   log_items_required: 400,
   log_invalid_item: 400,
+  // A push item's field it does not take, or an item without payload (services/api/routes/fields.ts).
+  log_invalid_field: 400,
+  log_payload_required: 400,
   log_invalid_options: 400,
   log_invalid_lease_time: 400,
   log_invalid_retry_limit: 400,
@@ -121,6 +124,8 @@ const STATUS: Record<string, number> = {
   kv_unavailable: 503,
   // The timer routes share the KV pool, but their time limits are answered in their own name.
   timers_unavailable: 503,
+  // Too many calls of this worker writing one key at once (admission/keyWaiters.ts).
+  kv_key_busy: 503,
   db_unavailable: 503,
   shutting_down: 503,
   // The message pool's time limits (shared/db.ts) and a worker's request-body budget (services/api/edge/bodyBudget.ts).

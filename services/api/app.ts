@@ -62,7 +62,7 @@ export function createApp(deps: AppDeps): App {
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
   app.use(openapiRoutes());
-  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), config.healthTimeoutMs));
+  app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), { timeoutMs: config.healthTimeoutMs, toleranceMs: config.readyToleranceMs }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });

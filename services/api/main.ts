@@ -58,6 +58,7 @@ function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void 
       dbAcquireTimeoutMs: config.dbAcquireTimeoutMs,
       queryTimeoutMs: { message: queryTimeoutMs(config.dbStatementTimeoutMs), kv: queryTimeoutMs(config.kvStatementTimeoutMs) },
       healthTimeoutMs: config.healthTimeoutMs,
+      readyToleranceMs: config.readyToleranceMs,
       // PgBouncer (docs/deploy.md): settings per connection (session) or per transaction, and where LISTEN goes.
       dbPooling: config.dbPooling,
       listenTarget: databaseTarget(directUrl(config)),

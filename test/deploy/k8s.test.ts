@@ -139,8 +139,8 @@ describe.each(['api', 'sweeper'])('Deployment %s', (name) => {
   test('probes on the paths the process serves, on a declared port; resources requested and memory bounded', () => {
     const c = container();
     const ports = c.ports.map((p: { name: string }) => p.name);
-    // The API's liveness reads no database (/metrics): an outage must not restart it into CrashLoopBackOff.
-    const paths = name === 'api' ? { readinessProbe: '/ready', livenessProbe: '/metrics' } : { readinessProbe: '/health', livenessProbe: '/health' };
+    // The API's liveness reads no database (/health): an outage must not restart it into CrashLoopBackOff.
+    const paths = name === 'api' ? { readinessProbe: '/ready', livenessProbe: '/health' } : { readinessProbe: '/health', livenessProbe: '/health' };
     for (const [probe, p] of Object.entries(paths)) {
       expect(c[probe].httpGet.path).toBe(p);
       expect(ports).toContain(c[probe].httpGet.port);

@@ -95,6 +95,43 @@ describe('push', () => {
   });
 });
 
+describe('push item fields: refused by name, never dropped', () => {
+  // Before: each of these was 201 queued, the message stored with a null payload or in Default.
+  const stray: Array<[string, Record<string, unknown>, string, string]> = [
+    ['data instead of payload', { queue: 'qw-fields', data: { order: 1 } }, 'log_invalid_field', 'data'],
+    ['no payload', { queue: 'qw-fields' }, 'log_payload_required', 'payload'],
+    ['a misspelled partition', { queue: 'qw-fields', partiton: 'p1', payload: 1 }, 'log_invalid_field', 'partiton'],
+    ['a misspelled transactionId', { queue: 'qw-fields', transactionID: 't1', payload: 1 }, 'log_invalid_field', 'transactionID'],
+  ];
+  test.each(stray)('push: %s is 400 %s naming the field; nothing stored', async (_name, item, code, field) => {
+    const res = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-fields', payload: 0 }, item] });
+    expect([res.status, res.body.error, res.body.index]).toEqual([400, code, 1]);
+    expect(res.body.message).toContain(field);
+    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-fields?wait=false')).status).toBe(204);
+  });
+  test.each(stray)('transaction wire: %s in a push operation is 400 %s, the operation\'s index; nothing stored', async (_name, item, code, field) => {
+    const res = await call(api.url, 'POST', '/api/v1/transaction', {
+      operations: [{ type: 'push', items: [{ queue: 'qw-fields', payload: 0 }] }, { type: 'push', items: [{ queue: 'qw-fields', payload: 0 }, item] }],
+    });
+    expect([res.status, res.body.error, res.body.index]).toEqual([400, code, 1]);
+    expect(res.body.message).toContain(field);
+    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-fields?wait=false')).status).toBe(204);
+  });
+
+  test("the items Queen's client sends (queue, partition, payload, transactionId; traceId empty) are taken, a null payload too", async () => {
+    const items = [
+      { queue: 'qw-client', partition: 'Default', payload: { a: 1 }, transactionId: 'c1' },
+      { queue: 'qw-client', partition: 'Default', payload: null, transactionId: 'c2', traceId: '' },
+      { queue: 'qw-client', payload: 3, traceId: null },
+    ];
+    const res = await call(api.url, 'POST', '/api/v1/push', { items });
+    expect([res.status, res.body.map((e: { status: string }) => e.status)]).toEqual([201, ['queued', 'queued', 'queued']]);
+    const wire = await call(api.url, 'POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [{ queue: 'qw-client', payload: 4 }] }] });
+    expect([wire.status, wire.body.ok]).toEqual([200, true]);
+    expect((await pop(api.url, 'qw-client', { batch: 10 })).map((m) => m.data)).toEqual([{ a: 1 }, null, 3, 4]);
+  });
+});
+
 describe('pop', () => {
   test("a message carries data and id under Queen's top-level fields; its id is the push's message_id", async () => {
     const pushed = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-pop', partition: 'Default', payload: null, transactionId: 'p1' }] });

@@ -263,7 +263,7 @@ describe('refusals', () => {
     ['unknown operation type', { operations: [{ type: 'pop' }] }, 'tx_unknown_operation'],
     ['operation not an object', { operations: [7] }, 'tx_unknown_operation'],
     ['push without items', { operations: [{ type: 'push' }] }, 'log_items_required'],
-    ['push with a bad item', { operations: [{ type: 'push', items: [{ queue: 'a b' }] }] }, 'log_invalid_queue'],
+    ['push with a bad item', { operations: [{ type: 'push', items: [{ queue: 'a b', payload: 1 }] }] }, 'log_invalid_queue'],
     ['ack without partitionId', { operations: [{ type: 'ack', transactionId: 't', status: 'completed' }] }, 'log_invalid_partition_id'],
     ['ack with a bad status', { operations: [{ type: 'ack', transactionId: 't', partitionId: '00000000-0000-0000-0000-000000000000', status: 'ok' }] }, 'log_invalid_status'],
     ['kv op refused by kv_apply_v1', { kv: [{ op: 'frob', ns: 'n', key: 'k', value: 1 }] }, 'kv_unknown_op'],
@@ -282,11 +282,11 @@ describe('refusals', () => {
   });
 
   test('the index of a refused operation is named, within the array its code names', async () => {
-    const res = await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'ok' }] }, { type: 'nope' }] });
+    const res = await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'ok', payload: 1 }] }, { type: 'nope' }] });
     expect(res.body).toMatchObject({ error: 'tx_unknown_operation', index: 1 });
     // Nothing ran, so there is no flat results array to point into: a kv or timers refusal counts
     // within its own array, however many operations come before it (README, the transaction wire).
-    const two = [{ type: 'push', items: [{ queue: 'ok' }] }, { type: 'push', items: [{ queue: 'ok' }] }];
+    const two = [{ type: 'push', items: [{ queue: 'ok', payload: 1 }] }, { type: 'push', items: [{ queue: 'ok', payload: 2 }] }];
     const kvBad = await transaction(api.url, { operations: two, kv: [{ op: 'get', ns: 'n', key: 'k' }, { op: 'get', ns: '-bad', key: 'k' }] });
     expect([kvBad.status, kvBad.body.error, kvBad.body.index]).toEqual([400, 'kv_invalid_namespace', 1]);
     const timerBad = await transaction(api.url, { operations: two, kv: [{ op: 'get', ns: 'n', key: 'k' }], timers: [{ op: 'snooze', timerId: 'x' }] });

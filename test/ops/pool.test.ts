@@ -109,3 +109,23 @@ test('a statement past QUEEN_KV_STATEMENT_TIMEOUT_MS is cancelled server-side an
     await short.close();
   }
 });
+
+test('one key locked from outside, many writes waiting on it: unrelated writes beside them are all served; the hot key\'s extra callers wait their turn, then 503 kv_key_busy', async () => {
+  expect((await call(api.url, 'PUT', '/api/v1/kv/hot/k', { value: 0, forever: true })).status).toBe(200);
+  await api.client.query('BEGIN');
+  await api.client.query(`SELECT 1 FROM queen.kv WHERE namespace = 'hot' AND key = 'k' FOR UPDATE`);
+  let hot: Promise<{ status: number; body: { error?: string } }>[] = [];
+  try {
+    // Eight writers of the locked key on a pool of 4: before, they took every connection.
+    hot = Array.from({ length: 8 }, (_, i) => call(api.url, 'PUT', '/api/v1/kv/hot/k', { value: i + 1, forever: true }));
+    await waitFor(() => kvPool().totalCount - kvPool().idleCount >= 1, { what: 'a KV connection waiting on the locked row', timeoutMs: 5_000, everyMs: 10 });
+    const others = await Promise.all(Array.from({ length: 6 }, (_, i) => call(api.url, 'PUT', `/api/v1/kv/cold/c${i}`, { value: i, forever: true })));
+    expect(others.map((r) => [r.status, r.body.error])).toEqual(Array(6).fill([200, undefined]));
+    // The hot key's callers past its share waited their turn with no connection, then were refused.
+    const refused = await Promise.all(hot.slice(1));
+    expect(refused.some((r) => r.status === 503 && r.body.error === 'kv_key_busy')).toBe(true);
+  } finally {
+    await api.client.query('ROLLBACK');
+  }
+  expect((await hot[0]).status).toBe(200);
+});

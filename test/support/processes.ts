@@ -143,8 +143,8 @@ export async function allInOneEnv(root: string, port: number): Promise<Record<st
   };
 }
 
-/** Resolves once GET `path` answers 200 (fails if the process exits first, or after 30 s). */
-export async function untilHealthy(api: Spawned, port: number, path = '/health'): Promise<void> {
+/** Resolves once GET `path` (readiness: the worker serves and the database answers) answers 200 (fails if the process exits first, or after 30 s). */
+export async function untilHealthy(api: Spawned, port: number, path = '/ready'): Promise<void> {
   await waitFor(
     async () => {
       if (api.child.exitCode !== null) throw new Error(`the API exited during boot:\n${api.output()}`);

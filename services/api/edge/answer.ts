@@ -5,6 +5,7 @@ import { ApiError, coerceError } from '../../../shared/errors';
 import type { Logger } from '../../../shared/log';
 import type { Config } from '../../../shared/config';
 import { INVALID_UTF8, rawBody } from './body';
+import { drainThenClose } from './bodyBudget';
 
 /**
  * A JSON body PostgreSQL already rendered, written once with node's own writeHead/end: Express's
@@ -46,6 +47,8 @@ export function errorHandler(log: Logger) {
   return (err: unknown, req: IncomingMessage & { route?: { path?: string } }, res: ServerResponse, _next?: NextFunction): void => {
     const e = err as { type?: string; status?: number; statusCode?: number; message?: string };
     if (e && e.type === 'entity.too.large') {
+      res.shouldKeepAlive = false;
+      drainThenClose(res);
       return sendError(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));
     }
     if (e && e.type === INVALID_UTF8) {

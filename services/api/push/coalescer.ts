@@ -16,6 +16,7 @@
 // failure (the pool, the connection, a timeout) is every waiting request's answer.
 import type { Pool } from 'pg';
 import { LOG_PUSH, LOG_PUSH_COALESCED } from '../../../shared/sql/log';
+import { since } from '../../../shared/db';
 
 /** At most this many requests, or about this many bytes of bodies, go in one statement. */
 export const COALESCE_LIMITS = { requests: 100, bytes: 1 << 20 } as const;
@@ -26,6 +27,8 @@ const REFUSED_FOR_A_BODY = /^(22|23|54)[0-9A-Z]{3}$/;
 interface Waiting {
   tenant: string;
   text: string;
+  /** When the request arrived: its bound (shared/db.ts, boundCalls) counts from here, the wait here included. */
+  at: number;
   resolve(results: string): void;
   reject(err: unknown): void;
 }
@@ -56,16 +59,17 @@ export class PushCoalescer {
    */
   push(tenant: string, text: string, body: Record<string, unknown>): Promise<string> {
     const partition = partitionOf(tenant, body);
-    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(tenant, text);
+    const at = Date.now();
+    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(tenant, text, at);
     const waiting = this.inFlight.get(partition);
-    if (waiting) return new Promise((resolve, reject) => waiting.push({ tenant, text, resolve, reject }));
+    if (waiting) return new Promise((resolve, reject) => waiting.push({ tenant, text, at, resolve, reject }));
     this.inFlight.set(partition, []);
     this.onStatement(1);
-    return this.alone(tenant, text).finally(() => this.next(partition));
+    return this.alone(tenant, text, at).finally(() => this.next(partition));
   }
 
-  private async alone(tenant: string, text: string): Promise<string> {
-    const { rows } = await this.pool.query({ ...LOG_PUSH, values: [tenant, text] });
+  private async alone(tenant: string, text: string, at: number): Promise<string> {
+    const { rows } = await this.pool.query(since({ ...LOG_PUSH, values: [tenant, text] }, at));
     return rows[0].results;
   }
 
@@ -77,12 +81,13 @@ export class PushCoalescer {
     let n = 0;
     while (n < waiting.length && n < COALESCE_LIMITS.requests && bytes + waiting[n].text.length <= COALESCE_LIMITS.bytes) bytes += waiting[n++].text.length;
     const batch = waiting.splice(0, Math.max(n, 1));
-    const sendAlone = (w: Waiting) => this.alone(w.tenant, w.text).then(w.resolve, w.reject);
+    const sendAlone = (w: Waiting) => this.alone(w.tenant, w.text, w.at).then(w.resolve, w.reject);
     this.onStatement(batch.length);
     // What gathered meanwhile goes before this gathering is answered: the partition's next
     // statement is the message path's critical path; the answers are not.
     // One partition key is one tenant's: the batch's first request names it for all.
-    this.pool.query<{ results: string | null }>({ ...LOG_PUSH_COALESCED, values: [batch[0].tenant, `[${batch.map((w) => w.text).join(',')}]`] }).then(
+    // Bounded from the earliest arrival in it (the first: they wait in order), so none outlives its bound.
+    this.pool.query<{ results: string | null }>(since({ ...LOG_PUSH_COALESCED, values: [batch[0].tenant, `[${batch.map((w) => w.text).join(',')}]`] }, batch[0].at)).then(
       ({ rows }) => {
         this.next(partition);
         batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!)));

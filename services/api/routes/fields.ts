@@ -37,12 +37,42 @@ export function refuseNulKeys(text: string, ops: unknown): void {
   });
 }
 
-/** Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped. */
-export function refuseTraceIds(items: unknown[]): void {
+/**
+ * The fields a push item takes, on POST /api/v1/push and in a transaction-wire push operation: what
+ * Queen's JavaScript client sends (queue, partition, payload, transactionId, and traceId when one is
+ * given). A field added to push is one more name here.
+ */
+export const PUSH_ITEM_FIELDS: readonly string[] = ['queue', 'partition', 'payload', 'transactionId', 'traceId'];
+const PUSH_ITEM_SET = new Set(PUSH_ITEM_FIELDS);
+
+/**
+ * A push item's field rules, before any SQL (the items are parsed for routing anyway): a field push
+ * does not take is 400 log_invalid_field naming it, an item without `payload` is 400
+ * log_payload_required, a traceId is 400 unsupported. Queen's server drops an unknown field and
+ * stores `{}` for a missing payload; a producer's `data` (Queen's client's own word for the payload)
+ * or a misspelled `partiton` then became a message with no payload, or in the wrong partition,
+ * answered 201. `operation` is the transaction wire's operation index, which the 400 names there
+ * (the item's own index names it on the push route). A non-object item is left to SQL
+ * (log_invalid_item).
+ */
+export function refusePushItems(items: unknown[], operation?: number): void {
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
-    if (isPlainObject(item) && item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
-      throw new ApiError('unsupported', `Item ${i}: traceId: the cell does not store traces; leave it out.`, { index: i });
+    if (!isPlainObject(item)) continue;
+    const where = operation === undefined ? `Item ${i}` : `Operation ${operation}, item ${i}`;
+    const index = operation ?? i;
+    const stray = Object.keys(item).filter((f) => !PUSH_ITEM_SET.has(f));
+    if (stray.length > 0) {
+      const named = stray.slice(0, 5).map((f) => (f.length > 64 ? `${f.slice(0, 64)}...` : f)).join(', ');
+      const hint = stray.includes('data') && !('payload' in item) ? ' (the message goes in payload)' : '';
+      throw new ApiError('log_invalid_field', `${where} has a field push does not take: ${named}${hint}. Its fields are ${PUSH_ITEM_FIELDS.join(', ')}.`, { index });
+    }
+    if (!('payload' in item)) {
+      throw new ApiError('log_payload_required', `${where}: payload is required (any JSON value, null included).`, { index });
+    }
+    // Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped.
+    if (item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
+      throw new ApiError('unsupported', `${where}: traceId: the cell does not store traces; leave it out.`, { index });
     }
   }
 }

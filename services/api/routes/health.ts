@@ -1,14 +1,31 @@
-// GET /health: the process is up and the database answers. GET /ready: and this worker takes traffic.
-// Both answer within QUEEN_HEALTH_TIMEOUT_MS: a frozen database is a 503, never a probe that hangs
-// (before 2026-12-01, PostgreSQL stopped with SIGSTOP held /health for as long as it was stopped).
+// Liveness and readiness, apart (deploy/k8s/api.yaml probes them so):
+//  - GET /health, liveness: this process can serve. It reads no database, so a slow or absent
+//    database never fails it: a liveness probe that restarts a cell because PostgreSQL is busy
+//    loses a worker at the worst moment, and a restart does not bring the database back. Before
+//    (2026-12-02) it ran SELECT 1 and answered 503 db_unavailable 7 times during a fuzz run with no
+//    fault injected, and during a pool starvation.
+//  - GET /ready, readiness: this worker should get traffic: it is not draining, and the database
+//    answers. A busy database does not trip it: any answer the message pool had within
+//    QUEEN_READY_TOLERANCE_MS counts (a statement's result or its own error), so a probe that waited
+//    behind a full pool is not a database down. Else a SELECT 1 decides, bounded by
+//    QUEEN_HEALTH_TIMEOUT_MS (a frozen database is a 503, never a probe that hangs). A refused or
+//    broken connection is 503 at once, tolerance or not: the database is gone, not slow.
 import { Router } from 'express';
 import type { Pool } from 'pg';
 import { sendError } from '../edge/answer';
-import { ApiError } from '../../../shared/errors';
+import { ApiError, isConnectionFailure } from '../../../shared/errors';
+import { lastAnswer } from '../../../shared/db';
 
-export function healthRoutes(pool: Pool, isReady: () => boolean, timeoutMs: number): Router {
+export interface HealthOptions {
+  timeoutMs: number;
+  toleranceMs: number;
+}
+
+export function healthRoutes(pool: Pool, isReady: () => boolean, { timeoutMs, toleranceMs }: HealthOptions): Router {
   const router = Router();
-  const check = async (res: import('express').Response, ready: boolean) => {
+  const answeredLately = () => Date.now() - lastAnswer(pool) < toleranceMs;
+  /** Undefined when the database answers, else the refusal. */
+  const database = async (): Promise<ApiError | undefined> => {
     let timer: NodeJS.Timeout | undefined;
     // The query keeps its own bounds (the pool's acquire and query timeouts) and ends by itself.
     const late = new Promise<never>((_, reject) => {
@@ -16,15 +33,23 @@ export function healthRoutes(pool: Pool, isReady: () => boolean, timeoutMs: numb
     });
     try {
       await Promise.race([pool.query({ name: 'health_v1', text: 'SELECT 1' }), late]);
-    } catch {
-      return sendError(res, new ApiError('db_unavailable', `The database does not answer within ${timeoutMs} ms.`, { retryAfterSeconds: 1 }));
+      return undefined;
+    } catch (err) {
+      const gone = isConnectionFailure(err) && (err as Error).message !== 'Query read timeout';
+      if (!gone && answeredLately()) return undefined;
+      return new ApiError('db_unavailable', gone ? 'The database refuses connections.' : `The database does not answer within ${timeoutMs} ms.`, { retryAfterSeconds: 1 });
     } finally {
       clearTimeout(timer);
     }
-    if (!ready) return sendError(res, new ApiError('shutting_down', 'This worker is not taking traffic.', { retryAfterSeconds: 1 }));
-    res.json({ ok: true });
   };
-  router.get('/health', (_req, res) => check(res, true));
-  router.get('/ready', (_req, res) => check(res, isReady()));
+  router.get('/health', (_req, res) => {
+    res.json({ ok: true });
+  });
+  router.get('/ready', async (_req, res) => {
+    if (!isReady()) return sendError(res, new ApiError('shutting_down', 'This worker is not taking traffic.', { retryAfterSeconds: 1 }));
+    const refused = await database();
+    if (refused) return sendError(res, refused);
+    res.json({ ok: true });
+  });
   return router;
 }

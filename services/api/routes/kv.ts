@@ -10,6 +10,7 @@
 // Paths match case-sensitively.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
+import { KeyWaiters, writeKeys } from '../admission/keyWaiters';
 import { ApiError, answerTooLarge } from '../../../shared/errors';
 import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
@@ -106,6 +107,7 @@ const NAMESPACE_RULE = nameRule('A namespace');
 /** The KV surface as a request listener: true when it took the request. */
 export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: KvRouteDeps): (req: IncomingMessage, res: ServerResponse) => boolean {
   const withBody = answerWithBody(config, log);
+  const keyWaiters = new KeyWaiters((kvPool as unknown as { options: { max: number } }).options.max, config.kvAcquireTimeoutMs);
 
   // Each call reads top to bottom: the caller and the switch, the body, the rest of the admission
   // (admission/guards.ts), the statement, the answer; a refusal at any step is thrown to the one error handler.
@@ -117,6 +119,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
     // collections and were promoted to the old generation as garbage: 100 puts a request at 64
     // clients, bench:kv with --trace-gc 2026-12-01, 60 KB promoted per request before, 52 KB after).
     let counted: Map<string, number> | undefined;
+    let release: (() => void) | undefined;
     try {
       const tenant = guards.kvTenant(call);
       const text = bodyText(req);
@@ -128,6 +131,8 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       counted = opCounts(ops);
       refuseNulKeys(text, ops);
       refuseUnstorable(text);
+      // Before the admission: a refused caller holds no quota and no connection.
+      release = await keyWaiters.enter(tenant, writeKeys(ops));
       const admitted = await guards.admitKv(call, ops);
       ops = undefined;
       const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_BATCH, values: [tenant, text] }).catch(tooLarge));
@@ -139,17 +144,20 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       countOps(metrics, counted, 'refused');
       throw err;
     } finally {
+      release?.();
       stop();
     }
   }
 
   async function one(req: IncomingMessage, res: ServerResponse, call: KvCall, op: 'get' | 'put' | 'delete', rawNs: string, rawKey: string): Promise<void> {
     const stop = metrics.kvDuration.startTimer({ route: op });
+    let release: (() => void) | undefined;
     try {
       const ns = decodePath(rawNs, 'namespace');
       const key = decodePath(rawKey, 'key');
       const tenant = guards.kvTenant(call);
       const body = pathRouteBody(req, ns, key, op === 'put');
+      if (op !== 'get') release = await keyWaiters.enter(tenant, [[ns, key]]);
       // The one operation the path names, as the guards count it (a put's value sizes the quota delta).
       const admitted = await guards.admitKv(call, [op === 'put' ? { ...body.fields, op, key } : { op }]);
       const { rows } = await admitted.track(kvPool.query({ ...KV_APPLY_ONE, values: [tenant, op, ns, key, op === 'get' ? '{}' : body.text] }));
@@ -165,6 +173,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
       metrics.kvOps.inc({ op, outcome: 'refused' });
       throw err;
     } finally {
+      release?.();
       stop();
     }
   }

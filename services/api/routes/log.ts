@@ -6,12 +6,13 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
 import { ApiError, SQLSTATE } from '../../../shared/errors';
 import { directUrl, type Config } from '../../../shared/config';
+import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
-import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
-import { nameRule, refuseTraceIds, refuseNul } from './fields';
+import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
+import { nameRule, refusePushItems, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
@@ -149,7 +150,10 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const values = [tenant, params.queue, params.partition ?? null, group, batch];
-    if (fromNow) await messagePool.query({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) });
+    // A pop that does not wait is one call's bound in all (shared/db.ts), its statements together.
+    const started = Date.now();
+    const from = () => (wait ? Date.now() : started);
+    if (fromNow) await messagePool.query(since({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) }, started));
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
@@ -157,7 +161,7 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
-          return await messagePool.query({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] });
+          return await messagePool.query(since({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] }, from()));
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
@@ -290,7 +294,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
     // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
     if (Array.isArray(body.items)) {
       if (body.items.length === 0) return sendJsonText(res, 201, '[]');
-      refuseTraceIds(body.items);
+      refusePushItems(body.items);
     }
     sendJsonText(res, 201, await coalescer.push(tenant, text, body));
   });

@@ -25,8 +25,8 @@ import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
-import { refuseNulKeys, refuseTraceIds } from './fields';
-import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable , parseObject } from '../edge/body';
+import { refuseNulKeys, refusePushItems } from './fields';
+import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, parseObject } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
 
@@ -95,8 +95,10 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
-    // A push operation's traceId is refused as on the push route (the cell stores no traces).
-    for (const op of operations) if (isPlainObject(op) && Array.isArray(op.items)) refuseTraceIds(op.items);
+    // A push operation's items keep the push route's field rules (routes/fields.ts), named by the operation's index.
+    operations.forEach((op, i) => {
+      if (isPlainObject(op) && op.type === 'push' && Array.isArray(op.items)) refusePushItems(op.items, i);
+    });
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
