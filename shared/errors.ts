@@ -93,8 +93,6 @@ const STATUS: Record<string, number> = {
   log_invalid_trace: 400,
   // maxSize: consumers draining the queue make room, so waiting resolves it (Retry-After).
   log_queue_full: 429,
-  // encryptionEnabled on a cell without QUEEN_ENCRYPTION_KEY: only an operator resolves it.
-  log_encryption_unavailable: 403,
   tx_empty: 400,
   tx_invalid_operations: 400,
   tx_invalid_kv: 400,

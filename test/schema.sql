@@ -2189,8 +2189,8 @@ BEGIN
     END IF;
     v_encrypt := (v_options->>'encryptionEnabled')::boolean;
     IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
-      PERFORM queen.fail_v1('log_encryption_unavailable',
-        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
+      PERFORM queen.fail_v1('unsupported',
+        'options.encryptionEnabled: this cell does not encrypt payloads at rest yet; leave it false.', NULL);
     END IF;
   END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)

@@ -421,8 +421,9 @@ END $$;
 --   retryDelay (ms, 0 to 86,400,000; 0 on a new queue: redelivery at once), retryDelayMax (ms, the
 --   cell's own: above retryDelay, the delay doubles with each failure of a message up to it),
 --   maxSize (unconsumed messages, 0 = no cap, up to 1,000,000,000), priority (-1,000,000 to
---   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true needs the
---   API's key: p_can_encrypt, else 403 log_encryption_unavailable), and the body's namespace and
+--   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true only when
+--   the API can seal payloads, p_can_encrypt, which this release never passes: 400 unsupported;
+--   the sealing checks of log_push.sql and queen.sealed_messages are its storage side), and the body's namespace and
 --   task (strings, stored and answered; null or absent keeps them).
 -- Queen's other options are still accepted only at their neutral value (v1's rule). An omitted
 -- option keeps its value.
@@ -505,8 +506,8 @@ BEGIN
     END IF;
     v_encrypt := (v_options->>'encryptionEnabled')::boolean;
     IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
-      PERFORM queen.fail_v1('log_encryption_unavailable',
-        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
+      PERFORM queen.fail_v1('unsupported',
+        'options.encryptionEnabled: this cell does not encrypt payloads at rest yet; leave it false.', NULL);
     END IF;
   END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)

@@ -146,7 +146,7 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
 
   router.post('/api/v1/configure', body, async (req, res) => {
     const tenant = tenantOf(config, req);
-    // Encryption at rest needs a key this API holds; the cell has none yet (log_configure_v2 refuses encryptionEnabled: true, naming the variable).
+    // Encryption at rest: this API cannot seal payloads yet, so log_configure_v2 refuses encryptionEnabled: true.
     const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text, false] });
     sendJsonText(res, 200, rows[0].body);
   });
@@ -296,7 +296,6 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const { rows } = await messagePool.query({ ...LOG_MESSAGE_TRACES, values: [tenant, partitionId, transactionId] });
     sendJsonText(res, 200, rows[0].body);
   }));
-  router.head('/api/v1/traces/:partitionId/:transactionId', notFound);
 
   // Queen's consumer-group delete: the group's cursors, leases, failure counts and dead letters on
   // every queue of the tenant; ?deleteMetadata (default true) is echoed (the cell keeps no other record).
