@@ -5,6 +5,8 @@
 export const SQLSTATE = {
   QUEEN_BAD_REQUEST: 'QK400',
   QUEEN_ACK_FAILED: 'QK412',
+  // A push to an encrypted queue the API did not seal (queen.log_check_sealed_v1): the API seals and retries.
+  QUEEN_SEALING_REQUIRED: 'QK428',
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   STATEMENT_TOO_COMPLEX: '54001',
@@ -93,6 +95,8 @@ const STATUS: Record<string, number> = {
   log_invalid_trace: 400,
   // maxSize: consumers draining the queue make room, so waiting resolves it (Retry-After).
   log_queue_full: 429,
+  // encryptionEnabled on a cell without QUEEN_ENCRYPTION_KEY: only an operator resolves it.
+  log_encryption_unavailable: 403,
   tx_empty: 400,
   tx_invalid_operations: 400,
   tx_invalid_kv: 400,

@@ -1817,7 +1817,7 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1835,6 +1835,8 @@ DECLARE
   v_item JSONB;
   v_queues TEXT[];
   v_pushed JSONB;
+  v_slice JSONB;
+  v_at INT := 0;
   j INT;
   i INT;
 BEGIN
@@ -1876,7 +1878,8 @@ BEGIN
 
   v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
   -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, v_queues, p_sealed); END IF;
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
   IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
   SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
@@ -1887,8 +1890,16 @@ BEGIN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
-      PERFORM queen.log_mark_sealed_v1(v_pushed, p_sealed);
+      IF p_sealed IS NULL THEN
+        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
+      ELSE
+        -- This operation's share of the sealed payloads (they align with every push item in order).
+        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
+          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
+        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
+        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
+        v_at := v_at + jsonb_array_length(v_op->'items');
+      END IF;
       v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
     END IF;
   END LOOP;
@@ -2001,19 +2012,20 @@ BEGIN
       'Item %s: transactionId is a non-empty string of at most %s bytes.', p_index, queen.log_max_transaction_id_bytes_v1()), p_index);
   END IF;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_check_sealed_v1(p_tenant uuid, p_queues text[], p_sealed text[])
+CREATE OR REPLACE FUNCTION queen.log_check_sealed_v1(p_tenant uuid, p_items jsonb, p_sealed jsonb)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_missing TEXT[];
+  v_encrypted TEXT[];
 BEGIN
-  SELECT array_agg(DISTINCT q.name ORDER BY q.name) INTO v_missing
+  SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
     FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues) AND o.encryption_enabled
-     AND q.name <> ALL (coalesce(p_sealed, '{}'));
-  IF v_missing IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_missing)::text;
+   WHERE q.tenant_id = p_tenant AND q.name = ANY (queen.log_item_queues_v1(p_items)) AND o.encryption_enabled;
+  IF v_encrypted IS NULL THEN RETURN; END IF;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)
+              WHERE e->>'queue' = ANY (v_encrypted) AND jsonb_typeof(p_sealed->(k::int - 1)) IS DISTINCT FROM 'string') THEN
+    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_encrypted)::text;
   END IF;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_size_v1(p_tenant uuid, p_queues text[], p_index integer)
@@ -2189,8 +2201,8 @@ BEGIN
     END IF;
     v_encrypt := (v_options->>'encryptionEnabled')::boolean;
     IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
-      PERFORM queen.fail_v1('unsupported',
-        'options.encryptionEnabled: this cell does not encrypt payloads at rest yet; leave it false.', NULL);
+      PERFORM queen.fail_v1('log_encryption_unavailable',
+        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
@@ -2523,16 +2535,16 @@ BEGIN
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_mark_sealed_v1(p_results jsonb, p_sealed text[])
+CREATE OR REPLACE FUNCTION queen.log_mark_sealed_v1(p_results jsonb, p_sealed jsonb)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  IF p_sealed IS NULL OR cardinality(p_sealed) = 0 THEN RETURN; END IF;
+  IF p_sealed IS NULL OR jsonb_typeof(p_sealed) <> 'array' THEN RETURN; END IF;
   INSERT INTO queen.sealed_messages (partition_id, seq)
-  SELECT m.partition_id, m.seq FROM jsonb_array_elements(p_results) e
+  SELECT m.partition_id, m.seq FROM jsonb_array_elements(p_results) WITH ORDINALITY AS t (e, k)
     JOIN queen.messages m ON m.partition_id = (e->>'partition_id')::uuid AND m.transaction_id = e->>'transaction_id'
-   WHERE e->>'status' = 'queued' AND e->>'queueName' = ANY (p_sealed)
+   WHERE e->>'status' = 'queued' AND jsonb_typeof(p_sealed->(k::int - 1)) = 'string'
   ON CONFLICT DO NOTHING;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_max_transaction_id_bytes_v1()
@@ -2568,6 +2580,16 @@ CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
  IMMUTABLE PARALLEL SAFE
 AS $function$
   SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_op_items_v1(p_ops jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(jsonb_agg(it ORDER BY o, k), '[]'::jsonb)
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS x (op, o),
+         jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
+                                   THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
@@ -3157,16 +3179,17 @@ AS $function$
   SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_tenant, p_items)), '[null]'::jsonb),
                   queen.log_push_items_v1(p_tenant, p_items))
 $function$
-CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant uuid, p_items jsonb, p_sealed text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant uuid, p_items jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_queues TEXT[] := queen.log_item_queues_v1(p_items);
+  v_items JSONB := queen.log_sealed_items_v1(p_items, p_sealed);
   v_out JSONB;
 BEGIN
-  PERFORM queen.log_check_sealed_v1(p_tenant, v_queues, p_sealed);
-  v_out := queen.log_push_request_v1(p_tenant, p_items);
+  PERFORM queen.log_check_sealed_v1(p_tenant, p_items, p_sealed);
+  v_out := queen.log_push_request_v1(p_tenant, v_items);
   PERFORM queen.log_mark_sealed_v1(v_out, p_sealed);
   -- One item: its index is named, as the item's other refusals are.
   PERFORM queen.log_check_size_v1(p_tenant, v_queues, CASE WHEN jsonb_array_length(p_items) = 1 THEN 0 END);
@@ -3268,6 +3291,24 @@ CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay integer, p_max in
 AS $function$
   SELECT CASE WHEN p_max <= p_delay THEN p_delay::bigint
               ELSE least(p_max::numeric, p_delay::numeric * power(2::numeric, least(greatest(p_failures - 1, 0), 40)))::bigint END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_seal_texts_v1(p_items jsonb, p_queues text[])
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(array_agg(CASE WHEN e->>'queue' = ANY (p_queues) THEN coalesce(e->'payload', 'null'::jsonb)::text END ORDER BY k), '{}')
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) WITH ORDINALITY AS t (e, k)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_sealed_items_v1(p_items jsonb, p_sealed jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE WHEN p_sealed IS NULL OR jsonb_typeof(p_items) <> 'array' THEN p_items
+    ELSE (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(p_sealed->(k::int - 1)) = 'string' AND jsonb_typeof(e) = 'object'
+                                         THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
+            FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
 $function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text

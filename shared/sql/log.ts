@@ -116,9 +116,10 @@ export const LOG_EXTEND_LEASE = {
 
 /**
  * The transaction wire's arguments, named once for every lock space's expression: the tenant, the
- * body (parsed to jsonb once), and where each array's answers start in the flat results array.
+ * body (parsed to jsonb once), where each array's answers start in the flat results array, and the
+ * sealed payloads of the push items (NULL but for a bundle pushing to an encrypted queue).
  */
-export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset`;
+export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset, $5::jsonb AS sealed`;
 
 /** The wire's per-space expressions, composed in lock order by shared/lockOrder.ts. */
 export const TX_EXPR = {
@@ -132,7 +133,7 @@ export const TX_EXPR = {
                       FROM jsonb_array_elements(v) WITH ORDINALITY AS t(e, k)) END
          FROM (SELECT queen.kv_apply_v1(a.tenant, a.body -> 'kv', true) AS v OFFSET 0) called`,
   /** The `operations` (push, ack): the partitions/messages space. */
-  partitions: `queen.log_apply_v2(a.tenant, a.body -> 'operations')`,
+  partitions: `queen.log_apply_v2(a.tenant, a.body -> 'operations', a.sealed)`,
 } as const;
 
 /** POST /api/v1/traces: the body as is. */
@@ -145,4 +146,22 @@ export const LOG_RECORD_TRACE = {
 export const LOG_MESSAGE_TRACES = {
   name: 'log_message_traces_v1',
   text: `SELECT queen.log_message_traces_v1($1::uuid, $2::text, $3::text)::text AS body`,
+};
+
+/** After a QK428 (a push to an encrypted queue): $1 the body, $2 the encrypted queues: each item's payload text to seal, NULL for the others. */
+export const LOG_SEAL_TEXTS = {
+  name: 'log_seal_texts_v1',
+  text: `SELECT queen.log_seal_texts_v1($1::jsonb -> 'items', $2::text[]) AS texts`,
+};
+
+/** POST /api/v1/push with the sealed payloads: $3 a JSON array aligned with the items (a sealed text, or null). */
+export const LOG_PUSH_SEALED = {
+  name: 'log_push_sealed_v1',
+  text: `SELECT queen.log_push_request_v2($1::uuid, s.items, $3::jsonb)::text AS results FROM (SELECT $2::jsonb -> 'items' AS items OFFSET 0) s`,
+};
+
+/** The transaction wire's push items to seal after a QK428: $1 the body, $2 the encrypted queues. */
+export const TX_SEAL_TEXTS = {
+  name: 'tx_seal_texts_v1',
+  text: `SELECT queen.log_seal_texts_v1(queen.log_op_items_v1($1::jsonb -> 'operations'), $2::text[]) AS texts`,
 };

@@ -339,7 +339,7 @@ END $$;
 -- pushes to an encrypted queue only sealed by the API (p_sealed, else QK428 before anything is
 -- written; their messages marked), and maxSize checked after the pushes (429 log_queue_full
 -- raised: the whole bundle rolls back).
-CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant UUID, p_ops JSONB, p_sealed TEXT[] DEFAULT NULL) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant UUID, p_ops JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_n INT;
@@ -355,6 +355,8 @@ DECLARE
   v_item JSONB;
   v_queues TEXT[];
   v_pushed JSONB;
+  v_slice JSONB;
+  v_at INT := 0;
   j INT;
   i INT;
 BEGIN
@@ -396,7 +398,8 @@ BEGIN
 
   v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
   -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, v_queues, p_sealed); END IF;
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
   IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
   SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
@@ -407,8 +410,16 @@ BEGIN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
-      PERFORM queen.log_mark_sealed_v1(v_pushed, p_sealed);
+      IF p_sealed IS NULL THEN
+        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
+      ELSE
+        -- This operation's share of the sealed payloads (they align with every push item in order).
+        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
+          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
+        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
+        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
+        v_at := v_at + jsonb_array_length(v_op->'items');
+      END IF;
       v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
     END IF;
   END LOOP;
@@ -421,9 +432,8 @@ END $$;
 --   retryDelay (ms, 0 to 86,400,000; 0 on a new queue: redelivery at once), retryDelayMax (ms, the
 --   cell's own: above retryDelay, the delay doubles with each failure of a message up to it),
 --   maxSize (unconsumed messages, 0 = no cap, up to 1,000,000,000), priority (-1,000,000 to
---   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true only when
---   the API can seal payloads, p_can_encrypt, which this release never passes: 400 unsupported;
---   the sealing checks of log_push.sql and queen.sealed_messages are its storage side), and the body's namespace and
+--   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true needs the
+--   API's key, p_can_encrypt, else 403 log_encryption_unavailable naming the variable), and the body's namespace and
 --   task (strings, stored and answered; null or absent keeps them).
 -- Queen's other options are still accepted only at their neutral value (v1's rule). An omitted
 -- option keeps its value.
@@ -506,8 +516,8 @@ BEGIN
     END IF;
     v_encrypt := (v_options->>'encryptionEnabled')::boolean;
     IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
-      PERFORM queen.fail_v1('unsupported',
-        'options.encryptionEnabled: this cell does not encrypt payloads at rest yet; leave it false.', NULL);
+      PERFORM queen.fail_v1('log_encryption_unavailable',
+        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)

@@ -1,6 +1,6 @@
 // Queen's queue options the cell honours (docs/log-and-transactions.md): retryDelay (and the
 // cell's retryDelayMax backoff) on every pop path, maxSize refused whole, priority with pops by
-// namespace/task; encryptionEnabled: true is still refused. Time is moved by ageing the stored
+// namespace/task, and encryptionEnabled refused without a key (test/log/encryption.test.ts has the rest). Time is moved by ageing the stored
 // retry instant rather than by sleeping, so no test depends on how fast the machine is.
 import { ack, ackOf, configure, pop, popRaw, push, transaction } from './helpers';
 import { call } from '../support/http';
@@ -42,10 +42,10 @@ describe('configure: the options of 0.2', () => {
     expect(res.body.message).toContain(`options.${Object.keys(options)[0]}`);
   });
 
-  test('encryptionEnabled: true is 400 unsupported (no encryption at rest yet); false is fine', async () => {
+  test('encryptionEnabled: true on a cell without QUEEN_ENCRYPTION_KEY is 403 naming the variable; false is fine', async () => {
     const res = await configure(api.url, 'qo-enc', { encryptionEnabled: true });
-    expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
-    expect(res.body.message).toContain('options.encryptionEnabled');
+    expect([res.status, res.body.error]).toEqual([403, 'log_encryption_unavailable']);
+    expect(res.body.message).toContain('QUEEN_ENCRYPTION_KEY');
     expect((await configure(api.url, 'qo-enc', { encryptionEnabled: false })).status).toBe(200);
   });
 

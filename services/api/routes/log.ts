@@ -10,7 +10,7 @@ import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
 import {
   LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP,
-  LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_RECORD_TRACE, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
+  LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
 } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
@@ -18,6 +18,7 @@ import { nameRule, refuseTraceIds, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
+import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
 
 export interface LogRouteDeps {
   config: Config;
@@ -143,11 +144,12 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
   const router = Router();
   const body = rawBody(config);
   const signal = new PushSignal(directUrl(config), log);
+  const unreadable = (n: number) => log.warn({ messages: n }, 'sealed payloads no key of this process opens were answered as data: null (QUEEN_ENCRYPTION_KEY / _PREVIOUS)');
 
   router.post('/api/v1/configure', body, async (req, res) => {
     const tenant = tenantOf(config, req);
-    // Encryption at rest: this API cannot seal payloads yet, so log_configure_v2 refuses encryptionEnabled: true.
-    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text, false] });
+    // encryptionEnabled: true needs this API's key (log_configure_v2 refuses it without, naming the variable).
+    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text, config.encryptionKeys !== undefined] });
     sendJsonText(res, 200, rows[0].body);
   });
 
@@ -213,7 +215,8 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
       const armed = wait ? await signal.arm(tenant, params.queue ?? '\u0000match') : undefined;
       try {
         const { rows } = await popOnce();
-        const messages: string = rows[0].messages;
+        // Sealed payloads (an encrypted queue) are opened here, the only place the key is.
+        const messages: string = openAnswer(config.encryptionKeys, rows[0].messages, unreadable);
         if (messages !== '[]') {
           // Queen's answer: the partition and lease at the top, then the messages (each names its own).
           const top = {
@@ -278,7 +281,7 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const limit = wholeNumber(queryString(req, 'limit'), 100, 1, 1000, 'log_invalid_batch', 'limit');
     const offset = wholeNumber(queryString(req, 'offset'), 0, 0, 1_000_000_000, 'log_invalid_batch', 'offset');
     const { rows } = await messagePool.query({ ...LOG_DEAD_LETTERS, values: [tenant, queue, partition, group, limit, offset, from, to] });
-    sendJsonText(res, 200, rows[0].body);
+    sendJsonText(res, 200, openAnswer(config.encryptionKeys, rows[0].body, unreadable));
   });
   router.head('/api/v1/dlq', notFound);
 
@@ -355,7 +358,25 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
       if (body.items.length === 0) return sendJsonText(res, 201, '[]');
       refuseTraceIds(body.items);
     }
-    sendJsonText(res, 201, await coalescer.push(tenant, text, body));
+    let results: string;
+    try {
+      results = await coalescer.push(tenant, text, body);
+    } catch (err) {
+      // An encrypted queue among the items: PostgreSQL names it and stored nothing; its items'
+      // payloads (as jsonb renders them) are sealed here and the push goes again, alone.
+      const queues = sealingRequired(err, config.encryptionKeys);
+      if (!queues) throw err;
+      const { rows } = await messagePool.query({ ...LOG_SEAL_TEXTS, values: [text, queues] });
+      const sealed = sealAll(config.encryptionKeys!, rows[0].texts);
+      try {
+        results = (await messagePool.query({ ...LOG_PUSH_SEALED, values: [tenant, text, sealed] })).rows[0].results;
+      } catch (again) {
+        // Another queue of the request became encrypted in between: rare; the client retries.
+        if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'A queue of this push changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });
+        throw again;
+      }
+    }
+    sendJsonText(res, 201, results);
   });
   return (req, res) => {
     const url = req.url ?? '';
