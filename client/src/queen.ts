@@ -8,7 +8,7 @@ import { Kv, kvAnswer } from './kv';
 import { QueueBuilder, type QueenCore } from './queue';
 import { Timers } from './timers';
 import { TransactionBuilder } from './transaction';
-import type { AckBatchResult, AckContext, AckResult, AckStatus, Message, RenewResult } from './types';
+import type { AckBatchResult, AckContext, AckResult, AckStatus, DeleteGroupResult, Message, RenewResult } from './types';
 import * as wire from './wire';
 
 export type QueenOptions = HttpOptions;
@@ -38,6 +38,12 @@ export class Queen implements QueenCore {
 
   transaction(): TransactionBuilder {
     return new TransactionBuilder(this);
+  }
+
+  /** Deletes a consumer group's cursors, leases, failure counts and dead letters on every queue: it starts over. */
+  async deleteConsumerGroup(group: string): Promise<DeleteGroupResult> {
+    const answer = await this.http.call('DELETE', `/api/v1/consumer-groups/${encodeURIComponent(group)}?deleteMetadata=true`);
+    return wire.deleteGroupAnswer(answer.body);
   }
 
   /**

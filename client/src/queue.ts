@@ -10,7 +10,10 @@ import { QueenError } from './errors';
 import type { HttpClient } from './http';
 import { sleep } from './http';
 import { stringifyJson } from './json';
-import type { AckBatchResult, AckContext, AckResult, AckStatus, ConfigureResult, Message, PushItem, PushResult, QueueOptions, RenewResult } from './types';
+import type {
+  AckBatchResult, AckContext, AckResult, AckStatus, ConfigureResult, DeadLetterPage, DeadLetterQuery, DeleteQueueResult, Message, PushItem, PushResult,
+  QueueOptions, RenewResult,
+} from './types';
 import * as wire from './wire';
 
 /** What a queue builder needs from its Queen. */
@@ -139,6 +142,17 @@ export class QueueBuilder {
   async create(): Promise<ConfigureResult> {
     const body = stringifyJson(wire.configureBody(this.name, this.options));
     return wire.configureAnswer((await this.queen.http.call('POST', wire.CONFIGURE_PATH, { body })).body);
+  }
+
+  /** Deletes the queue and everything in it (messages, cursors, leases, dead letters). */
+  async delete(): Promise<DeleteQueueResult> {
+    const answer = await this.queen.http.call('DELETE', `/api/v1/resources/queues/${encodeURIComponent(this.name)}`);
+    return wire.deleteQueueAnswer(answer.body);
+  }
+
+  /** The queue's dead letters, newest first (of `query.group`, or of every group). */
+  async dlq(query: DeadLetterQuery = {}): Promise<DeadLetterPage> {
+    return wire.deadLettersAnswer((await this.queen.http.call('GET', wire.deadLettersPath(this.name, query))).body);
   }
 
   /**

@@ -16,6 +16,10 @@ import type {
   AckReason,
   AckResult,
   ConfigureResult,
+  DeadLetterPage,
+  DeadLetterQuery,
+  DeleteGroupResult,
+  DeleteQueueResult,
   Message,
   PushItem,
   PushResult,
@@ -207,6 +211,33 @@ export function renewAnswer(leaseId: string, body: unknown): RenewResult {
 export const CONFIGURE_PATH = '/api/v1/configure';
 
 /** Only the options the caller set: the cell keeps the others as they are. */
+export function deleteQueueAnswer(body: unknown): DeleteQueueResult {
+  if (!isObject(body) || body.deleted !== true) throw unexpected('queue delete', body);
+  return { queue: body.queue as string, existed: body.existed === true };
+}
+
+export function deadLettersPath(queue: string, q: DeadLetterQuery): string {
+  const params = new URLSearchParams({ queue });
+  if (q.group !== undefined) params.set('consumerGroup', q.group);
+  if (q.partition !== undefined) params.set('partition', q.partition);
+  if (q.limit !== undefined) params.set('limit', String(q.limit));
+  if (q.offset !== undefined) params.set('offset', String(q.offset));
+  const instant = (v: Date | string) => (v instanceof Date ? v.toISOString() : v);
+  if (q.from !== undefined) params.set('from', instant(q.from));
+  if (q.to !== undefined) params.set('to', instant(q.to));
+  return `/api/v1/dlq?${params.toString()}`;
+}
+
+export function deadLettersAnswer(body: unknown): DeadLetterPage {
+  if (!isObject(body) || !Array.isArray(body.messages)) throw unexpected('dead-letter read', body);
+  return { messages: body.messages as DeadLetterPage['messages'], total: Number(body.total) };
+}
+
+export function deleteGroupAnswer(body: unknown): DeleteGroupResult {
+  if (!isObject(body) || body.success !== true) throw unexpected('consumer-group delete', body);
+  return { consumerGroup: body.consumerGroup as string, deletedPartitions: Number(body.deletedPartitions) };
+}
+
 export function configureBody(queue: string, options: QueueOptions): unknown {
   return { queue, options };
 }
