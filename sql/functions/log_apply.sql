@@ -589,15 +589,19 @@ BEGIN
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
-  DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
-   WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
-  DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q
-   WHERE f.consumer_group = p_group AND p.id = f.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  -- The group's rows first, in the order an ack takes them (partition_consumers, then its
+  -- failure rows), so a concurrent ack of the group waits here rather than deadlocking.
+  PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE c.consumer_group = p_group AND q.tenant_id = p_tenant ORDER BY c.partition_id FOR UPDATE OF c;
   WITH gone AS (
     DELETE FROM queen.partition_consumers c USING queen.partitions p, queen.queues q
      WHERE c.consumer_group = p_group AND p.id = c.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
     RETURNING 1)
   SELECT count(*) INTO v_n FROM gone;
+  DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
+   WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q
+   WHERE f.consumer_group = p_group AND p.id = f.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
   RETURN jsonb_build_object('ok', true, 'success', true, 'consumerGroup', p_group, 'deletedPartitions', v_n,
                             'metadataDeleted', coalesce(p_delete_metadata, true));
 END $$;

@@ -51,9 +51,10 @@ BEGIN
   IF cardinality(v_names) > 16 OR EXISTS (SELECT 1 FROM unnest(v_names) x WHERE length(x) > 256) THEN
     PERFORM queen.fail_v1('log_invalid_trace', 'traceNames is at most 16 names of at most 256 characters each.', NULL);
   END IF;
-  -- The message row, locked so two traces of one message count their numbers in turn.
+  -- The message row, locked (NO KEY UPDATE: the foreign-key checks of acks and failures, KEY
+  -- SHARE, never wait on it) so two traces of one message take their numbers in turn.
   PERFORM 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE m.partition_id = v_pid::uuid AND m.transaction_id = v_txid AND q.tenant_id = p_tenant FOR KEY SHARE OF m;
+   WHERE m.partition_id = v_pid::uuid AND m.transaction_id = v_txid AND q.tenant_id = p_tenant FOR NO KEY UPDATE OF m;
   IF NOT FOUND THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'not_found');
   END IF;
