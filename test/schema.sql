@@ -2038,6 +2038,8 @@ DECLARE
 BEGIN
   FOR r IN SELECT q.id, q.name, o.max_size FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
             WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues) AND o.max_size > 0 ORDER BY q.name LOOP
+    -- 1902472411: this lock's class (no other advisory lock of the cell uses it); the queue's id hashed.
+    PERFORM pg_advisory_xact_lock(1902472411, hashtext(r.id::text));
     v_count := queen.log_unconsumed_v1(r.id);
     IF v_count > r.max_size THEN
       PERFORM queen.fail_v1('log_queue_full', format(

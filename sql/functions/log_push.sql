@@ -435,6 +435,10 @@ END $$;
 -- messages than its max_size refuses the request: 429 log_queue_full, raised, so the statement (and
 -- in the transaction wire the whole bundle) rolls back and no item of it is stored. 429 because
 -- waiting resolves it: consumers draining the queue make room. `p_index` names the item or operation.
+-- Pushes to different partitions of a capped queue hold different partition locks, so each would
+-- count without the other's rows and together pass the cap: a transaction-scoped advisory lock per
+-- capped queue (taken in name order, after the partition locks, held to commit) makes them count
+-- in turn, each seeing what the one before committed. Queues without maxSize take none.
 CREATE OR REPLACE FUNCTION queen.log_check_size_v1(p_tenant UUID, p_queues TEXT[], p_index INT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -443,6 +447,8 @@ DECLARE
 BEGIN
   FOR r IN SELECT q.id, q.name, o.max_size FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
             WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues) AND o.max_size > 0 ORDER BY q.name LOOP
+    -- 1902472411: this lock's class (no other advisory lock of the cell uses it); the queue's id hashed.
+    PERFORM pg_advisory_xact_lock(1902472411, hashtext(r.id::text));
     v_count := queen.log_unconsumed_v1(r.id);
     IF v_count > r.max_size THEN
       PERFORM queen.fail_v1('log_queue_full', format(

@@ -5,6 +5,9 @@
 import { ack, ackOf, configure, pop, popRaw, push, transaction } from './helpers';
 import { call } from '../support/http';
 import { useApi } from '../support/api';
+import { Client } from 'pg';
+import { DEFAULT_TENANT } from '../../shared/config';
+import { untilWaitingOnLock } from '../support/database';
 
 const api = useApi({}, { connections: 1 });
 
@@ -167,6 +170,26 @@ describe('maxSize', () => {
     expect(answers.filter((a) => a.status === 201)).toHaveLength(3);
     expect(answers.filter((a) => a.status === 429 && a.body.error === 'log_queue_full')).toHaveLength(5);
     expect(await pop(api.url, 'ms-race', { batch: 10 })).toHaveLength(3);
+  });
+
+  test('pushes to different partitions count in turn: the second waits for the first to commit, then is refused', async () => {
+    await configure(api.url, 'ms-parts', { maxSize: 3 });
+    const first = new Client({ connectionString: api.databaseUrl });
+    const second = new Client({ connectionString: api.databaseUrl, application_name: 'ms-parts-second' });
+    await Promise.all([first.connect(), second.connect()]);
+    try {
+      const items = (p: string) => JSON.stringify([1, 2].map((n) => ({ queue: 'ms-parts', partition: p, payload: n })));
+      await first.query('BEGIN');
+      await first.query(`SELECT queen.log_push_request_v2($1::uuid, $2::jsonb)`, [DEFAULT_TENANT, items('p1')]);
+      // Another partition, so no partition lock is shared: only the queue's count lock orders them.
+      const late = second.query(`SELECT queen.log_push_request_v2($1::uuid, $2::jsonb)`, [DEFAULT_TENANT, items('p2')]).then(() => 'stored', (e) => e.message as string);
+      await untilWaitingOnLock(api.databaseUrl, 'ms-parts-second');
+      await first.query('COMMIT');
+      expect(await late).toContain('maxSize');
+    } finally {
+      await Promise.all([first.end(), second.end()]);
+    }
+    expect(await pop(api.url, 'ms-parts', { batch: 10 })).toHaveLength(2);
   });
 
   test('the transaction wire refuses the same way and rolls the whole bundle back, the KV included', async () => {
