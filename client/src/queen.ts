@@ -36,6 +36,15 @@ export class Queen implements QueenCore {
     return new QueueBuilder(this, name);
   }
 
+  /**
+   * Pop and consume across the queues configured with this namespace and/or task (`.group()`,
+   * `.batch()`, `.wait()`, `consume()` as on a queue), higher priority first, then the oldest
+   * waiting message; each message names its `queue`. Not for pushes: push to a queue.
+   */
+  match(query: { namespace?: string; task?: string }): QueueBuilder {
+    return new QueueBuilder(this, '', query);
+  }
+
   transaction(): TransactionBuilder {
     return new TransactionBuilder(this);
   }

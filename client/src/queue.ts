@@ -66,10 +66,13 @@ export class QueueBuilder {
   private acking = true;
   private renewEveryMs?: number;
   private options: QueueOptions = {};
+  private labels: { namespace?: string; task?: string } = {};
 
   constructor(
     private readonly queen: QueenCore,
     readonly name: string,
+    /** Set by queen.match(): pop and consume take the matching queues, higher priority first. */
+    private readonly match?: { namespace?: string; task?: string },
   ) {}
 
   /** The partition pushes go to and pops take from (pushes default to "Default"; pops to any). */
@@ -138,9 +141,15 @@ export class QueueBuilder {
     return this;
   }
 
+  /** For create(): the namespace and/or task a pop by them (queen.match) finds this queue under. */
+  labelled(labels: { namespace?: string; task?: string }): this {
+    this.labels = { ...this.labels, ...labels };
+    return this;
+  }
+
   /** Creates the queue, or changes the options given (the others stay as they are). */
   async create(): Promise<ConfigureResult> {
-    const body = stringifyJson(wire.configureBody(this.name, this.options));
+    const body = stringifyJson(wire.configureBody(this.name, this.options, this.labels));
     return wire.configureAnswer((await this.queen.http.call('POST', wire.CONFIGURE_PATH, { body })).body);
   }
 
@@ -173,7 +182,7 @@ export class QueueBuilder {
   }
 
   private async popOnce(batch: number, wait: boolean, signal?: AbortSignal): Promise<Message[]> {
-    const path = wire.popPath({ queue: this.name, partition: this.partitionName, group: this.groupName, batch, wait, timeoutMs: this.timeoutMs });
+    const path = wire.popPath({ queue: this.name, partition: this.partitionName, group: this.groupName, batch, wait, timeoutMs: this.timeoutMs, match: this.match });
     const answer = await this.queen.http.call('GET', path, { signal, timeoutMs: wait ? this.timeoutMs + LONG_POLL_SLACK_MS : undefined });
     return wire.popAnswer(answer.status, answer.body);
   }

@@ -94,12 +94,19 @@ export interface PopRequest {
   batch: number;
   wait: boolean;
   timeoutMs: number;
+  /** A pop across the queues of a namespace and/or task (higher priority first): `queue` is then ignored. */
+  match?: { namespace?: string; task?: string };
 }
 
 export function popPath(r: PopRequest): string {
   const q = new URLSearchParams({ batch: String(r.batch), wait: String(r.wait) });
   if (r.wait) q.set('timeout', String(r.timeoutMs));
   if (r.group !== undefined) q.set('consumerGroup', r.group);
+  if (r.match) {
+    if (r.match.namespace !== undefined) q.set('namespace', r.match.namespace);
+    if (r.match.task !== undefined) q.set('task', r.match.task);
+    return `/api/v1/pop?${q}`;
+  }
   const partition = r.partition !== undefined ? `/partition/${encodeURIComponent(r.partition)}` : '';
   return `/api/v1/pop/queue/${encodeURIComponent(r.queue)}${partition}?${q}`;
 }
@@ -238,8 +245,8 @@ export function deleteGroupAnswer(body: unknown): DeleteGroupResult {
   return { consumerGroup: body.consumerGroup as string, deletedPartitions: Number(body.deletedPartitions) };
 }
 
-export function configureBody(queue: string, options: QueueOptions): unknown {
-  return { queue, options };
+export function configureBody(queue: string, options: QueueOptions, labels: { namespace?: string; task?: string } = {}): unknown {
+  return { queue, ...labels, options };
 }
 
 export function configureAnswer(body: unknown): ConfigureResult {

@@ -177,3 +177,17 @@ test('the 0.2 options through create(); the dead-letter read, a consumer-group d
   expect(await queen.queue('q-admin').delete()).toEqual({ queue: 'q-admin', existed: true });
   expect(await queen.queue('q-admin').delete()).toEqual({ queue: 'q-admin', existed: false });
 });
+
+test('queen.match pops across the queues of a namespace, higher priority first; consume works the same way', async () => {
+  const { queen } = cell;
+  await queen.queue('q-mail-low').labelled({ namespace: 'mail', task: 'send' }).config({ priority: 1 }).create();
+  await queen.queue('q-mail-high').labelled({ namespace: 'mail', task: 'send' }).config({ priority: 9 }).create();
+  await queen.queue('q-mail-low').push([{ data: 'low' }]);
+  await queen.queue('q-mail-high').push([{ data: 'high' }]);
+  const [first] = await queen.match({ namespace: 'mail', task: 'send' }).pop();
+  expect([first.queue, first.data]).toEqual(['q-mail-high', 'high']);
+  expect((await queen.ack(first)).success).toBe(true);
+  const seen: unknown[] = [];
+  await queen.match({ namespace: 'mail' }).limit(1).consume(async (m) => void seen.push((m as Message).data));
+  expect(seen).toEqual(['low']);
+});
