@@ -93,11 +93,46 @@ export interface Config {
   adminToken: string | undefined;
   /** Variables retired by the kill switches; set, they do nothing and the boot log says so. */
   retiredVariablesSet: string[];
+  /**
+   * QUEEN_ENCRYPTION_KEY (and QUEEN_ENCRYPTION_KEY_PREVIOUS, during a rotation): the AES-256-GCM keys
+   * payloads of encrypted queues are sealed with (services/api/seal/). Unset: no queue may ask for
+   * encryption. Held in private fields, so neither JSON nor util.inspect of the config shows them.
+   */
+  encryptionKeys: EncryptionKeys | undefined;
   // PgBouncer (docs/deploy.md): how the pools send their settings, and where LISTEN connects.
   /** `session`: settings sent at connect, named statements. `transaction`: per transaction, unnamed. */
   dbPooling: DbPooling;
   /** DATABASE_LISTEN_URL: a direct (not pooled) connection for LISTEN; unset, DATABASE_URL (directUrl()). */
   databaseListenUrl: string | undefined;
+}
+
+/** The encryption keys, out of reach of any serialisation of the config (private fields). */
+export class EncryptionKeys {
+  readonly #current: Buffer;
+  readonly #previous: Buffer | undefined;
+  constructor(current: Buffer, previous: Buffer | undefined) {
+    this.#current = current;
+    this.#previous = previous;
+  }
+  /** The key new payloads are sealed with. */
+  current(): Buffer {
+    return this.#current;
+  }
+  /** Every key a sealed payload may have been sealed with: the current, then the previous. */
+  all(): Buffer[] {
+    return this.#previous ? [this.#current, this.#previous] : [this.#current];
+  }
+  toJSON(): string {
+    return '[encryption keys]';
+  }
+}
+
+/** A 256-bit key as 64 hex digits; a malformed one stops the boot naming the variable, never echoing it. */
+function encryptionKey(env: Env, name: string): Buffer | undefined {
+  const raw = env[name]?.trim();
+  if (!raw) return undefined;
+  if (!/^[0-9a-fA-F]{64}$/.test(raw)) throw new ConfigError(name, 'must be 64 hex digits (a 256-bit key); the value is not shown.');
+  return Buffer.from(raw, 'hex');
 }
 
 export class ConfigError extends Error {
@@ -253,7 +288,17 @@ export function loadConfig(env: Env = process.env): Config {
     logLevel,
     adminToken,
     retiredVariablesSet: retired,
+    encryptionKeys: encryptionKeysOf(env),
   };
+}
+
+function encryptionKeysOf(env: Env): EncryptionKeys | undefined {
+  const current = encryptionKey(env, 'QUEEN_ENCRYPTION_KEY');
+  const previous = encryptionKey(env, 'QUEEN_ENCRYPTION_KEY_PREVIOUS');
+  if (previous && !current) {
+    throw new ConfigError('QUEEN_ENCRYPTION_KEY_PREVIOUS', 'is the key a rotation retires; set QUEEN_ENCRYPTION_KEY (the new key) beside it.');
+  }
+  return current ? new EncryptionKeys(current, previous) : undefined;
 }
 
 /**

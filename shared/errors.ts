@@ -5,6 +5,8 @@
 export const SQLSTATE = {
   QUEEN_BAD_REQUEST: 'QK400',
   QUEEN_ACK_FAILED: 'QK412',
+  // A push to an encrypted queue the API did not seal (queen.log_check_sealed_v1): the API seals and retries.
+  QUEEN_SEALING_REQUIRED: 'QK428',
   INVALID_TEXT_REPRESENTATION: '22P02',
   NUMERIC_VALUE_OUT_OF_RANGE: '22003',
   STATEMENT_TOO_COMPLEX: '54001',
@@ -92,6 +94,12 @@ const STATUS: Record<string, number> = {
   log_invalid_status: 400,
   log_invalid_lease_id: 400,
   log_batch_too_large: 400,
+  log_invalid_timestamp: 400,
+  log_invalid_trace: 400,
+  // maxSize: consumers draining the queue make room, so waiting resolves it (Retry-After).
+  log_queue_full: 429,
+  // encryptionEnabled on a cell without QUEEN_ENCRYPTION_KEY: only an operator resolves it.
+  log_encryption_unavailable: 403,
   tx_empty: 400,
   tx_invalid_operations: 400,
   tx_invalid_kv: 400,
@@ -295,7 +303,8 @@ export function coerceError(err: unknown, surface: Surface = 'kv'): unknown {
       const detail = parseDetail(err.detail);
       const code = typeof detail.code === 'string' ? detail.code : 'bad_request';
       const index = typeof detail.index === 'number' ? detail.index : undefined;
-      return new ApiError(code, err.message ?? code, { index });
+      // A 429 the SQL raised (log_queue_full) comes back with Retry-After like every 429.
+      return new ApiError(code, err.message ?? code, STATUS[code] === 429 ? { index, retryAfterSeconds: 1 } : { index });
     }
     case SQLSTATE.QUEEN_ACK_FAILED: {
       // DETAIL carries the failing operation's index and the reason (see queen.log_ack_one_v1).

@@ -58,7 +58,7 @@ export function createMetrics(register = new client.Registry()) {
     // the cell is. The route set is closed (LOG_ROUTES): no queue, partition or tenant as a label.
     logDuration: new client.Histogram<'route'>({
       name: 'queen_log_request_duration_seconds',
-      help: 'Time to answer one push, pop, ack or transaction-wire request, from routing to the response, by route (push, pop, pop_wait, ack, ack_batch, transaction).',
+      help: 'Time to answer one push, pop, ack or transaction-wire request, from routing to the response, by route (push, pop, pop_wait, ack, ack_batch, transaction, consumer_group_delete, trace).',
       labelNames: ['route'],
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: r,
@@ -107,7 +107,7 @@ export function createMetrics(register = new client.Registry()) {
 export type Metrics = ReturnType<typeof createMetrics>;
 
 /** The routes of queen_log_request_duration_seconds: a closed set, every one primed at boot. */
-export const LOG_ROUTES = ['push', 'pop', 'pop_wait', 'ack', 'ack_batch', 'transaction'] as const;
+export const LOG_ROUTES = ['push', 'pop', 'pop_wait', 'ack', 'ack_batch', 'transaction', 'consumer_group_delete', 'trace'] as const;
 export type LogRoute = (typeof LOG_ROUTES)[number];
 /** The routes of queen_kv_op_duration_seconds (routes/kv.ts). */
 export const KV_ROUTES = ['batch', 'get', 'put', 'delete'] as const;

@@ -1,4 +1,5 @@
 -- tables
+TABLE consumer_retry_at
 TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
 TABLE kv_rate_bucket
@@ -12,18 +13,24 @@ TABLE kv_usage_total
 TABLE log_timers vacuum_truncate=off
 TABLE message_failure_texts
 TABLE message_failures
+TABLE message_traces
 TABLE messages
 TABLE partition_consumers
 TABLE partitions
 TABLE queue_delays
+TABLE queue_options
 TABLE queues
 TABLE schema_definitions
 TABLE schema_migrations
+TABLE sealed_messages
 TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
 
 -- columns
+COLUMN consumer_retry_at.partition_id uuid NOT NULL
+COLUMN consumer_retry_at.consumer_group text COLLATE "C" NOT NULL
+COLUMN consumer_retry_at.retry_at timestamp with time zone NOT NULL
 COLUMN kv.tenant_id uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000001'::uuid
 COLUMN kv.namespace text COLLATE "C" NOT NULL
 COLUMN kv.key text COLLATE "C" NOT NULL
@@ -95,6 +102,14 @@ COLUMN message_failures.seq bigint NOT NULL
 COLUMN message_failures.failures integer NOT NULL DEFAULT 0
 COLUMN message_failures.last_failed_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN message_failures.dead_lettered_at timestamp with time zone
+COLUMN message_traces.partition_id uuid NOT NULL
+COLUMN message_traces.transaction_id text COLLATE "C" NOT NULL
+COLUMN message_traces.n integer NOT NULL
+COLUMN message_traces.consumer_group text COLLATE "C" NOT NULL
+COLUMN message_traces.event_type text COLLATE "C" NOT NULL
+COLUMN message_traces.trace_names text[] NOT NULL DEFAULT '{}'::text[]
+COLUMN message_traces.data jsonb
+COLUMN message_traces.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN messages.partition_id uuid NOT NULL
 COLUMN messages.seq bigint NOT NULL
 COLUMN messages.transaction_id text COLLATE "C" NOT NULL
@@ -123,6 +138,14 @@ COLUMN partitions.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queue_delays.queue_id uuid NOT NULL
 COLUMN queue_delays.delayed_processing integer NOT NULL DEFAULT 0
 COLUMN queue_delays.window_buffer integer NOT NULL DEFAULT 0
+COLUMN queue_options.queue_id uuid NOT NULL
+COLUMN queue_options.retry_delay_ms integer NOT NULL DEFAULT 0
+COLUMN queue_options.retry_delay_max_ms integer NOT NULL DEFAULT 0
+COLUMN queue_options.max_size integer NOT NULL DEFAULT 0
+COLUMN queue_options.priority integer NOT NULL DEFAULT 0
+COLUMN queue_options.namespace text COLLATE "C" NOT NULL DEFAULT ''::text
+COLUMN queue_options.task text COLLATE "C" NOT NULL DEFAULT ''::text
+COLUMN queue_options.encryption_enabled boolean NOT NULL DEFAULT false
 COLUMN queues.id uuid NOT NULL DEFAULT gen_random_uuid()
 COLUMN queues.name text COLLATE "C" NOT NULL
 COLUMN queues.lease_time integer NOT NULL DEFAULT 300
@@ -137,6 +160,8 @@ COLUMN schema_migrations.version integer NOT NULL
 COLUMN schema_migrations.name text NOT NULL
 COLUMN schema_migrations.checksum text NOT NULL
 COLUMN schema_migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN sealed_messages.partition_id uuid NOT NULL
+COLUMN sealed_messages.seq bigint NOT NULL
 COLUMN shared_leases.partition_id uuid NOT NULL
 COLUMN shared_leases.consumer_group text COLLATE "C" NOT NULL
 COLUMN shared_leases.shared_id uuid NOT NULL
@@ -149,6 +174,8 @@ COLUMN system_state.value jsonb NOT NULL
 COLUMN system_state.updated_at timestamp with time zone NOT NULL DEFAULT now()
 
 -- constraints
+CONSTRAINT consumer_retry_at.consumer_retry_at_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
+CONSTRAINT consumer_retry_at.consumer_retry_at_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
 CONSTRAINT kv_quota.kv_quota_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT kv_rate_bucket.kv_rate_bucket_pkey PRIMARY KEY (tenant, scope)
@@ -167,6 +194,8 @@ CONSTRAINT message_failure_texts.message_failure_texts_partition_id_seq_fkey FOR
 CONSTRAINT message_failure_texts.message_failure_texts_pkey PRIMARY KEY (partition_id, consumer_group, seq)
 CONSTRAINT message_failures.message_failures_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT message_failures.message_failures_pkey PRIMARY KEY (partition_id, consumer_group, seq)
+CONSTRAINT message_traces.message_traces_partition_id_transaction_id_fkey FOREIGN KEY (partition_id, transaction_id) REFERENCES queen.messages(partition_id, transaction_id) ON DELETE CASCADE
+CONSTRAINT message_traces.message_traces_pkey PRIMARY KEY (partition_id, transaction_id, n)
 CONSTRAINT messages.messages_partition_id_fkey FOREIGN KEY (partition_id) REFERENCES queen.partitions(id) ON DELETE CASCADE
 CONSTRAINT messages.messages_partition_id_transaction_id_key UNIQUE (partition_id, transaction_id)
 CONSTRAINT messages.messages_pkey PRIMARY KEY (partition_id, seq)
@@ -179,12 +208,19 @@ CONSTRAINT queue_delays.queue_delays_delayed_processing_check CHECK (((delayed_p
 CONSTRAINT queue_delays.queue_delays_pkey PRIMARY KEY (queue_id)
 CONSTRAINT queue_delays.queue_delays_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
 CONSTRAINT queue_delays.queue_delays_window_buffer_check CHECK (((window_buffer >= 0) AND (window_buffer <= 86400)))
+CONSTRAINT queue_options.queue_options_max_size_check CHECK ((max_size >= 0))
+CONSTRAINT queue_options.queue_options_pkey PRIMARY KEY (queue_id)
+CONSTRAINT queue_options.queue_options_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
+CONSTRAINT queue_options.queue_options_retry_delay_max_ms_check CHECK (((retry_delay_max_ms >= 0) AND (retry_delay_max_ms <= 86400000)))
+CONSTRAINT queue_options.queue_options_retry_delay_ms_check CHECK (((retry_delay_ms >= 0) AND (retry_delay_ms <= 86400000)))
 CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
 CONSTRAINT queues.queues_tenant_id_name_key UNIQUE (tenant_id, name)
 CONSTRAINT schema_definitions.schema_definitions_pkey PRIMARY KEY (name)
 CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
+CONSTRAINT sealed_messages.sealed_messages_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
+CONSTRAINT sealed_messages.sealed_messages_pkey PRIMARY KEY (partition_id, seq)
 CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
@@ -192,6 +228,7 @@ CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (s
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
 
 -- indexes
+CREATE UNIQUE INDEX consumer_retry_at_pkey ON queen.consumer_retry_at USING btree (partition_id, consumer_group)
 CREATE INDEX idx_kv_shard_expires ON queen.kv USING btree (shard, expires_at) WHERE (expires_at IS NOT NULL)
 CREATE INDEX idx_log_timers_due ON queen.log_timers USING btree (deliver_at, timer_id)
 CREATE INDEX idx_log_timers_shard_due ON queen.log_timers USING btree (shard, deliver_at, timer_id)
@@ -199,6 +236,7 @@ CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_i
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
 CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
+CREATE INDEX idx_queue_options_namespace ON queen.queue_options USING btree (namespace, task) WHERE ((namespace <> ''::text) OR (task <> ''::text))
 CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
@@ -213,16 +251,19 @@ CREATE UNIQUE INDEX kv_usage_total_pkey ON queen.kv_usage_total USING btree (ten
 CREATE UNIQUE INDEX log_timers_pkey ON queen.log_timers USING btree (timer_id)
 CREATE UNIQUE INDEX message_failure_texts_pkey ON queen.message_failure_texts USING btree (partition_id, consumer_group, seq)
 CREATE UNIQUE INDEX message_failures_pkey ON queen.message_failures USING btree (partition_id, consumer_group, seq)
+CREATE UNIQUE INDEX message_traces_pkey ON queen.message_traces USING btree (partition_id, transaction_id, n)
 CREATE UNIQUE INDEX messages_partition_id_transaction_id_key ON queen.messages USING btree (partition_id, transaction_id)
 CREATE UNIQUE INDEX messages_pkey ON queen.messages USING btree (partition_id, seq)
 CREATE UNIQUE INDEX partition_consumers_pkey ON queen.partition_consumers USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
 CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
 CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
+CREATE UNIQUE INDEX queue_options_pkey ON queen.queue_options USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
 CREATE UNIQUE INDEX schema_definitions_pkey ON queen.schema_definitions USING btree (name)
 CREATE UNIQUE INDEX schema_migrations_pkey ON queen.schema_migrations USING btree (version)
+CREATE UNIQUE INDEX sealed_messages_pkey ON queen.sealed_messages USING btree (partition_id, seq)
 CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
@@ -1413,6 +1454,20 @@ BEGIN
   END IF;
   RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant uuid, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN queen.log_ack_batch_v2(p_tenant, v_acks, false);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1432,6 +1487,28 @@ BEGIN
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
+  FOR i IN 1 .. v_n LOOP
+    v_out := v_out || queen.log_ack_one_v2(p_tenant, v_norm[i], i - 1, p_raise);
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
@@ -1547,6 +1624,129 @@ BEGIN
   RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant uuid, a jsonb, p_index integer, p_raise boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_pid UUID := (a->>'partitionId')::uuid;
+  v_group TEXT := a->>'consumerGroup';
+  v_lease UUID := (a->>'leaseId')::uuid;
+  v_seq BIGINT;
+  v_pc queen.partition_consumers;
+  v_retry_limit INT;
+  v_retry_delay INT;
+  v_retry_max INT;
+  v_failures INT;
+  v_reason TEXT;
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_dead BOOLEAN := false;
+  v_finished BOOLEAN := false;
+BEGIN
+  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
+  SELECT m.seq INTO v_seq FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
+  IF v_seq IS NULL THEN
+    v_reason := 'not_found';
+  ELSE
+    SELECT * INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF v_pc.partition_id IS NULL THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
+      v_reason := 'already_acked';
+    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
+      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
+            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
+      v_reason := 'lease_expired';
+    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
+      v_reason := 'already_acked';
+    END IF;
+  END IF;
+
+  IF v_reason IS NOT NULL THEN
+    IF p_raise THEN
+      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
+        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
+    END IF;
+    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
+      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+  END IF;
+
+  IF a->>'status' = 'completed' THEN
+    v_finished := true;
+    v_pc.completed := v_pc.completed + 1;
+  ELSE
+    SELECT q.retry_limit, coalesce(o.retry_delay_ms, 0), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE p.id = v_pid;
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
+    VALUES (v_pid, v_group, v_seq, 1, v_now)
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
+    RETURNING failures INTO v_failures;
+    v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
+    IF v_failures > v_retry_limit THEN
+      UPDATE queen.message_failures SET dead_lettered_at = v_now
+       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
+      v_dead := true;
+      v_finished := true;
+      v_pc.dead_letters := v_pc.dead_letters + 1;
+    ELSE
+      v_pc.lease_failed := v_pc.lease_failed || v_seq;
+      -- retryDelay: the group's partition (and so this message, the first unfinished one once the
+      -- lease ends) waits queen.log_retry_delay_ms_v1 from now; a later failure may only extend it.
+      IF v_retry_delay > 0 THEN
+        INSERT INTO queen.consumer_retry_at AS r (partition_id, consumer_group, retry_at)
+        VALUES (v_pid, v_group, v_now + make_interval(secs => queen.log_retry_delay_ms_v1(v_retry_delay, v_retry_max, v_failures) / 1000.0))
+        ON CONFLICT (partition_id, consumer_group) DO UPDATE SET retry_at = greatest(r.retry_at, EXCLUDED.retry_at);
+      END IF;
+    END IF;
+  END IF;
+
+  IF v_finished THEN
+    IF v_seq = v_pc.cursor_seq + 1 THEN
+      v_pc.cursor_seq := v_seq;
+      -- Fold in what was finished ahead of the gap that just closed.
+      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+        v_pc.cursor_seq := v_pc.cursor_seq + 1;
+        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+      END LOOP;
+    ELSE
+      v_pc.done_seqs := v_pc.done_seqs || v_seq;
+    END IF;
+  END IF;
+
+  -- Every leased message settled: the partition goes back to the group now, not at expiry.
+  IF NOT EXISTS (
+    SELECT 1 FROM unnest(v_pc.lease_seqs) s
+     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+   WHERE partition_id = v_pid AND consumer_group = v_group;
+
+  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1616,6 +1816,109 @@ BEGIN
     END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT;
+  v_op JSONB;
+  v_type TEXT;
+  -- The pushes' items, gathered as an array (appended in place) and made one jsonb once: a jsonb
+  -- grown by || is copied whole at every item, which made a bundle quadratic in its items (8,000
+  -- items took 16 s, 20,000 over a minute, holding every partition lock the while).
+  v_items JSONB[] := '{}';
+  v_acks JSONB[] := '{}';
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_item JSONB;
+  v_queues TEXT[];
+  v_pushed JSONB;
+  v_slice JSONB;
+  v_at INT := 0;
+  j INT;
+  i INT;
+BEGIN
+  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
+  IF jsonb_typeof(p_ops) <> 'array' THEN
+    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > 1000 THEN
+    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
+    IF v_type = 'ack' THEN
+      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+    ELSIF v_type = 'push' THEN
+      v_norm := v_norm || '{}'::jsonb;
+      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
+        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+      END IF;
+      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
+        v_item := v_op->'items'->j;
+        IF jsonb_typeof(v_item) <> 'object'
+           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
+           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
+          PERFORM queen.fail_v1('log_invalid_item', format(
+            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
+        END IF;
+        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
+        v_items := v_items || v_item;
+      END LOOP;
+    ELSE
+      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+    END IF;
+  END LOOP;
+
+  v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+  -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
+  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
+
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    IF v_op->>'type' = 'ack' THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
+    ELSE
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      IF p_sealed IS NULL THEN
+        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
+      ELSE
+        -- This operation's share of the sealed payloads (they align with every push item in order).
+        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
+          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
+        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
+        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
+        v_at := v_at + jsonb_array_length(v_op->'items');
+      END IF;
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
+    END IF;
+  END LOOP;
+  -- maxSize: a queue these pushes took past its cap refuses the bundle (raised: all of it rolls back).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
+  RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_auto_ack_v1(p_tenant uuid, p_messages jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF jsonb_array_length(p_messages) = 0 THEN RETURN p_messages; END IF;
+  PERFORM queen.log_ack_batch_v2(p_tenant, (
+    SELECT jsonb_agg(jsonb_build_object('transactionId', e->'transactionId', 'partitionId', e->'partitionId', 'status', 'completed',
+                                        'consumerGroup', e->'consumerGroup', 'leaseId', e->'leaseId') ORDER BY k)
+      FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k)), false);
+  RETURN (SELECT jsonb_agg(e || '{"leaseId": "", "leaseExpiresAt": null}'::jsonb ORDER BY k)
+            FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
@@ -1709,6 +2012,42 @@ BEGIN
       'Item %s: transactionId is a non-empty string of at most %s bytes.', p_index, queen.log_max_transaction_id_bytes_v1()), p_index);
   END IF;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_sealed_v1(p_tenant uuid, p_items jsonb, p_sealed jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_encrypted TEXT[];
+BEGIN
+  SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
+    FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = ANY (queen.log_item_queues_v1(p_items)) AND o.encryption_enabled;
+  IF v_encrypted IS NULL THEN RETURN; END IF;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)
+              WHERE e->>'queue' = ANY (v_encrypted) AND jsonb_typeof(p_sealed->(k::int - 1)) IS DISTINCT FROM 'string') THEN
+    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_encrypted)::text;
+  END IF;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_size_v1(p_tenant uuid, p_queues text[], p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  r RECORD;
+  v_count BIGINT;
+BEGIN
+  FOR r IN SELECT q.id, q.name, o.max_size FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+            WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues) AND o.max_size > 0 ORDER BY q.name LOOP
+    -- 1902472411: this lock's class (no other advisory lock of the cell uses it); the queue's id hashed.
+    PERFORM pg_advisory_xact_lock(1902472411, hashtext(r.id::text));
+    v_count := queen.log_unconsumed_v1(r.id);
+    IF v_count > r.max_size THEN
+      PERFORM queen.fail_v1('log_queue_full', format(
+        'Queue %s holds at most %s unconsumed messages (maxSize) and this push would leave %s; nothing was stored. Retry once consumers have made room.',
+        r.name, r.max_size, v_count), p_index);
+    END IF;
+  END LOOP;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1783,6 +2122,125 @@ BEGIN
     'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant uuid, p_body jsonb, p_can_encrypt boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
+  v_neutral JSONB := '{"ttl": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
+    "retentionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
+    'maxSize', 'priority', 'encryptionEnabled'];
+  v_key TEXT;
+  v_lease INT;
+  v_retry INT;
+  v_row queen.queues;
+  v_delay INT;
+  v_window INT;
+  v_delays queen.queue_delays;
+  v_retry_delay INT;
+  v_retry_max INT;
+  v_max_size INT;
+  v_priority INT;
+  v_encrypt BOOLEAN;
+  v_namespace TEXT;
+  v_task TEXT;
+  v_opts queen.queue_options;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF jsonb_typeof(v_options) <> 'object' THEN
+    PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?, ...}.', NULL);
+  END IF;
+  FOREACH v_key IN ARRAY ARRAY['namespace', 'task'] LOOP
+    IF coalesce(jsonb_typeof(p_body->v_key), 'null') NOT IN ('null', 'string')
+       OR (queen.log_str_v1(p_body->v_key) <> '' AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_body->v_key))) THEN
+      PERFORM queen.fail_v1('log_invalid_options', format(
+        '%s is a string of 1 to 128 characters of A-Z a-z 0-9 _ . : - not starting with . : or - (or "" or null).', v_key), NULL);
+    END IF;
+  END LOOP;
+  v_namespace := queen.log_str_v1(p_body->'namespace');
+  v_task := queen.log_str_v1(p_body->'task');
+  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key = ANY (v_implemented);
+    IF NOT v_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
+       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, v_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
+  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
+    'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
+  v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
+    'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.');
+  v_max_size := queen.log_whole_option_v1(v_options, 'maxSize', 0, 1000000000, 'log_invalid_options',
+    'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.');
+  v_priority := queen.log_whole_option_v1(v_options, 'priority', -1000000, 1000000, 'log_invalid_options',
+    'options.priority is a whole number from -1000000 to 1000000.');
+  IF v_options ? 'encryptionEnabled' THEN
+    IF jsonb_typeof(v_options->'encryptionEnabled') <> 'boolean' THEN
+      PERFORM queen.fail_v1('log_invalid_options', 'options.encryptionEnabled is true or false.', NULL);
+    END IF;
+    v_encrypt := (v_options->>'encryptionEnabled')::boolean;
+    IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
+      PERFORM queen.fail_v1('log_encryption_unavailable',
+        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
+    END IF;
+  END IF;
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
+                                         window_buffer = coalesce(v_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
+  IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
+    INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
+    VALUES (v_row.id, coalesce(v_retry_delay, 0), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+            coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
+    ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
+      retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
+      priority = coalesce(v_priority, o.priority), namespace = coalesce(v_namespace, o.namespace), task = coalesce(v_task, o.task),
+      encryption_enabled = coalesce(v_encrypt, o.encryption_enabled)
+    RETURNING * INTO v_opts;
+  ELSE
+    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
+  END IF;
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+    'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
+      'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
+      'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
+      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false)));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1822,6 +2280,76 @@ BEGIN
            ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer, p_from timestamp with time zone, p_to timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_out JSONB;
+  v_total BIGINT;
+BEGIN
+  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  SELECT count(*) INTO v_total
+    FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+     AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to);
+  SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
+           'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
+           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
+           || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
+           ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
+    INTO v_out
+    FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
+                 m.created_at, q.name AS queue, p.name AS partition, t.error_message,
+                 EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
+            FROM queen.message_failures f
+            JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
+            LEFT JOIN queen.message_failure_texts t
+              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
+            JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+             AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to)
+           ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
+           LIMIT p_limit OFFSET p_offset) d;
+  RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_delete_consumer_group_v1(p_tenant uuid, p_group text, p_delete_metadata boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_n INT;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  -- The group's rows first, in the order an ack takes them (partition_consumers, then its
+  -- failure rows), so a concurrent ack of the group waits here rather than deadlocking.
+  PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE c.consumer_group = p_group AND q.tenant_id = p_tenant ORDER BY c.partition_id FOR UPDATE OF c;
+  WITH gone AS (
+    DELETE FROM queen.partition_consumers c USING queen.partitions p, queen.queues q
+     WHERE c.consumer_group = p_group AND p.id = c.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
+    RETURNING 1)
+  SELECT count(*) INTO v_n FROM gone;
+  DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
+   WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q
+   WHERE f.consumer_group = p_group AND p.id = f.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  RETURN jsonb_build_object('ok', true, 'success', true, 'consumerGroup', p_group, 'deletedPartitions', v_n,
+                            'metadataDeleted', coalesce(p_delete_metadata, true));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant uuid, p_queue text)
  RETURNS jsonb
@@ -1935,6 +2463,14 @@ AS $function$
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
     FROM queen.log_backlog_v1() b
 $function$
+CREATE OR REPLACE FUNCTION queen.log_item_queues_v1(p_items jsonb)
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(array_agg(DISTINCT e->>'queue'), '{}') FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) e
+   WHERE jsonb_typeof(e->'queue') = 'string'
+$function$
 CREATE OR REPLACE FUNCTION queen.log_lapse_lease_v1(p_partition uuid, p_group text, p_retry_limit integer, p_now timestamp with time zone)
  RETURNS void
  LANGUAGE plpgsql
@@ -2005,6 +2541,18 @@ BEGIN
     PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
   END LOOP;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_mark_sealed_v1(p_results jsonb, p_sealed jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_sealed IS NULL OR jsonb_typeof(p_sealed) <> 'array' THEN RETURN; END IF;
+  INSERT INTO queen.sealed_messages (partition_id, seq)
+  SELECT m.partition_id, m.seq FROM jsonb_array_elements(p_results) WITH ORDINALITY AS t (e, k)
+    JOIN queen.messages m ON m.partition_id = (e->>'partition_id')::uuid AND m.transaction_id = e->>'transaction_id'
+   WHERE e->>'status' = 'queued' AND jsonb_typeof(p_sealed->(k::int - 1)) = 'string'
+  ON CONFLICT DO NOTHING;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_max_transaction_id_bytes_v1()
  RETURNS integer
  LANGUAGE sql
@@ -2017,12 +2565,37 @@ CREATE OR REPLACE FUNCTION queen.log_message_id_v1(p_partition uuid, p_seq bigin
 AS $function$
   SELECT md5(p_partition::text || '/' || p_seq::text)::uuid
 $function$
+CREATE OR REPLACE FUNCTION queen.log_message_traces_v1(p_tenant uuid, p_partition text, p_transaction_id text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF NOT queen.uuid_ok_v1(p_partition) THEN
+    PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is the UUID the pop answered.', NULL);
+  END IF;
+  RETURN jsonb_build_object('traces', coalesce((
+    SELECT jsonb_agg(jsonb_build_object('id', t.n, 'transactionId', t.transaction_id, 'partitionId', t.partition_id,
+             'consumerGroup', t.consumer_group, 'eventType', t.event_type, 'traceNames', to_jsonb(t.trace_names), 'data', t.data,
+             'createdAt', queen.ts_v1(t.created_at)) ORDER BY t.n)
+      FROM queen.message_traces t JOIN queen.partitions p ON p.id = t.partition_id JOIN queen.queues q ON q.id = p.queue_id
+     WHERE t.partition_id = p_partition::uuid AND t.transaction_id = p_transaction_id AND q.tenant_id = p_tenant), '[]'::jsonb));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_name_ok_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
   SELECT p_name IS NOT NULL AND queen.name_ok_v1(p_name)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_op_items_v1(p_ops jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(jsonb_agg(it ORDER BY o, k), '[]'::jsonb)
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS x (op, o),
+         jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
+                                   THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
@@ -2056,6 +2629,68 @@ BEGIN
   ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB;
+  v_got JSONB;
+  v_left INT := p_batch;
+  v_shared UUID;
+BEGIN
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
+  END IF;
+  v_out := queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch);
+  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
+  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
+  v_left := p_batch - jsonb_array_length(v_out);
+  FOR v_turn IN 2..p_partitions LOOP
+    EXIT WHEN v_left <= 0;
+    v_got := queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left);
+    EXIT WHEN jsonb_array_length(v_got) = 0;
+    v_out := v_out || v_got;
+    v_left := v_left - jsonb_array_length(v_got);
+  END LOOP;
+  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
+  v_shared := gen_random_uuid();
+  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
+  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
+  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
+  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
+            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_match_v1(p_tenant uuid, p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB := '[]';
+  r RECORD;
+BEGIN
+  IF coalesce(p_namespace, '') = '' AND coalesce(p_task, '') = '' THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A pop names a queue, or a namespace and/or a task.', NULL);
+  END IF;
+  FOR r IN
+    SELECT q.name FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND (coalesce(p_namespace, '') = '' OR o.namespace = p_namespace)
+       AND (coalesce(p_task, '') = '' OR o.task = p_task)
+     ORDER BY o.priority DESC,
+              (SELECT min(m.created_at) FROM queen.partitions p
+                 LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = v_group
+                 JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
+                WHERE p.queue_id = q.id) NULLS LAST,
+              q.name
+     LIMIT 1000
+  LOOP
+    v_out := queen.log_pop_many_v2(p_tenant, r.name, NULL, v_group, p_batch, p_partitions);
+    EXIT WHEN jsonb_array_length(v_out) > 0;
+  END LOOP;
+  RETURN v_out;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
@@ -2202,6 +2837,160 @@ BEGIN
       LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_queue queen.queues;
+  v_partition_id UUID;
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_lease UUID;
+  v_now TIMESTAMPTZ;
+  v_expires TIMESTAMPTZ;
+  v_lapsed BOOLEAN;
+  v_found RECORD;
+  v_delay INT := 0;
+  v_window INT := 0;
+  v_due_by TIMESTAMPTZ := 'infinity';
+  v_quiet_by TIMESTAMPTZ := 'infinity';
+  v_retry_gate BOOLEAN := false;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+  END IF;
+
+  -- The queue and its delays (queen.queue_delays, below), in one statement.
+  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
+         coalesce(o.retry_delay_ms, 0) > 0 AS retry_gate INTO v_found
+    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  v_queue := v_found.queue;
+  v_delay := v_found.delay;
+  v_window := v_found.window_buffer;
+  v_retry_gate := v_found.retry_gate;
+  IF p_partition IS NOT NULL THEN
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
+    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  END IF;
+
+  -- The group's row per partition, created on first sight.
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+  SELECT p.id, v_group FROM queen.partitions p
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+  ON CONFLICT DO NOTHING;
+
+  v_now := clock_timestamp();
+  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
+  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
+  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
+  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
+  -- finished, and a message is never deleted but with its queue) is due.
+  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
+  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
+  LOOP
+    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
+    -- keeps the plan it had before they existed.
+    IF v_delay = 0 AND v_window = 0 AND NOT v_retry_gate THEN
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSE
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+         -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+         AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    END IF;
+    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
+    -- handed out again: this is where its expiry is noticed, and clearing it in the same
+    -- transaction is what makes it count once.
+    v_lapsed := v_pc.lease_id IS NOT NULL;
+    IF v_lapsed THEN
+      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
+      SELECT c.* INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
+    END IF;
+
+    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
+    -- not yet due.
+    IF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
+    EXIT WHEN v_seqs IS NOT NULL;
+    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
+    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
+    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+  END LOOP;
+
+  v_lease := gen_random_uuid();
+  v_expires := v_now + make_interval(secs => v_queue.lease_time);
+  UPDATE queen.partition_consumers
+     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+
+  RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    SELECT jsonb_agg(jsonb_build_object(
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0))
+           -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
+           || CASE WHEN s.seq IS NOT NULL THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+      LEFT JOIN queen.sealed_messages s ON s.partition_id = m.partition_id AND s.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant uuid, p_bodies jsonb)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -2243,6 +3032,19 @@ BEGIN
     -- Each request is its own one item: index 0, whatever its place in the gathering.
     RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at] || '{"index": 0}'::jsonb)::text END;
   END LOOP;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v2(p_tenant uuid, p_bodies jsonb)
+ RETURNS SETOF text
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+              WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
+                AND q.name IN (SELECT queen.log_fast_queue_v1(queen.log_fast_item_v1(b->'items')) FROM jsonb_array_elements(p_bodies) b)) THEN
+    RETURN QUERY SELECT NULL::text FROM jsonb_array_elements(p_bodies);
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT queen.log_push_coalesced_v1(p_tenant, p_bodies);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
  RETURNS jsonb[]
@@ -2383,6 +3185,22 @@ AS $function$
   SELECT coalesce(nullif(jsonb_build_array(queen.log_push_one_fast_v1(p_tenant, p_items)), '[null]'::jsonb),
                   queen.log_push_items_v1(p_tenant, p_items))
 $function$
+CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant uuid, p_items jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_queues TEXT[] := queen.log_item_queues_v1(p_items);
+  v_items JSONB := queen.log_sealed_items_v1(p_items, p_sealed);
+  v_out JSONB;
+BEGIN
+  PERFORM queen.log_check_sealed_v1(p_tenant, p_items, p_sealed);
+  v_out := queen.log_push_request_v1(p_tenant, v_items);
+  PERFORM queen.log_mark_sealed_v1(v_out, p_sealed);
+  -- One item: its index is named, as the item's other refusals are.
+  PERFORM queen.log_check_size_v1(p_tenant, v_queues, CASE WHEN jsonb_array_length(p_items) = 1 THEN 0 END);
+  RETURN v_out;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2418,6 +3236,87 @@ BEGIN
                             'message_id', queen.log_message_id_v1(v_ids.p_id, v_seq), 'partition_id', v_ids.p_id,
                             'trace_id', NULL, 'queueName', p_queue, 'partition', v_partition);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_record_trace_v1(p_tenant uuid, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_txid TEXT := queen.log_str_v1(p_body->'transactionId');
+  v_pid TEXT := queen.log_str_v1(p_body->'partitionId');
+  v_group TEXT := coalesce(queen.log_str_v1(p_body->'consumerGroup'), '__QUEUE_MODE__');
+  v_type TEXT := coalesce(queen.log_str_v1(p_body->'eventType'), 'info');
+  v_names TEXT[];
+  v_n INT;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_txid IS NULL OR v_txid = '' THEN
+    PERFORM queen.fail_v1('log_transaction_id_required', 'transactionId is required (a non-empty string).', NULL);
+  END IF;
+  IF NOT queen.uuid_ok_v1(v_pid) THEN
+    PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is required: the UUID the pop answered.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT p_body ? 'data' THEN
+    PERFORM queen.fail_v1('log_invalid_trace', 'data is required (any JSON).', NULL);
+  END IF;
+  IF octet_length((p_body->'data')::text) > queen.log_trace_max_bytes_v1() THEN
+    PERFORM queen.fail_v1('log_invalid_trace', format('data is at most %s bytes as JSON.', queen.log_trace_max_bytes_v1()), NULL);
+  END IF;
+  IF length(v_type) > 64 THEN
+    PERFORM queen.fail_v1('log_invalid_trace', 'eventType is at most 64 characters.', NULL);
+  END IF;
+  v_names := CASE jsonb_typeof(p_body->'traceNames')
+    WHEN 'string' THEN ARRAY[p_body->>'traceNames']
+    WHEN 'array' THEN (SELECT array_agg(e #>> '{}') FROM jsonb_array_elements(p_body->'traceNames') e WHERE jsonb_typeof(e) = 'string')
+    ELSE '{}' END;
+  IF cardinality(v_names) > 16 OR EXISTS (SELECT 1 FROM unnest(v_names) x WHERE length(x) > 256) THEN
+    PERFORM queen.fail_v1('log_invalid_trace', 'traceNames is at most 16 names of at most 256 characters each.', NULL);
+  END IF;
+  -- The message row, locked (NO KEY UPDATE: the foreign-key checks of acks and failures, KEY
+  -- SHARE, never wait on it) so two traces of one message take their numbers in turn.
+  PERFORM 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid::uuid AND m.transaction_id = v_txid AND q.tenant_id = p_tenant FOR NO KEY UPDATE OF m;
+  IF NOT FOUND THEN
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'not_found');
+  END IF;
+  SELECT coalesce(max(t.n), 0) INTO v_n FROM queen.message_traces t WHERE t.partition_id = v_pid::uuid AND t.transaction_id = v_txid;
+  IF v_n >= queen.log_traces_per_message_v1() THEN
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'trace_limit');
+  END IF;
+  INSERT INTO queen.message_traces (partition_id, transaction_id, n, consumer_group, event_type, trace_names, data)
+  VALUES (v_pid::uuid, v_txid, v_n + 1, v_group, v_type, coalesce(v_names, '{}'), p_body->'data');
+  RETURN jsonb_build_object('ok', true, 'success', true, 'traceId', v_n + 1);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay integer, p_max integer, p_failures integer)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN p_max <= p_delay THEN p_delay::bigint
+              ELSE least(p_max::numeric, p_delay::numeric * power(2::numeric, least(greatest(p_failures - 1, 0), 40)))::bigint END
+$function$
+CREATE OR REPLACE FUNCTION queen.log_seal_texts_v1(p_items jsonb, p_queues text[])
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(array_agg(CASE WHEN e->>'queue' = ANY (p_queues) THEN coalesce(e->'payload', 'null'::jsonb)::text END ORDER BY k), '{}')
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) WITH ORDINALITY AS t (e, k)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_sealed_items_v1(p_items jsonb, p_sealed jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT CASE WHEN p_sealed IS NULL OR jsonb_typeof(p_items) <> 'array' THEN p_items
+    ELSE (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(p_sealed->(k::int - 1)) = 'string' AND jsonb_typeof(e) = 'object'
+                                         THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
+            FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text
  LANGUAGE sql
@@ -2425,6 +3324,23 @@ CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
 AS $function$
   SELECT CASE WHEN jsonb_typeof(p_value) = 'string' THEN p_value #>> '{}' END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_from timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    PERFORM queen.fail_v1('unsupported', 'subscriptionFrom applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+  END IF;
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
+  SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+  ON CONFLICT DO NOTHING;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue text, p_partition text, p_group text)
  RETURNS void
  LANGUAGE plpgsql
@@ -2441,6 +3357,25 @@ BEGIN
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
   ON CONFLICT DO NOTHING;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_trace_max_bytes_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 16384 $function$
+CREATE OR REPLACE FUNCTION queen.log_traces_per_message_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 100 $function$
+CREATE OR REPLACE FUNCTION queen.log_unconsumed_v1(p_queue_id uuid)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  RETURN (SELECT coalesce(sum(p.last_seq - coalesce((SELECT min(c.cursor_seq) FROM queen.partition_consumers c WHERE c.partition_id = p.id), 0)), 0)
+            FROM queen.partitions p WHERE p.queue_id = p_queue_id);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_whole_option_v1(p_options jsonb, p_key text, p_lo integer, p_hi integer, p_code text, p_message text)
  RETURNS integer

@@ -1,6 +1,6 @@
 // `kvOn(pgClient)`: the KV on a PostgreSQL client the caller already holds inside BEGIN, so the
 // caller's own rows, the idempotency marker and the ack commit (or roll back) in the caller's
-// transaction. It calls the cell's own procedures (queen.kv_apply_v1, queen.log_ack_batch_v1), the
+// transaction. It calls the cell's own procedures (queen.kv_apply_v1, queen.log_ack_batch_v2), the
 // ones every KV route and the transaction wire call, so the rules and the answers are the same.
 //
 //   await client.query('BEGIN')
@@ -50,8 +50,8 @@ const KV_APPLY = {
 };
 
 const ACK = {
-  name: 'queen_client_ack_v2',
-  text: 'SELECT (queen.log_ack_batch_v1($1::uuid, jsonb_build_array($2::jsonb), true) -> 0)::text AS result',
+  name: 'queen_client_ack_v3',
+  text: 'SELECT (queen.log_ack_batch_v2($1::uuid, jsonb_build_array($2::jsonb), true) -> 0)::text AS result',
 };
 
 /**

@@ -8,7 +8,7 @@ import { Kv, kvAnswer } from './kv';
 import { QueueBuilder, type QueenCore } from './queue';
 import { Timers } from './timers';
 import { TransactionBuilder } from './transaction';
-import type { AckBatchResult, AckContext, AckResult, AckStatus, Message, RenewResult } from './types';
+import type { AckBatchResult, AckContext, AckResult, AckStatus, DeleteGroupResult, Message, RenewResult } from './types';
 import * as wire from './wire';
 
 export type QueenOptions = HttpOptions;
@@ -36,8 +36,23 @@ export class Queen implements QueenCore {
     return new QueueBuilder(this, name);
   }
 
+  /**
+   * Pop and consume across the queues configured with this namespace and/or task (`.group()`,
+   * `.batch()`, `.wait()`, `consume()` as on a queue), higher priority first, then the oldest
+   * waiting message; each message names its `queue`. Not for pushes: push to a queue.
+   */
+  match(query: { namespace?: string; task?: string }): QueueBuilder {
+    return new QueueBuilder(this, '', query);
+  }
+
   transaction(): TransactionBuilder {
     return new TransactionBuilder(this);
+  }
+
+  /** Deletes a consumer group's cursors, leases, failure counts and dead letters on every queue: it starts over. */
+  async deleteConsumerGroup(group: string): Promise<DeleteGroupResult> {
+    const answer = await this.http.call('DELETE', `/api/v1/consumer-groups/${encodeURIComponent(group)}?deleteMetadata=true`);
+    return wire.deleteGroupAnswer(answer.body);
   }
 
   /**

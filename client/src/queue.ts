@@ -10,7 +10,10 @@ import { QueenError } from './errors';
 import type { HttpClient } from './http';
 import { sleep } from './http';
 import { stringifyJson } from './json';
-import type { AckBatchResult, AckContext, AckResult, AckStatus, ConfigureResult, Message, PushItem, PushResult, QueueOptions, RenewResult } from './types';
+import type {
+  AckBatchResult, AckContext, AckResult, AckStatus, ConfigureResult, DeadLetterPage, DeadLetterQuery, DeleteQueueResult, Message, PushItem, PushResult,
+  QueueOptions, RenewResult,
+} from './types';
 import * as wire from './wire';
 
 /** What a queue builder needs from its Queen. */
@@ -63,10 +66,13 @@ export class QueueBuilder {
   private acking = true;
   private renewEveryMs?: number;
   private options: QueueOptions = {};
+  private labels: { namespace?: string; task?: string } = {};
 
   constructor(
     private readonly queen: QueenCore,
     readonly name: string,
+    /** Set by queen.match(): pop and consume take the matching queues, higher priority first. */
+    private readonly match?: { namespace?: string; task?: string },
   ) {}
 
   /** The partition pushes go to and pops take from (pushes default to "Default"; pops to any). */
@@ -135,10 +141,27 @@ export class QueueBuilder {
     return this;
   }
 
+  /** For create(): the namespace and/or task a pop by them (queen.match) finds this queue under. */
+  labelled(labels: { namespace?: string; task?: string }): this {
+    this.labels = { ...this.labels, ...labels };
+    return this;
+  }
+
   /** Creates the queue, or changes the options given (the others stay as they are). */
   async create(): Promise<ConfigureResult> {
-    const body = stringifyJson(wire.configureBody(this.name, this.options));
+    const body = stringifyJson(wire.configureBody(this.name, this.options, this.labels));
     return wire.configureAnswer((await this.queen.http.call('POST', wire.CONFIGURE_PATH, { body })).body);
+  }
+
+  /** Deletes the queue and everything in it (messages, cursors, leases, dead letters). */
+  async delete(): Promise<DeleteQueueResult> {
+    const answer = await this.queen.http.call('DELETE', `/api/v1/resources/queues/${encodeURIComponent(this.name)}`);
+    return wire.deleteQueueAnswer(answer.body);
+  }
+
+  /** The queue's dead letters, newest first (of `query.group`, or of every group). */
+  async dlq(query: DeadLetterQuery = {}): Promise<DeadLetterPage> {
+    return wire.deadLettersAnswer((await this.queen.http.call('GET', wire.deadLettersPath(this.name, query))).body);
   }
 
   /**
@@ -159,7 +182,7 @@ export class QueueBuilder {
   }
 
   private async popOnce(batch: number, wait: boolean, signal?: AbortSignal): Promise<Message[]> {
-    const path = wire.popPath({ queue: this.name, partition: this.partitionName, group: this.groupName, batch, wait, timeoutMs: this.timeoutMs });
+    const path = wire.popPath({ queue: this.name, partition: this.partitionName, group: this.groupName, batch, wait, timeoutMs: this.timeoutMs, match: this.match });
     const answer = await this.queen.http.call('GET', path, { signal, timeoutMs: wait ? this.timeoutMs + LONG_POLL_SLACK_MS : undefined });
     return wire.popAnswer(answer.status, answer.body);
   }

@@ -92,6 +92,67 @@ export interface QueueOptions {
   leaseTime?: number;
   /** Failed deliveries allowed before a message is set aside (0 to 1000; default 3). */
   retryLimit?: number;
+  /** Seconds a message waits before it is delivered (0 to 86400). */
+  delayedProcessing?: number;
+  /** Seconds a partition must be quiet before it is leased (0 to 86400). */
+  windowBuffer?: number;
+  /** Milliseconds a group waits before a message it acked `failed` comes back (0: at once). */
+  retryDelay?: number;
+  /** Above retryDelay: the delay doubles with each failure of a message, up to this (ms). */
+  retryDelayMax?: number;
+  /** Most unconsumed messages (0: no cap); past it a push is refused, 429 log_queue_full. */
+  maxSize?: number;
+  /** The order of a pop by namespace/task, higher first. */
+  priority?: number;
+  /** Payloads stored encrypted (the cell needs QUEEN_ENCRYPTION_KEY). */
+  encryptionEnabled?: boolean;
+}
+
+/** A message set aside after its queue's retryLimit, for one consumer group (GET /api/v1/dlq). */
+export interface DeadLetter<T = any> {
+  id: string;
+  transactionId: string;
+  partitionId: string;
+  queue: string;
+  partition: string;
+  consumerGroup: string;
+  /** The `error` of the last failed ack; null when none gave one (expired leases). */
+  errorMessage: string | null;
+  retryCount: number;
+  data: T;
+  createdAt: string;
+  failedAt: string;
+  [field: string]: unknown;
+}
+
+export interface DeadLetterPage<T = any> {
+  messages: DeadLetter<T>[];
+  /** How many match, beyond this page. */
+  total: number;
+}
+
+export interface DeadLetterQuery {
+  /** One consumer group's dead letters (default: every group's). */
+  group?: string;
+  partition?: string;
+  /** 1 to 1000 (default 100). */
+  limit?: number;
+  offset?: number;
+  /** Set aside at or after / at or before this instant. */
+  from?: Date | string;
+  to?: Date | string;
+}
+
+export interface DeleteQueueResult {
+  queue: string;
+  /** Whether there was a queue to delete. */
+  existed: boolean;
+}
+
+export interface DeleteGroupResult {
+  consumerGroup: string;
+  /** The (partition, group) cursors removed. */
+  deletedPartitions: number;
 }
 
 export interface ConfigureResult {

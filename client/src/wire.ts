@@ -16,6 +16,10 @@ import type {
   AckReason,
   AckResult,
   ConfigureResult,
+  DeadLetterPage,
+  DeadLetterQuery,
+  DeleteGroupResult,
+  DeleteQueueResult,
   Message,
   PushItem,
   PushResult,
@@ -90,12 +94,19 @@ export interface PopRequest {
   batch: number;
   wait: boolean;
   timeoutMs: number;
+  /** A pop across the queues of a namespace and/or task (higher priority first): `queue` is then ignored. */
+  match?: { namespace?: string; task?: string };
 }
 
 export function popPath(r: PopRequest): string {
   const q = new URLSearchParams({ batch: String(r.batch), wait: String(r.wait) });
   if (r.wait) q.set('timeout', String(r.timeoutMs));
   if (r.group !== undefined) q.set('consumerGroup', r.group);
+  if (r.match) {
+    if (r.match.namespace !== undefined) q.set('namespace', r.match.namespace);
+    if (r.match.task !== undefined) q.set('task', r.match.task);
+    return `/api/v1/pop?${q}`;
+  }
   const partition = r.partition !== undefined ? `/partition/${encodeURIComponent(r.partition)}` : '';
   return `/api/v1/pop/queue/${encodeURIComponent(r.queue)}${partition}?${q}`;
 }
@@ -207,8 +218,35 @@ export function renewAnswer(leaseId: string, body: unknown): RenewResult {
 export const CONFIGURE_PATH = '/api/v1/configure';
 
 /** Only the options the caller set: the cell keeps the others as they are. */
-export function configureBody(queue: string, options: QueueOptions): unknown {
-  return { queue, options };
+export function deleteQueueAnswer(body: unknown): DeleteQueueResult {
+  if (!isObject(body) || body.deleted !== true) throw unexpected('queue delete', body);
+  return { queue: body.queue as string, existed: body.existed === true };
+}
+
+export function deadLettersPath(queue: string, q: DeadLetterQuery): string {
+  const params = new URLSearchParams({ queue });
+  if (q.group !== undefined) params.set('consumerGroup', q.group);
+  if (q.partition !== undefined) params.set('partition', q.partition);
+  if (q.limit !== undefined) params.set('limit', String(q.limit));
+  if (q.offset !== undefined) params.set('offset', String(q.offset));
+  const instant = (v: Date | string) => (v instanceof Date ? v.toISOString() : v);
+  if (q.from !== undefined) params.set('from', instant(q.from));
+  if (q.to !== undefined) params.set('to', instant(q.to));
+  return `/api/v1/dlq?${params.toString()}`;
+}
+
+export function deadLettersAnswer(body: unknown): DeadLetterPage {
+  if (!isObject(body) || !Array.isArray(body.messages)) throw unexpected('dead-letter read', body);
+  return { messages: body.messages as DeadLetterPage['messages'], total: Number(body.total) };
+}
+
+export function deleteGroupAnswer(body: unknown): DeleteGroupResult {
+  if (!isObject(body) || body.success !== true) throw unexpected('consumer-group delete', body);
+  return { consumerGroup: body.consumerGroup as string, deletedPartitions: Number(body.deletedPartitions) };
+}
+
+export function configureBody(queue: string, options: QueueOptions, labels: { namespace?: string; task?: string } = {}): unknown {
+  return { queue, ...labels, options };
 }
 
 export function configureAnswer(body: unknown): ConfigureResult {

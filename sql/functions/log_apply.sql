@@ -334,3 +334,321 @@ BEGIN
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
 END $$;
+
+-- queen.log_apply_v1 with the queue options of 0.2: acks through queen.log_ack_one_v2 (retryDelay),
+-- pushes to an encrypted queue only sealed by the API (p_sealed, else QK428 before anything is
+-- written; their messages marked), and maxSize checked after the pushes (429 log_queue_full
+-- raised: the whole bundle rolls back).
+CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant UUID, p_ops JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n INT;
+  v_op JSONB;
+  v_type TEXT;
+  -- The pushes' items, gathered as an array (appended in place) and made one jsonb once: a jsonb
+  -- grown by || is copied whole at every item, which made a bundle quadratic in its items (8,000
+  -- items took 16 s, 20,000 over a minute, holding every partition lock the while).
+  v_items JSONB[] := '{}';
+  v_acks JSONB[] := '{}';
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_item JSONB;
+  v_queues TEXT[];
+  v_pushed JSONB;
+  v_slice JSONB;
+  v_at INT := 0;
+  j INT;
+  i INT;
+BEGIN
+  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
+  IF jsonb_typeof(p_ops) <> 'array' THEN
+    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
+  END IF;
+  v_n := jsonb_array_length(p_ops);
+  IF v_n > 1000 THEN
+    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
+  END IF;
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
+    IF v_type = 'ack' THEN
+      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+    ELSIF v_type = 'push' THEN
+      v_norm := v_norm || '{}'::jsonb;
+      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
+        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
+      END IF;
+      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
+        v_item := v_op->'items'->j;
+        IF jsonb_typeof(v_item) <> 'object'
+           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
+           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
+          PERFORM queen.fail_v1('log_invalid_item', format(
+            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
+        END IF;
+        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
+          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
+        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
+        v_items := v_items || v_item;
+      END LOOP;
+    ELSE
+      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
+    END IF;
+  END LOOP;
+
+  v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+  -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
+  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
+
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_op := p_ops->i;
+    IF v_op->>'type' = 'ack' THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
+    ELSE
+      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
+      IF p_sealed IS NULL THEN
+        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
+      ELSE
+        -- This operation's share of the sealed payloads (they align with every push item in order).
+        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
+          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
+        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
+        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
+        v_at := v_at + jsonb_array_length(v_op->'items');
+      END IF;
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
+    END IF;
+  END LOOP;
+  -- maxSize: a queue these pushes took past its cap refuses the bundle (raised: all of it rolls back).
+  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
+  RETURN to_jsonb(v_out);
+END $$;
+-- POST /api/v1/configure since 0.2: queen.log_configure_v1 and the options of
+-- sql/migrations/051_queue_options.sql, stored in queen.queue_options:
+--   retryDelay (ms, 0 to 86,400,000; 0 on a new queue: redelivery at once), retryDelayMax (ms, the
+--   cell's own: above retryDelay, the delay doubles with each failure of a message up to it),
+--   maxSize (unconsumed messages, 0 = no cap, up to 1,000,000,000), priority (-1,000,000 to
+--   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true needs the
+--   API's key, p_can_encrypt, else 403 log_encryption_unavailable naming the variable), and the body's namespace and
+--   task (strings, stored and answered; null or absent keeps them).
+-- Queen's other options are still accepted only at their neutral value (v1's rule). An omitted
+-- option keeps its value.
+CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant UUID, p_body JSONB, p_can_encrypt BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
+  v_neutral JSONB := '{"ttl": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
+    "retentionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
+    'maxSize', 'priority', 'encryptionEnabled'];
+  v_key TEXT;
+  v_lease INT;
+  v_retry INT;
+  v_row queen.queues;
+  v_delay INT;
+  v_window INT;
+  v_delays queen.queue_delays;
+  v_retry_delay INT;
+  v_retry_max INT;
+  v_max_size INT;
+  v_priority INT;
+  v_encrypt BOOLEAN;
+  v_namespace TEXT;
+  v_task TEXT;
+  v_opts queen.queue_options;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF jsonb_typeof(v_options) <> 'object' THEN
+    PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?, ...}.', NULL);
+  END IF;
+  FOREACH v_key IN ARRAY ARRAY['namespace', 'task'] LOOP
+    IF coalesce(jsonb_typeof(p_body->v_key), 'null') NOT IN ('null', 'string')
+       OR (queen.log_str_v1(p_body->v_key) <> '' AND NOT queen.log_name_ok_v1(queen.log_str_v1(p_body->v_key))) THEN
+      PERFORM queen.fail_v1('log_invalid_options', format(
+        '%s is a string of 1 to 128 characters of A-Z a-z 0-9 _ . : - not starting with . : or - (or "" or null).', v_key), NULL);
+    END IF;
+  END LOOP;
+  v_namespace := queen.log_str_v1(p_body->'namespace');
+  v_task := queen.log_str_v1(p_body->'task');
+  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key = ANY (v_implemented);
+    IF NOT v_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
+       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, v_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
+  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
+    'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
+  v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
+    'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.');
+  v_max_size := queen.log_whole_option_v1(v_options, 'maxSize', 0, 1000000000, 'log_invalid_options',
+    'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.');
+  v_priority := queen.log_whole_option_v1(v_options, 'priority', -1000000, 1000000, 'log_invalid_options',
+    'options.priority is a whole number from -1000000 to 1000000.');
+  IF v_options ? 'encryptionEnabled' THEN
+    IF jsonb_typeof(v_options->'encryptionEnabled') <> 'boolean' THEN
+      PERFORM queen.fail_v1('log_invalid_options', 'options.encryptionEnabled is true or false.', NULL);
+    END IF;
+    v_encrypt := (v_options->>'encryptionEnabled')::boolean;
+    IF v_encrypt AND NOT coalesce(p_can_encrypt, false) THEN
+      PERFORM queen.fail_v1('log_encryption_unavailable',
+        'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
+    END IF;
+  END IF;
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
+                                         window_buffer = coalesce(v_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
+  IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
+    INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
+    VALUES (v_row.id, coalesce(v_retry_delay, 0), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+            coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
+    ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
+      retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
+      priority = coalesce(v_priority, o.priority), namespace = coalesce(v_namespace, o.namespace), task = coalesce(v_task, o.task),
+      encryption_enabled = coalesce(v_encrypt, o.encryption_enabled)
+    RETURNING * INTO v_opts;
+  ELSE
+    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
+  END IF;
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+    'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
+      'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
+      'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
+      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false)));
+END $$;
+
+-- A pop with Queen's subscriptionFrom=<timestamp> for a named consumer group: as
+-- queen.log_subscribe_new_v1, but each partition the group has not read yet starts after the
+-- messages stored before p_from (the group reads those stored at or after it). The first pop
+-- decides, as with `new`.
+CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_from TIMESTAMPTZ) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    PERFORM queen.fail_v1('unsupported', 'subscriptionFrom applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+  END IF;
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
+  SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+  ON CONFLICT DO NOTHING;
+END $$;
+
+-- DELETE /api/v1/consumer-groups/:group: everything the tenant's group holds on every queue: its
+-- cursors and leases (so the next pop of that group starts it anew, by its subscription rule),
+-- its failure counts, error texts and dead letters. Queue mode (__QUEUE_MODE__) is a group like
+-- the others here. p_delete_metadata is Queen's deleteMetadata: the cell keeps no subscription
+-- record apart from the cursors, so it only echoes. Answers Queen's {success, consumerGroup,
+-- deletedPartitions, metadataDeleted}.
+CREATE OR REPLACE FUNCTION queen.log_delete_consumer_group_v1(p_tenant UUID, p_group TEXT, p_delete_metadata BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n INT;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  -- The group's rows first, in the order an ack takes them (partition_consumers, then its
+  -- failure rows), so a concurrent ack of the group waits here rather than deadlocking.
+  PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE c.consumer_group = p_group AND q.tenant_id = p_tenant ORDER BY c.partition_id FOR UPDATE OF c;
+  WITH gone AS (
+    DELETE FROM queen.partition_consumers c USING queen.partitions p, queen.queues q
+     WHERE c.consumer_group = p_group AND p.id = c.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
+    RETURNING 1)
+  SELECT count(*) INTO v_n FROM gone;
+  DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
+   WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q
+   WHERE f.consumer_group = p_group AND p.id = f.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
+  RETURN jsonb_build_object('ok', true, 'success', true, 'consumerGroup', p_group, 'deletedPartitions', v_n,
+                            'metadataDeleted', coalesce(p_delete_metadata, true));
+END $$;
+
+-- GET /api/v1/dlq since 0.2: queen.log_dead_letters_v1 with Queen's from/to (the dead letters set
+-- aside at or after p_from and at or before p_to; NULL: unbounded), and an entry whose payload is
+-- stored encrypted marked "sealed": true for the API to open.
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT,
+  p_from TIMESTAMPTZ, p_to TIMESTAMPTZ) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_out JSONB;
+  v_total BIGINT;
+BEGIN
+  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  SELECT count(*) INTO v_total
+    FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+     AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to);
+  SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
+           'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
+           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
+           || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
+           ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
+    INTO v_out
+    FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
+                 m.created_at, q.name AS queue, p.name AS partition, t.error_message,
+                 EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
+            FROM queen.message_failures f
+            JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
+            LEFT JOIN queen.message_failure_texts t
+              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
+            JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
+             AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to)
+           ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
+           LIMIT p_limit OFFSET p_offset) d;
+  RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
+END $$;

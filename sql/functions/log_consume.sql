@@ -457,3 +457,410 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
 END $$;
+
+-- The wait after a message's `p_failures`-th failed delivery: `p_delay` ms; with p_max above it,
+-- doubled at each failure after the first and capped at p_max (an exponential backoff).
+CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay INT, p_max INT, p_failures INT) RETURNS BIGINT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN p_max <= p_delay THEN p_delay::bigint
+              ELSE least(p_max::numeric, p_delay::numeric * power(2::numeric, least(greatest(p_failures - 1, 0), 40)))::bigint END
+$$;
+
+-- queen.log_pop_v1 and two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
+-- (a partition whose group acked a message `failed` is not leased to the group again before its
+-- queen.consumer_retry_at; with no delay the row is not read, and the plan is v1's) and
+-- encryption (a message whose payload is stored encrypted carries "sealed": true, for the API to
+-- open; it never opens in SQL). Everything else as v1.
+CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_queue queen.queues;
+  v_partition_id UUID;
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_lease UUID;
+  v_now TIMESTAMPTZ;
+  v_expires TIMESTAMPTZ;
+  v_lapsed BOOLEAN;
+  v_found RECORD;
+  v_delay INT := 0;
+  v_window INT := 0;
+  v_due_by TIMESTAMPTZ := 'infinity';
+  v_quiet_by TIMESTAMPTZ := 'infinity';
+  v_retry_gate BOOLEAN := false;
+BEGIN
+  IF NOT queen.log_name_ok_v1(p_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
+    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_group) THEN
+    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
+  END IF;
+
+  -- The queue and its delays (queen.queue_delays, below), in one statement.
+  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
+         coalesce(o.retry_delay_ms, 0) > 0 AS retry_gate INTO v_found
+    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  v_queue := v_found.queue;
+  v_delay := v_found.delay;
+  v_window := v_found.window_buffer;
+  v_retry_gate := v_found.retry_gate;
+  IF p_partition IS NOT NULL THEN
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
+    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  END IF;
+
+  -- The group's row per partition, created on first sight.
+  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+  SELECT p.id, v_group FROM queen.partitions p
+   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+  ON CONFLICT DO NOTHING;
+
+  v_now := clock_timestamp();
+  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
+  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
+  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
+  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
+  -- finished, and a message is never deleted but with its queue) is due.
+  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
+  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
+  LOOP
+    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
+    -- keeps the plan it had before they existed.
+    IF v_delay = 0 AND v_window = 0 AND NOT v_retry_gate THEN
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSE
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+         -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+         AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    END IF;
+    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
+    -- handed out again: this is where its expiry is noticed, and clearing it in the same
+    -- transaction is what makes it count once.
+    v_lapsed := v_pc.lease_id IS NOT NULL;
+    IF v_lapsed THEN
+      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
+      SELECT c.* INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
+    END IF;
+
+    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
+    -- not yet due.
+    IF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
+    EXIT WHEN v_seqs IS NOT NULL;
+    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
+    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
+    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+  END LOOP;
+
+  v_lease := gen_random_uuid();
+  v_expires := v_now + make_interval(secs => v_queue.lease_time);
+  UPDATE queen.partition_consumers
+     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+
+  RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    SELECT jsonb_agg(jsonb_build_object(
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0))
+           -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
+           || CASE WHEN s.seq IS NOT NULL THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+      LEFT JOIN queen.sealed_messages s ON s.partition_id = m.partition_id AND s.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
+END $$;
+
+-- queen.log_ack_one_v1 with the queue's retryDelay: a `failed` ack that leaves the message for
+-- redelivery holds the group's partition back (queen.consumer_retry_at) for the delay. Else as v1.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_pid UUID := (a->>'partitionId')::uuid;
+  v_group TEXT := a->>'consumerGroup';
+  v_lease UUID := (a->>'leaseId')::uuid;
+  v_seq BIGINT;
+  v_pc queen.partition_consumers;
+  v_retry_limit INT;
+  v_retry_delay INT;
+  v_retry_max INT;
+  v_failures INT;
+  v_reason TEXT;
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_dead BOOLEAN := false;
+  v_finished BOOLEAN := false;
+BEGIN
+  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
+  SELECT m.seq INTO v_seq FROM queen.messages m
+    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
+  IF v_seq IS NULL THEN
+    v_reason := 'not_found';
+  ELSE
+    SELECT * INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF v_pc.partition_id IS NULL THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
+      v_reason := 'already_acked';
+    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
+      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
+            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
+      v_reason := 'lease_expired';
+    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
+      v_reason := 'not_leased';
+    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
+      v_reason := 'already_acked';
+    END IF;
+  END IF;
+
+  IF v_reason IS NOT NULL THEN
+    IF p_raise THEN
+      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
+        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
+    END IF;
+    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
+    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
+      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+  END IF;
+
+  IF a->>'status' = 'completed' THEN
+    v_finished := true;
+    v_pc.completed := v_pc.completed + 1;
+  ELSE
+    SELECT q.retry_limit, coalesce(o.retry_delay_ms, 0), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE p.id = v_pid;
+    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
+    VALUES (v_pid, v_group, v_seq, 1, v_now)
+    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
+    RETURNING failures INTO v_failures;
+    v_pc.failures := v_pc.failures + 1;
+    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
+    IF coalesce(a->>'error', '') <> '' THEN
+      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
+      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
+      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
+    END IF;
+    IF v_failures > v_retry_limit THEN
+      UPDATE queen.message_failures SET dead_lettered_at = v_now
+       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
+      v_dead := true;
+      v_finished := true;
+      v_pc.dead_letters := v_pc.dead_letters + 1;
+    ELSE
+      v_pc.lease_failed := v_pc.lease_failed || v_seq;
+      -- retryDelay: the group's partition (and so this message, the first unfinished one once the
+      -- lease ends) waits queen.log_retry_delay_ms_v1 from now; a later failure may only extend it.
+      IF v_retry_delay > 0 THEN
+        INSERT INTO queen.consumer_retry_at AS r (partition_id, consumer_group, retry_at)
+        VALUES (v_pid, v_group, v_now + make_interval(secs => queen.log_retry_delay_ms_v1(v_retry_delay, v_retry_max, v_failures) / 1000.0))
+        ON CONFLICT (partition_id, consumer_group) DO UPDATE SET retry_at = greatest(r.retry_at, EXCLUDED.retry_at);
+      END IF;
+    END IF;
+  END IF;
+
+  IF v_finished THEN
+    IF v_seq = v_pc.cursor_seq + 1 THEN
+      v_pc.cursor_seq := v_seq;
+      -- Fold in what was finished ahead of the gap that just closed.
+      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
+        v_pc.cursor_seq := v_pc.cursor_seq + 1;
+        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
+      END LOOP;
+    ELSE
+      v_pc.done_seqs := v_pc.done_seqs || v_seq;
+    END IF;
+  END IF;
+
+  -- Every leased message settled: the partition goes back to the group now, not at expiry.
+  IF NOT EXISTS (
+    SELECT 1 FROM unnest(v_pc.lease_seqs) s
+     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+
+  UPDATE queen.partition_consumers
+     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+   WHERE partition_id = v_pid AND consumer_group = v_group;
+
+  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $$;
+
+-- queen.log_ack_batch_v1 through queen.log_ack_one_v2.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
+  FOR i IN 1 .. v_n LOOP
+    v_out := v_out || queen.log_ack_one_v2(p_tenant, v_norm[i], i - 1, p_raise);
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- queen.log_ack_batch_body_v1 through queen.log_ack_batch_v2.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN queen.log_ack_batch_v2(p_tenant, v_acks, false);
+END $$;
+
+-- queen.log_pop_many_v1 through queen.log_pop_v2.
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB;
+  v_got JSONB;
+  v_left INT := p_batch;
+  v_shared UUID;
+BEGIN
+  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
+    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
+  END IF;
+  v_out := queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch);
+  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
+  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
+  v_left := p_batch - jsonb_array_length(v_out);
+  FOR v_turn IN 2..p_partitions LOOP
+    EXIT WHEN v_left <= 0;
+    v_got := queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left);
+    EXIT WHEN jsonb_array_length(v_got) = 0;
+    v_out := v_out || v_got;
+    v_left := v_left - jsonb_array_length(v_got);
+  END LOOP;
+  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
+  v_shared := gen_random_uuid();
+  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
+  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
+  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
+  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
+            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $$;
+
+-- Queen's server-side autoAck (?autoAck=true): the messages a pop just leased are acked `completed`
+-- in the same statement, so they are consumed at delivery (nothing comes back if the consumer then
+-- fails). Answers the messages with leaseId "" (no lease is left to ack or extend), as Queen does.
+CREATE OR REPLACE FUNCTION queen.log_auto_ack_v1(p_tenant UUID, p_messages JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF jsonb_array_length(p_messages) = 0 THEN RETURN p_messages; END IF;
+  PERFORM queen.log_ack_batch_v2(p_tenant, (
+    SELECT jsonb_agg(jsonb_build_object('transactionId', e->'transactionId', 'partitionId', e->'partitionId', 'status', 'completed',
+                                        'consumerGroup', e->'consumerGroup', 'leaseId', e->'leaseId') ORDER BY k)
+      FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k)), false);
+  RETURN (SELECT jsonb_agg(e || '{"leaseId": "", "leaseExpiresAt": null}'::jsonb ORDER BY k)
+            FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k));
+END $$;
+
+-- GET /api/v1/pop?namespace=&task= (Queen's pop across queues): the tenant's queues whose
+-- configured namespace and task match (an absent one matches any; at least one is given), higher
+-- priority first, then the queue whose next message for the group is oldest, each popped as
+-- queen.log_pop_many_v2 pops a queue (the same leases, fencing and counts) until one answers
+-- messages. At most 1,000 queues are looked at, in that order.
+CREATE OR REPLACE FUNCTION queen.log_pop_match_v1(p_tenant UUID, p_namespace TEXT, p_task TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
+  v_out JSONB := '[]';
+  r RECORD;
+BEGIN
+  IF coalesce(p_namespace, '') = '' AND coalesce(p_task, '') = '' THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A pop names a queue, or a namespace and/or a task.', NULL);
+  END IF;
+  FOR r IN
+    SELECT q.name FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND (coalesce(p_namespace, '') = '' OR o.namespace = p_namespace)
+       AND (coalesce(p_task, '') = '' OR o.task = p_task)
+     ORDER BY o.priority DESC,
+              (SELECT min(m.created_at) FROM queen.partitions p
+                 LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = v_group
+                 JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
+                WHERE p.queue_id = q.id) NULLS LAST,
+              q.name
+     LIMIT 1000
+  LOOP
+    v_out := queen.log_pop_many_v2(p_tenant, r.name, NULL, v_group, p_batch, p_partitions);
+    EXIT WHEN jsonb_array_length(v_out) > 0;
+  END LOOP;
+  RETURN v_out;
+END $$;

@@ -369,3 +369,148 @@ BEGIN
     RETURN NEXT CASE WHEN v_answers[v_at] IS NOT NULL THEN jsonb_build_array(v_answers[v_at] || '{"index": 0}'::jsonb)::text END;
   END LOOP;
 END $$;
+
+-- Two queue options every client push obeys (sql/migrations/051_queue_options.sql), checked by the
+-- v2 entry points below; a timer's fire (queen.log_push_v1 from the sweeper) obeys neither check:
+-- it was accepted when it was scheduled, and is stored as the timer holds it.
+
+-- encryptionEnabled: items to an encrypted queue must arrive sealed (encrypted by the API, which
+-- holds the key: services/api/seal/). `p_sealed` is aligned with `p_items`: the sealed text of an
+-- item's payload, or null for an item the API did not seal. When an item to an encrypted queue is
+-- not sealed, raises QK428 with DETAIL {"queues": [...]} (the encrypted queues among the items):
+-- the API reads those items' payloads (queen.log_seal_texts_v1), seals them and sends the request
+-- again; nothing was written. One probe per distinct queue, none on a cell without options rows.
+CREATE OR REPLACE FUNCTION queen.log_check_sealed_v1(p_tenant UUID, p_items JSONB, p_sealed JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_encrypted TEXT[];
+BEGIN
+  SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
+    FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = ANY (queen.log_item_queues_v1(p_items)) AND o.encryption_enabled;
+  IF v_encrypted IS NULL THEN RETURN; END IF;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)
+              WHERE e->>'queue' = ANY (v_encrypted) AND jsonb_typeof(p_sealed->(k::int - 1)) IS DISTINCT FROM 'string') THEN
+    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_encrypted)::text;
+  END IF;
+END $$;
+
+-- The items with each sealed payload in place of the plaintext one (p_sealed as above; NULL: as given).
+CREATE OR REPLACE FUNCTION queen.log_sealed_items_v1(p_items JSONB, p_sealed JSONB) RETURNS JSONB
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN p_sealed IS NULL OR jsonb_typeof(p_items) <> 'array' THEN p_items
+    ELSE (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(p_sealed->(k::int - 1)) = 'string' AND jsonb_typeof(e) = 'object'
+                                         THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
+            FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
+$$;
+
+-- What the API seals: the payload (as jsonb text: numbers exact) of each item to one of p_queues,
+-- NULL for the others, aligned with the items.
+CREATE OR REPLACE FUNCTION queen.log_seal_texts_v1(p_items JSONB, p_queues TEXT[]) RETURNS TEXT[]
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(array_agg(CASE WHEN e->>'queue' = ANY (p_queues) THEN coalesce(e->'payload', 'null'::jsonb)::text END ORDER BY k), '{}')
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) WITH ORDINALITY AS t (e, k)
+$$;
+
+-- The items of a transaction wire's push operations, in order (what p_sealed aligns with there).
+CREATE OR REPLACE FUNCTION queen.log_op_items_v1(p_ops JSONB) RETURNS JSONB
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(jsonb_agg(it ORDER BY o, k), '[]'::jsonb)
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS x (op, o),
+         jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
+                                   THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
+$$;
+
+-- A queue's unconsumed messages, as maxSize counts them: per partition, the messages past the
+-- cursor of the group furthest behind on it (every message, when no group reads it yet). Cost: one
+-- probe per partition of the queue.
+CREATE OR REPLACE FUNCTION queen.log_unconsumed_v1(p_queue_id UUID) RETURNS BIGINT
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT coalesce(sum(p.last_seq - coalesce((SELECT min(c.cursor_seq) FROM queen.partition_consumers c WHERE c.partition_id = p.id), 0)), 0)
+            FROM queen.partitions p WHERE p.queue_id = p_queue_id);
+END $$;
+
+-- maxSize: after a request's pushes, any of these queues (of the tenant) holding more unconsumed
+-- messages than its max_size refuses the request: 429 log_queue_full, raised, so the statement (and
+-- in the transaction wire the whole bundle) rolls back and no item of it is stored. 429 because
+-- waiting resolves it: consumers draining the queue make room. `p_index` names the item or operation.
+-- Pushes to different partitions of a capped queue hold different partition locks, so each would
+-- count without the other's rows and together pass the cap: a transaction-scoped advisory lock per
+-- capped queue (taken in name order, after the partition locks, held to commit) makes them count
+-- in turn, each seeing what the one before committed. Queues without maxSize take none.
+CREATE OR REPLACE FUNCTION queen.log_check_size_v1(p_tenant UUID, p_queues TEXT[], p_index INT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+  r RECORD;
+  v_count BIGINT;
+BEGIN
+  FOR r IN SELECT q.id, q.name, o.max_size FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+            WHERE q.tenant_id = p_tenant AND q.name = ANY (p_queues) AND o.max_size > 0 ORDER BY q.name LOOP
+    -- 1902472411: this lock's class (no other advisory lock of the cell uses it); the queue's id hashed.
+    PERFORM pg_advisory_xact_lock(1902472411, hashtext(r.id::text));
+    v_count := queen.log_unconsumed_v1(r.id);
+    IF v_count > r.max_size THEN
+      PERFORM queen.fail_v1('log_queue_full', format(
+        'Queue %s holds at most %s unconsumed messages (maxSize) and this push would leave %s; nothing was stored. Retry once consumers have made room.',
+        r.name, r.max_size, v_count), p_index);
+    END IF;
+  END LOOP;
+END $$;
+
+-- Marks the messages a request stored from sealed items as encrypted. `p_results` is
+-- log_push_items_v1's answer (one element per item), p_sealed aligned with it as above; a duplicate
+-- stored nothing and marks nothing.
+CREATE OR REPLACE FUNCTION queen.log_mark_sealed_v1(p_results JSONB, p_sealed JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_sealed IS NULL OR jsonb_typeof(p_sealed) <> 'array' THEN RETURN; END IF;
+  INSERT INTO queen.sealed_messages (partition_id, seq)
+  SELECT m.partition_id, m.seq FROM jsonb_array_elements(p_results) WITH ORDINALITY AS t (e, k)
+    JOIN queen.messages m ON m.partition_id = (e->>'partition_id')::uuid AND m.transaction_id = e->>'transaction_id'
+   WHERE e->>'status' = 'queued' AND jsonb_typeof(p_sealed->(k::int - 1)) = 'string'
+  ON CONFLICT DO NOTHING;
+END $$;
+
+-- The distinct queue names of a push's items (strings only; the checks of the push refuse others).
+CREATE OR REPLACE FUNCTION queen.log_item_queues_v1(p_items JSONB) RETURNS TEXT[]
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(array_agg(DISTINCT e->>'queue'), '{}') FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) e
+   WHERE jsonb_typeof(e->'queue') = 'string'
+$$;
+
+-- POST /api/v1/push's entry since 0.2: queen.log_push_request_v1 between the two checks above.
+-- Items to an encrypted queue not sealed by the API: QK428 before anything is written. After the
+-- pushes, a queue past its maxSize refuses the whole request (raised: nothing of it stays).
+-- `p_sealed` (aligned with the items): the sealed text of each payload the API sealed; those
+-- items are stored with it in place of the plaintext, and their messages marked.
+CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant UUID, p_items JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queues TEXT[] := queen.log_item_queues_v1(p_items);
+  v_items JSONB := queen.log_sealed_items_v1(p_items, p_sealed);
+  v_out JSONB;
+BEGIN
+  PERFORM queen.log_check_sealed_v1(p_tenant, p_items, p_sealed);
+  v_out := queen.log_push_request_v1(p_tenant, v_items);
+  PERFORM queen.log_mark_sealed_v1(v_out, p_sealed);
+  -- One item: its index is named, as the item's other refusals are.
+  PERFORM queen.log_check_size_v1(p_tenant, v_queues, CASE WHEN jsonb_array_length(p_items) = 1 THEN 0 END);
+  RETURN v_out;
+END $$;
+
+-- queen.log_push_coalesced_v1 for queues without maxSize and encryption; a gathering for a queue
+-- with either is declined whole (NULL for every body), so each request goes alone through
+-- queen.log_push_request_v2 and gets its own answer (a full queue refuses only the requests that
+-- do not fit).
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v2(p_tenant UUID, p_bodies JSONB) RETURNS SETOF TEXT
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+              WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
+                AND q.name IN (SELECT queen.log_fast_queue_v1(queen.log_fast_item_v1(b->'items')) FROM jsonb_array_elements(p_bodies) b)) THEN
+    RETURN QUERY SELECT NULL::text FROM jsonb_array_elements(p_bodies);
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT queen.log_push_coalesced_v1(p_tenant, p_bodies);
+END $$;

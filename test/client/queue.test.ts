@@ -160,3 +160,34 @@ test('consume tells onError when an ack did not apply (a lapsed lease): the mess
   expect(errors).toEqual([expect.objectContaining({ name: 'QueenError', code: 'ack_failed', message: expect.stringMatching(/lease_expired/) })]);
   expect((await queen.queue('q-lapse').group('r').pop()).map((m) => [m.data, m.retryCount])).toEqual([['late', 1]]);
 });
+
+test('the 0.2 options through create(); the dead-letter read, a consumer-group delete and a queue delete', async () => {
+  const { queen } = cell;
+  const created = await queen.queue('q-admin').config({ retryLimit: 0, retryDelay: 0, maxSize: 100, priority: 3 }).create();
+  expect([created.options.maxSize, created.options.priority, created.options.retryDelay]).toEqual([100, 3, 0]);
+  await queen.queue('q-admin').push([{ data: 'poison', transactionId: 'p1' }]);
+  const [m] = await queen.queue('q-admin').group('g-admin').pop();
+  await queen.ack(m, false, { group: 'g-admin' });
+  const page = await queen.queue('q-admin').dlq({ group: 'g-admin', from: new Date(Date.now() - 60_000) });
+  expect([page.total, page.messages.map((d) => [d.transactionId, d.errorMessage, d.data])]).toEqual([1, [['p1', null, 'poison']]]);
+  expect((await queen.queue('q-admin').dlq({ to: new Date(Date.now() - 60_000) })).total).toBe(0);
+  expect(await queen.deleteConsumerGroup('g-admin')).toEqual({ consumerGroup: 'g-admin', deletedPartitions: 1 });
+  expect((await queen.queue('q-admin').dlq()).total).toBe(0);
+  expect((await queen.queue('q-admin').group('g-admin').pop()).map((x) => x.transactionId)).toEqual(['p1']);
+  expect(await queen.queue('q-admin').delete()).toEqual({ queue: 'q-admin', existed: true });
+  expect(await queen.queue('q-admin').delete()).toEqual({ queue: 'q-admin', existed: false });
+});
+
+test('queen.match pops across the queues of a namespace, higher priority first; consume works the same way', async () => {
+  const { queen } = cell;
+  await queen.queue('q-mail-low').labelled({ namespace: 'mail', task: 'send' }).config({ priority: 1 }).create();
+  await queen.queue('q-mail-high').labelled({ namespace: 'mail', task: 'send' }).config({ priority: 9 }).create();
+  await queen.queue('q-mail-low').push([{ data: 'low' }]);
+  await queen.queue('q-mail-high').push([{ data: 'high' }]);
+  const [first] = await queen.match({ namespace: 'mail', task: 'send' }).pop();
+  expect([first.queue, first.data]).toEqual(['q-mail-high', 'high']);
+  expect((await queen.ack(first)).success).toBe(true);
+  const seen: unknown[] = [];
+  await queen.match({ namespace: 'mail' }).limit(1).consume(async (m) => void seen.push((m as Message).data));
+  expect(seen).toEqual(['low']);
+});

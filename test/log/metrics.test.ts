@@ -18,7 +18,7 @@ function countsByRoute(text: string, family: string): Record<string, number> {
 test('from boot, before any request: every route of the log and KV latency histograms has its series at 0', async () => {
   const text = await scrape(api.url);
   expect(countsByRoute(text, 'queen_log_request_duration_seconds')).toEqual({
-    push: 0, pop: 0, pop_wait: 0, ack: 0, ack_batch: 0, transaction: 0,
+    push: 0, pop: 0, pop_wait: 0, ack: 0, ack_batch: 0, transaction: 0, consumer_group_delete: 0, trace: 0,
   });
   expect(countsByRoute(text, 'queen_kv_op_duration_seconds')).toEqual({ batch: 0, get: 0, put: 0, delete: 0 });
   // Buckets too: histogram_quantile over rate(..._bucket) has something to read.
@@ -40,8 +40,10 @@ test('push, pop, a long poll, ack, ack batch and the transaction wire each count
   const batch = await call(api.url, 'POST', '/api/v1/ack/batch', { acknowledgments: rest.map((m) => ackOf(m)) });
   expect(batch.body.ok).toBe(true);
   expect((await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'latency', payload: 4 }] }] })).status).toBe(200);
+  expect((await call(api.url, 'DELETE', '/api/v1/consumer-groups/latency-group')).status).toBe(200);
+  expect((await call(api.url, 'POST', '/api/v1/traces', { transactionId: first.transactionId, partitionId: first.partitionId, data: {} })).status).toBe(201);
 
   const after = countsByRoute(await scrape(api.url), 'queen_log_request_duration_seconds');
   const moved = Object.fromEntries(Object.keys(after).map((route) => [route, after[route] - (before[route] ?? 0)]));
-  expect(moved).toEqual({ push: 2, pop: 1, pop_wait: 1, ack: 1, ack_batch: 1, transaction: 1 });
+  expect(moved).toEqual({ push: 2, pop: 1, pop_wait: 1, ack: 1, ack_batch: 1, transaction: 1, consumer_group_delete: 1, trace: 1 });
 });

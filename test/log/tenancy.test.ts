@@ -39,6 +39,11 @@ const DATA_ROUTES: Array<[string, string, unknown?]> = [
   ['POST', '/api/v1/ack', { transactionId: 't', partitionId: A, status: 'completed' }],
   ['POST', '/api/v1/ack/batch', { acknowledgments: [{ transactionId: 't', partitionId: A, status: 'completed' }] }],
   ['POST', `/api/v1/lease/${A}/extend`, { seconds: 10 }],
+  ['GET', '/api/v1/pop?namespace=n'],
+  ['DELETE', '/api/v1/consumer-groups/g'],
+  ['POST', '/api/v1/traces', { transactionId: 't', partitionId: A, data: {} }],
+  ['GET', `/api/v1/traces/${A}/t`],
+  ['GET', '/api/v1/dlq?from=2026-01-01T00:00:00Z'],
   ['POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [{ queue: 'q', payload: 1 }] }] }],
   ['POST', '/api/v1/transaction', { operations: [{ type: 'ack', transactionId: 't', partitionId: A, status: 'completed' }] }],
   ['POST', '/api/v1/transaction', { kv: [{ op: 'get', ns: 'n', key: 'k' }] }],
@@ -253,4 +258,27 @@ describe('rows written with tenancy off', () => {
       await off.close();
     }
   });
+});
+
+test("the 0.2 routes reach only the tenant's own: a consumer-group delete, a trace, a pop by namespace", async () => {
+  for (const t of [A, B]) {
+    await call(api.url, 'POST', '/api/v1/configure', { queue: 'tq-ns', namespace: 'shared-ns', options: {} }, as(t));
+    await pushAs(t, [{ queue: 'tq-ns', payload: t, transactionId: 'same' }]);
+  }
+  const [mine] = await popAs(A, 'tq-ns', '?consumerGroup=g');
+  await call(api.url, 'POST', '/api/v1/ack', { ...ack(mine), consumerGroup: 'g' }, as(A));
+  const [theirs] = await popAs(B, 'tq-ns', '?consumerGroup=g');
+  await call(api.url, 'POST', '/api/v1/ack', { ...ack(theirs), consumerGroup: 'g' }, as(B));
+  // B's delete of group g leaves A's cursor alone.
+  const del = await call(api.url, 'DELETE', '/api/v1/consumer-groups/g', undefined, as(B));
+  expect(del.body.deletedPartitions).toBe(1);
+  expect(await popAs(A, 'tq-ns', '?consumerGroup=g')).toEqual([]);
+  expect((await popAs(B, 'tq-ns', '?consumerGroup=g')).map((m) => m.data)).toEqual([B]);
+  // A trace against A's message from B is an unknown message; A's read shows none of B's.
+  const foreign = await call(api.url, 'POST', '/api/v1/traces', { transactionId: mine.transactionId, partitionId: mine.partitionId, data: {} }, as(B));
+  expect(foreign.body.error).toBe('not_found');
+  expect((await call(api.url, 'GET', `/api/v1/traces/${mine.partitionId}/${mine.transactionId}`, undefined, as(A))).body.traces).toEqual([]);
+  // A pop by namespace takes only the tenant's own queue.
+  const byNs = await call(api.url, 'GET', '/api/v1/pop?namespace=shared-ns&consumerGroup=h', undefined, as(A));
+  expect(byNs.body.messages.map((m: Message) => m.data)).toEqual([A]);
 });

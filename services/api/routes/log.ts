@@ -9,13 +9,17 @@ import { directUrl, type Config } from '../../../shared/config';
 import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, Metrics } from '../../../shared/metrics';
-import { LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_SUBSCRIBE_NEW } from '../../../shared/sql/log';
+import {
+  LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP,
+  LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
+} from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
 import { nameRule, refusePushItems, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
+import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
 
 export interface LogRouteDeps {
   config: Config;
@@ -86,30 +90,47 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
 }
 
 /**
- * Queen's pop parameters the cell does not implement, refused by name rather than ignored (an
- * ignored one changes delivery): server-side autoAck, a subscription starting at a timestamp,
- * pop by namespace or task. Their neutral values pass, so a Queen client
- * sending its defaults works. True when the pop asks a new group to start at the end
- * (subscriptionMode new / new-only, subscriptionFrom now).
+ * An instant as Queen's clients send one (subscriptionFrom, the dead-letter read's from/to): ISO 8601
+ * with a date, a time and a zone (Z or an offset), as PostgreSQL's timestamptz reads it. Anything
+ * else is refused rather than read as "from the beginning".
  */
-function refuseUnsupportedPop(req: Request): boolean {
-  const autoAck = queryString(req, 'autoAck');
-  if (autoAck !== undefined && !['false', '0', ''].includes(autoAck)) {
-    throw new ApiError('unsupported', 'autoAck: the cell does not consume at delivery; pop, then ack.');
+function instant(text: string | undefined, name: string): string | null {
+  if (text === undefined || text === '') return null;
+  if (!/^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$/i.test(text) || Number.isNaN(Date.parse(text.replace(' ', 'T')))) {
+    throw new ApiError('log_invalid_timestamp', `${name} is an ISO 8601 instant with its zone, such as 2026-12-02T14:00:00Z.`);
+  }
+  return text;
+}
+
+interface PopChoices {
+  /** A new group starts at the end (subscriptionMode new / new-only, subscriptionFrom now). */
+  fromNow: boolean;
+  /** A new group starts at this instant (subscriptionFrom=<ISO 8601>). */
+  fromInstant: string | null;
+  /** Queen's server-side autoAck: consumed at delivery. */
+  autoAck: boolean;
+}
+
+/**
+ * Queen's pop parameters: autoAck (true / 1: the messages are acked `completed` in the pop's own
+ * statement), subscriptionMode, subscriptionFrom (now or an instant). A subscriptionMode the cell
+ * does not implement is refused by name rather than ignored (an ignored one changes delivery).
+ */
+function popChoices(req: Request): PopChoices {
+  const autoAckText = queryString(req, 'autoAck');
+  if (autoAckText !== undefined && !['true', 'false', '1', '0', ''].includes(autoAckText)) {
+    throw new ApiError('bad_request', 'autoAck is true or false.');
   }
   const mode = queryString(req, 'subscriptionMode');
   if (mode !== undefined && !['', 'all', 'from_beginning', 'new', 'new-only'].includes(mode)) {
     throw new ApiError('unsupported', 'subscriptionMode: all (from_beginning) or new (new-only); other modes are not implemented.');
   }
   const from = queryString(req, 'subscriptionFrom');
-  if (from !== undefined && from !== '' && from !== 'now') {
-    throw new ApiError('unsupported', 'subscriptionFrom: now, or leave it out; a starting timestamp is not implemented.');
-  }
-  for (const name of ['namespace', 'task']) {
-    const v = queryString(req, name);
-    if (v !== undefined && v !== '') throw new ApiError('unsupported', `${name}: the cell has no queue ${name}s; pop by queue.`);
-  }
-  return mode === 'new' || mode === 'new-only' || from === 'now';
+  return {
+    fromNow: mode === 'new' || mode === 'new-only' || from === 'now',
+    fromInstant: from === 'now' ? null : instant(from, 'subscriptionFrom'),
+    autoAck: autoAckText === 'true' || autoAckText === '1',
+  };
 }
 
 /** The body's text (what travels to PostgreSQL) and, for routing only, the object it parses to. */
@@ -123,10 +144,12 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
   const router = Router();
   const body = rawBody(config);
   const signal = new PushSignal(directUrl(config), log);
+  const unreadable = (n: number) => log.warn({ messages: n }, 'sealed payloads no key of this process opens were answered as data: null (QUEEN_ENCRYPTION_KEY / _PREVIOUS)');
 
   router.post('/api/v1/configure', body, async (req, res) => {
     const tenant = tenantOf(config, req);
-    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text] });
+    // encryptionEnabled: true needs this API's key (log_configure_v2 refuses it without, naming the variable).
+    const { rows } = await messagePool.query({ ...LOG_CONFIGURE, values: [tenant, objectBody(req).text, config.encryptionKeys !== undefined] });
     sendJsonText(res, 200, rows[0].body);
   });
 
@@ -145,7 +168,17 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const group = queryString(req, 'consumerGroup') || '__QUEUE_MODE__';
     // Queen's multi-partition pop: up to this many partitions under one lease id, `batch` messages in all.
     const partitions = wholeNumber(queryString(req, 'partitions'), 1, 1, POP_DEFAULTS.maxBatch, 'log_invalid_partitions', 'partitions');
-    const fromNow = refuseUnsupportedPop(req);
+    const choices = popChoices(req);
+    // Without a queue in the path: Queen's pop by namespace and/or task, across the matching queues.
+    const match = params.queue === undefined
+      ? { namespace: queryString(req, 'namespace') || null, task: queryString(req, 'task') || null }
+      : undefined;
+    if (match) {
+      if (match.namespace === null && match.task === null) throw new ApiError('log_invalid_queue', 'A pop names a queue (/api/v1/pop/queue/:queue), or a namespace and/or a task.');
+      if (choices.fromNow || choices.fromInstant) throw new ApiError('unsupported', 'subscriptionMode and subscriptionFrom apply to a pop of one queue.');
+      refuseNul(match.namespace, 'log_invalid_queue', nameRule('A namespace'));
+      refuseNul(match.task, 'log_invalid_queue', nameRule('A task'));
+    }
     refuseNul(params.queue, 'log_invalid_queue', nameRule('A queue name'));
     refuseNul(params.partition, 'log_invalid_partition', nameRule('A partition name'));
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
@@ -153,7 +186,8 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     // A pop that does not wait is one call's bound in all (shared/db.ts), its statements together.
     const started = Date.now();
     const from = () => (wait ? Date.now() : started);
-    if (fromNow) await messagePool.query(since({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) }, started));
+    if (choices.fromNow) await messagePool.query(since({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) }, started));
+    else if (choices.fromInstant) await messagePool.query(since({ ...LOG_SUBSCRIBE_FROM, values: [...values.slice(0, 4), choices.fromInstant] }, started));
     // One answer is one jsonb array, and PostgreSQL caps a jsonb array at 256 MiB: a batch of large
     // payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the pop with 54000 and a 500,
     // on every retry, since the failed statement took no lease. Such a batch is asked again at half
@@ -161,7 +195,8 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
-          return await messagePool.query(since({ ...LOG_POP, values: [values[0], values[1], values[2], values[3], size, partitions] }, from()));
+          if (match) return await messagePool.query(since({ ...LOG_POP_MATCH, values: [tenant, match.namespace, match.task, group, size, partitions, choices.autoAck] }, from()));
+          return await messagePool.query(since({ ...(choices.autoAck ? LOG_POP_AUTO_ACK : LOG_POP), values: [values[0], values[1], values[2], values[3], size, partitions] }, from()));
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
@@ -179,14 +214,16 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
       // as a failed delivery. Without this, the push that woke the wait was leased to the gone request.
       if (gone) return void res.end();
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
-      const armed = wait ? await signal.arm(tenant, params.queue) : undefined;
+      // A pop by namespace/task waits on no one queue's notification: it looks again every recheck.
+      const armed = wait ? await signal.arm(tenant, params.queue ?? '\u0000match') : undefined;
       try {
         const { rows } = await popOnce();
-        const messages: string = rows[0].messages;
+        // Sealed payloads (an encrypted queue) are opened here, the only place the key is.
+        const messages: string = openAnswer(config.encryptionKeys, rows[0].messages, unreadable);
         if (messages !== '[]') {
           // Queen's answer: the partition and lease at the top, then the messages (each names its own).
           const top = {
-            success: true, queue: params.queue, partition: rows[0].partition, partitionId: rows[0].partition_id,
+            success: true, queue: rows[0].queue, partition: rows[0].partition, partitionId: rows[0].partition_id,
             leaseId: rows[0].lease_id, consumerGroup: group, partitionsClaimed: rows[0].partitions,
           };
           return sendJsonText(res, 200, `${JSON.stringify(top).slice(0, -1)},"messages":${messages}}`);
@@ -205,7 +242,8 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
   // Express answers HEAD with the GET handler, and a pop is not safe: a HEAD (a monitor, a link
   // checker, a proxy's probe) leased messages and threw them away; each lapse counted as a failed
   // delivery, so a few HEADs dead-lettered a message no consumer ever saw. A pop has no HEAD.
-  router.head(['/api/v1/pop/queue/:queue', '/api/v1/pop/queue/:queue/partition/:partition'], notFound);
+  router.head(['/api/v1/pop', '/api/v1/pop/queue/:queue', '/api/v1/pop/queue/:queue/partition/:partition'], notFound);
+  router.get('/api/v1/pop', pop);
   router.get('/api/v1/pop/queue/:queue', pop);
   router.get('/api/v1/pop/queue/:queue/partition/:partition', pop);
 
@@ -234,10 +272,9 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
   // Queen's dead-letter read: ?queue, partition, consumerGroup, limit (1-1000, 100), offset.
   router.get('/api/v1/dlq', async (req, res) => {
     const tenant = tenantOf(config, req);
-    for (const name of ['from', 'to']) {
-      const v = queryString(req, name);
-      if (v !== undefined && v !== '') throw new ApiError('unsupported', `${name}: the dead-letter read filters by queue, partition and consumerGroup, not by time.`);
-    }
+    // Queen's from/to: when the message was set aside (failedAt), each bound included.
+    const from = instant(queryString(req, 'from'), 'from');
+    const to = instant(queryString(req, 'to'), 'to');
     const queue = queryString(req, 'queue') || null;
     const partition = queryString(req, 'partition') || null;
     const group = queryString(req, 'consumerGroup') || null;
@@ -246,10 +283,37 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
     const limit = wholeNumber(queryString(req, 'limit'), 100, 1, 1000, 'log_invalid_batch', 'limit');
     const offset = wholeNumber(queryString(req, 'offset'), 0, 0, 1_000_000_000, 'log_invalid_batch', 'offset');
-    const { rows } = await messagePool.query({ ...LOG_DEAD_LETTERS, values: [tenant, queue, partition, group, limit, offset] });
-    sendJsonText(res, 200, rows[0].body);
+    const { rows } = await messagePool.query({ ...LOG_DEAD_LETTERS, values: [tenant, queue, partition, group, limit, offset, from, to] });
+    sendJsonText(res, 200, openAnswer(config.encryptionKeys, rows[0].body, unreadable));
   });
   router.head('/api/v1/dlq', notFound);
+
+  // Queen's traces (message.trace()): stored against the message, bounded per message, gone with it.
+  router.post('/api/v1/traces', body, timed(metrics, 'trace', async (req: Request, res: Response) => {
+    const tenant = tenantOf(config, req);
+    const { rows } = await messagePool.query({ ...LOG_RECORD_TRACE, values: [tenant, objectBody(req).text] });
+    sendJsonText(res, rows[0].body.includes('"ok": true') ? 201 : 200, rows[0].body);
+  }));
+  router.get('/api/v1/traces/:partitionId/:transactionId', timed(metrics, 'trace', async (req: Request, res: Response) => {
+    const tenant = tenantOf(config, req);
+    const { partitionId, transactionId } = req.params as Record<string, string>;
+    refuseNul(partitionId, 'log_invalid_partition_id', 'partitionId is the UUID the pop answered.');
+    refuseNul(transactionId, 'log_transaction_id_required', 'transactionId may not contain U+0000.');
+    const { rows } = await messagePool.query({ ...LOG_MESSAGE_TRACES, values: [tenant, partitionId, transactionId] });
+    sendJsonText(res, 200, rows[0].body);
+  }));
+
+  // Queen's consumer-group delete: the group's cursors, leases, failure counts and dead letters on
+  // every queue of the tenant; ?deleteMetadata (default true) is echoed (the cell keeps no other record).
+  router.delete('/api/v1/consumer-groups/:group', timed(metrics, 'consumer_group_delete', async (req: Request, res: Response) => {
+    const tenant = tenantOf(config, req);
+    const group = (req.params as Record<string, string>).group;
+    refuseNul(group, 'log_invalid_consumer_group', nameRule('A consumer group'));
+    const meta = queryString(req, 'deleteMetadata');
+    if (meta !== undefined && !['true', 'false', '1', '0', ''].includes(meta)) throw new ApiError('bad_request', 'deleteMetadata is true or false.');
+    const { rows } = await messagePool.query({ ...LOG_DELETE_CONSUMER_GROUP, values: [tenant, group, !(meta === 'false' || meta === '0')] });
+    sendJsonText(res, 200, rows[0].body);
+  }));
 
   router.post('/api/v1/lease/:leaseId/extend', body, async (req, res) => {
     const tenant = tenantOf(config, req);
@@ -296,7 +360,25 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
       if (body.items.length === 0) return sendJsonText(res, 201, '[]');
       refusePushItems(body.items);
     }
-    sendJsonText(res, 201, await coalescer.push(tenant, text, body));
+    let results: string;
+    try {
+      results = await coalescer.push(tenant, text, body);
+    } catch (err) {
+      // An encrypted queue among the items: PostgreSQL names it and stored nothing; its items'
+      // payloads (as jsonb renders them) are sealed here and the push goes again, alone.
+      const queues = sealingRequired(err, config.encryptionKeys);
+      if (!queues) throw err;
+      const { rows } = await messagePool.query({ ...LOG_SEAL_TEXTS, values: [text, queues] });
+      const sealed = sealAll(config.encryptionKeys!, rows[0].texts);
+      try {
+        results = (await messagePool.query({ ...LOG_PUSH_SEALED, values: [tenant, text, sealed] })).rows[0].results;
+      } catch (again) {
+        // Another queue of the request became encrypted in between: rare; the client retries.
+        if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'A queue of this push changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });
+        throw again;
+      }
+    }
+    sendJsonText(res, 201, results);
   });
   return (req, res) => {
     const url = req.url ?? '';

@@ -21,7 +21,8 @@ import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
 import type { Metrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
-import { TX_ARGS, TX_EXPR } from '../../../shared/sql/log';
+import { TX_ARGS, TX_EXPR, TX_SEAL_TEXTS } from '../../../shared/sql/log';
+import { sealAll, sealingRequired } from '../seal/seal';
 import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
@@ -79,7 +80,7 @@ function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatemen
   const key = Object.keys(spaces).sort().join(',');
   let statement = statements.get(key);
   if (!statement) {
-    statement = lockOrderedStatement('tx_wire_v1', TX_ARGS, spaces);
+    statement = lockOrderedStatement('tx_wire_v2', TX_ARGS, spaces);
     statements.set(key, statement);
   }
   return statement;
@@ -118,10 +119,21 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
       refuseUnstorable(text);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
-        const { rows } = await messagePool.query({
+        const run = (sealed: string | null) => messagePool.query({
           ...statement,
-          values: [tenant, text, operations.length, operations.length + kv.length],
+          values: [tenant, text, operations.length, operations.length + kv.length, sealed],
         });
+        let rows;
+        try {
+          ({ rows } = await run(null));
+        } catch (err) {
+          // A push to an encrypted queue: nothing ran (QK428 comes before any write); the push
+          // items' payloads are sealed here and the bundle goes again, whole.
+          const queues = sealingRequired(err, config.encryptionKeys);
+          if (!queues) throw err;
+          const texts = (await messagePool.query({ ...TX_SEAL_TEXTS, values: [text, queues] })).rows[0].texts;
+          ({ rows } = await run(sealAll(config.encryptionKeys!, texts)));
+        }
         const done = rows[0] as Partial<Record<LockSpace, string>>;
         // An object where the kv answers' array would be: a lost `required`, its failedIndex already
         // counted in the flat array; nothing of the bundle was written.
