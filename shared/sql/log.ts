@@ -5,8 +5,8 @@
 
 /** POST /api/v1/configure: the body as is. */
 export const LOG_CONFIGURE = {
-  name: 'log_configure_v1',
-  text: `SELECT queen.log_configure_v1($1::uuid, $2::jsonb)::text AS body`,
+  name: 'log_configure_v2',
+  text: `SELECT queen.log_configure_v2($1::uuid, $2::jsonb)::text AS body`,
 };
 
 /**

@@ -117,6 +117,121 @@ BEGIN
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
 END $$;
 
+-- POST /api/v1/configure, as queen.log_configure_v1, and the retention options implemented:
+-- retentionSeconds, completedRetentionSeconds, retentionEnabled, maxWaitTimeSeconds and ttl are
+-- stored in queen.queue_retention (a row once any of them was sent) and applied by the sweeper
+-- (sql/functions/retention.sql). An omitted one keeps its current value; the answer echoes the
+-- stored values, retentionEnabled as what applies (true unless a configure said false).
+CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
+  -- Queen's options at the value meaning what the cell does.
+  v_neutral JSONB := '{"priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0,
+    "retryDelay": 0, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_retention_keys TEXT[] := ARRAY['retentionSeconds', 'completedRetentionSeconds', 'retentionEnabled', 'maxWaitTimeSeconds', 'ttl'];
+  v_ret_s INT;
+  v_done_s INT;
+  v_wait_s INT;
+  v_ttl INT;
+  v_enabled BOOLEAN;
+  v_ret queen.queue_retention;
+  v_key TEXT;
+  v_lease INT;
+  v_retry INT;
+  v_row queen.queues;
+  v_delay INT;
+  v_window INT;
+  v_delays queen.queue_delays;
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  IF jsonb_typeof(v_options) <> 'object' THEN
+    PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
+  END IF;
+  FOREACH v_key IN ARRAY ARRAY['namespace', 'task'] LOOP
+    IF coalesce(p_body->>v_key, '') <> '' THEN
+      PERFORM queen.fail_v1('unsupported', format('%s: the cell has no queue %ss (nor pop by them); leave it out or null.', v_key, v_key), NULL);
+    END IF;
+  END LOOP;
+  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer') OR v_key = ANY (v_retention_keys);
+    IF NOT v_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
+       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, v_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
+  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  -- The retention options (sql/functions/retention.sql says what each removes): whole seconds from 0
+  -- (not set) to ten years; retentionEnabled a boolean, false keeping the queue's messages forever.
+  v_ret_s := queen.log_whole_option_v1(v_options, 'retentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.');
+  v_done_s := queen.log_whole_option_v1(v_options, 'completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_wait_s := queen.log_whole_option_v1(v_options, 'maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options',
+    'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_ttl := queen.log_whole_option_v1(v_options, 'ttl', 0, 315360000, 'log_invalid_options',
+    'options.ttl is a whole number of seconds from 0 (not set) to 315360000.');
+  IF v_options ? 'retentionEnabled' THEN
+    IF jsonb_typeof(v_options->'retentionEnabled') <> 'boolean' THEN
+      PERFORM queen.fail_v1('log_invalid_options', 'options.retentionEnabled is true or false (false keeps the queue''s messages forever).', NULL);
+    END IF;
+    v_enabled := (v_options->>'retentionEnabled')::boolean;
+  END IF;
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
+                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
+                                         window_buffer = coalesce(v_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
+  IF v_options ?| v_retention_keys THEN
+    INSERT INTO queen.queue_retention AS t (queue_id, retention_seconds, completed_retention_seconds, retention_enabled,
+                                          max_wait_time_seconds, ttl)
+    VALUES (v_row.id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET retention_seconds = coalesce(v_ret_s, t.retention_seconds),
+      completed_retention_seconds = coalesce(v_done_s, t.completed_retention_seconds),
+      retention_enabled = CASE WHEN v_options ? 'retentionEnabled' THEN v_enabled ELSE t.retention_enabled END,
+      max_wait_time_seconds = coalesce(v_wait_s, t.max_wait_time_seconds), ttl = coalesce(v_ttl, t.ttl), updated_at = now()
+    RETURNING * INTO v_ret;
+  ELSE
+    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_row.id;
+  END IF;
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+    'namespace', '', 'task', '',
+    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
+      'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
+      'retentionEnabled', v_ret.retention_enabled IS DISTINCT FROM false, 'maxWaitTimeSeconds', coalesce(v_ret.max_wait_time_seconds, 0),
+      'ttl', coalesce(v_ret.ttl, 0)));
+END $$;
+
 -- Locks, in ascending (partition, group) order, the partition_consumers rows of the tenant's queues
 -- these normalized acks touch, so the acks of one call never wait on another call's in a circle
 -- (and never on another tenant's rows: a partitionId of another tenant is not even locked).
