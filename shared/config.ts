@@ -39,7 +39,7 @@ export const DEFAULTS = {
   sweeperMetricsPort: 6633,
   // The message log's retention for queues configured without one: 7 days (docs/operations.md,
   // "Sizing retention"). A week covers a weekend's outage of a consumer with days to spare; at
-  // 1,000 messages a second of 1 KiB it is about 600 GB, which is what an operator sizes the disk for.
+  // 1,000 messages a second of 1 KiB it is about 1.1 TB, which is what an operator sizes the disk for.
   logRetentionSeconds: 7 * 24 * 3600,
   shutdownTimeoutMs: 10_000,
   // How long a booting process waits for a database that is not up yet (refused, starting up).
