@@ -213,7 +213,6 @@ CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_i
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
 CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
-CREATE INDEX idx_partitions_shard ON queen.partitions USING btree (((hashtext((id)::text) & 63)))
 CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
 CREATE UNIQUE INDEX kv_quota_pkey ON queen.kv_quota USING btree (tenant_id)
@@ -2576,6 +2575,10 @@ DECLARE
   v_removed INT := 0;
   v_unfinished INT := 0;
   v_total_bytes BIGINT := 0;
+  -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
+  -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
+  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
+  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
 BEGIN
   FOR r IN
     SELECT s.* FROM (
@@ -2584,7 +2587,7 @@ BEGIN
         LEFT JOIN queen.queue_retention t ON t.queue_id = q.id
         CROSS JOIN LATERAL queen.log_retention_ages_v1(t.ttl, t.retention_seconds, t.completed_retention_seconds,
           t.retention_enabled, t.max_wait_time_seconds, p_default_seconds) a
-       WHERE (hashtext(p.id::text) & 63) = p_shard::int) s
+       WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi)) s
      WHERE coalesce(s.unfinished_s, s.finished_s) IS NOT NULL
      ORDER BY s.id
   LOOP

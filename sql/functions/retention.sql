@@ -27,7 +27,8 @@ CREATE OR REPLACE FUNCTION queen.log_retention_ages_v1(
 $$;
 
 -- One shard's retention: removes, at most p_limit messages in all, the prefix of each partition of
--- the shard (partitions hash to the 64 sweeper shards by id, idx_partitions_shard) that its queue's
+-- the shard (a partition's shard is the first 6 bits of its id: a range scan of the partitions'
+-- primary key, no index of its own) that its queue's
 -- retention says is past keeping, and moves the cursors of the groups that had not finished it.
 -- Answers {removed, unfinished, bytes, full, queues: [{tenant, queue, removed, unfinished, bytes}]}:
 -- `unfinished` counts removed messages some group had not finished, `bytes` the payloads as stored,
@@ -75,6 +76,10 @@ DECLARE
   v_removed INT := 0;
   v_unfinished INT := 0;
   v_total_bytes BIGINT := 0;
+  -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
+  -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
+  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
+  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
 BEGIN
   FOR r IN
     SELECT s.* FROM (
@@ -83,7 +88,7 @@ BEGIN
         LEFT JOIN queen.queue_retention t ON t.queue_id = q.id
         CROSS JOIN LATERAL queen.log_retention_ages_v1(t.ttl, t.retention_seconds, t.completed_retention_seconds,
           t.retention_enabled, t.max_wait_time_seconds, p_default_seconds) a
-       WHERE (hashtext(p.id::text) & 63) = p_shard::int) s
+       WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi)) s
      WHERE coalesce(s.unfinished_s, s.finished_s) IS NOT NULL
      ORDER BY s.id
   LOOP

@@ -267,7 +267,7 @@ test('the upgrade from 0.1 beside both releases\' traffic: no call fails, 0.1\'s
   });
   try {
     const result = await migrate(old.url);
-    expect(result).toEqual({ applied: [47], defined: definitions().map((f) => f.name), adopted: false });
+    expect(result).toEqual({ applied: [47, 48], defined: definitions().map((f) => f.name), adopted: false });
     upgraded = true;
     const until = calls.new + 40;
     while (calls.new < until && failures.length === 0) await new Promise((r) => setImmediate(r));
