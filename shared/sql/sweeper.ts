@@ -33,6 +33,6 @@ export const LOG_RETENTION_GAUGES = {
 
 /** The message log's gauges (sql/functions/log_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */
 export const LOG_GAUGES = {
-  name: 'log_gauges_v1',
-  text: `SELECT queen.log_gauges_v1() AS gauges`,
+  name: 'log_gauges_v2',
+  text: `SELECT queen.log_gauges_v2() AS gauges`,
 };

@@ -336,3 +336,13 @@ test('a lease that expired protects nothing: its messages go, and the next pop s
   const { rows } = await api.pool.query(`SELECT count(*)::int AS n FROM queen.message_failures`);
   expect(rows[0].n).toBe(0);
 });
+
+test('the backlog gauge counts from the first retained message: removed messages of a queue nobody popped are owed by nobody', async () => {
+  await configure(api.url, 'unread', { retentionSeconds: 60 });
+  await push(api.url, items('unread', ['u1', 'u2', 'u3']));
+  await age('unread', 120, [1, 2]);
+  await sweepAll();
+  expect(await stored('unread')).toEqual(['u3']);
+  const { rows } = await api.pool.query(`SELECT consumer_group, backlog::int FROM queen.log_backlog_v2() WHERE queue = 'unread'`);
+  expect(rows).toEqual([{ consumer_group: '__QUEUE_MODE__', backlog: 1 }]);
+});
