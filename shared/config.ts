@@ -38,6 +38,10 @@ export const DEFAULTS = {
   sweeperFireBatch: 2000,
   sweeperUsageIntervalMs: 60_000,
   sweeperMetricsPort: 6633,
+  // The message log's retention for queues configured without one: 7 days (docs/operations.md,
+  // "Sizing retention"). A week covers a weekend's outage of a consumer with days to spare; at
+  // 1,000 messages a second of 1 KiB it is about 1.1 TB, which is what an operator sizes the disk for.
+  logRetentionSeconds: 7 * 24 * 3600,
   shutdownTimeoutMs: 10_000,
   // How long a booting process waits for a database that is not up yet (refused, starting up).
   dbBootWaitMs: 30_000,
@@ -84,6 +88,8 @@ export interface Config {
   sweeperFireBatch: number;
   sweeperUsageIntervalMs: number;
   sweeperMetricsPort: number;
+  /** QUEEN_LOG_RETENTION_SECONDS: the log's retention for queues without their own; 0 keeps them forever. */
+  logRetentionSeconds: number;
   shutdownTimeoutMs: number;
   dbBootWaitMs: number;
   dataDir: string;
@@ -280,6 +286,7 @@ export function loadConfig(env: Env = process.env): Config {
     sweeperFireBatch: int(env, 'QUEEN_SWEEPER_FIRE_BATCH', DEFAULTS.sweeperFireBatch, 1, 100_000),
     sweeperUsageIntervalMs: int(env, 'QUEEN_SWEEPER_USAGE_INTERVAL_MS', DEFAULTS.sweeperUsageIntervalMs, 100, 86_400_000),
     sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
+    logRetentionSeconds: int(env, 'QUEEN_LOG_RETENTION_SECONDS', DEFAULTS.logRetentionSeconds, 0, 315_360_000),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
     dbBootWaitMs: int(env, 'QUEEN_DB_BOOT_WAIT_MS', DEFAULTS.dbBootWaitMs, 0, 3_600_000),
     migrateOnBoot: bool(env, 'QUEEN_MIGRATE_ON_BOOT', true),

@@ -74,6 +74,15 @@ export function createMetrics(register = new client.Registry()) {
     logBacklogMaxGroup: reading('queen_log_backlog_max_group_messages', 'The largest backlog of any one consumer group on one queue (the worst group, unnamed).'),
     logOldestUnconsumed: reading('queen_log_oldest_unconsumed_age_seconds', 'Age of the oldest message some consumer group has not finished, in seconds (0 when none).'),
     logDeadLetters: reading('queen_log_dead_letters', 'Messages set aside as dead letters (per consumer group) and still stored.'),
+    // The log's retention (sweeper, sql/functions/retention.sql). Removals are counted per queue, as
+    // operators size retention per queue; the tenant and queue labels grow with the queues that had
+    // something removed (not with traffic), which is the one place this registry accepts names.
+    logRetentionRemoved: counter('queen_log_retention_removed_messages_total', 'Messages the log retention removed, by tenant and queue.', ['tenant', 'queue'] as const),
+    logRetentionRemovedBytes: counter('queen_log_retention_removed_bytes_total', 'Payload bytes (as stored) of the messages the log retention removed, by tenant and queue.', ['tenant', 'queue'] as const),
+    logRetentionRemovedUnfinished: counter('queen_log_retention_removed_unfinished_total', 'Removed messages some consumer group had not finished (retentionSeconds, ttl, maxWaitTimeSeconds or the cell default reached them first).'),
+    logOldestMessage: reading('queen_log_oldest_message_age_seconds', 'Age of the oldest message still stored in the log, in seconds (0 when the log is empty).'),
+    logTableBytes: gauge('queen_log_table_bytes', 'Size on disk of a log table with its indexes and TOAST, in bytes.', ['table'] as const, 'max'),
+    logRetentionDefault: gauge('queen_log_retention_default_seconds', 'The cell default retention (QUEEN_LOG_RETENTION_SECONDS) this sweeper applies; 0 keeps queues without their own forever.', [], 'max'),
     // Kill switches (1 = on, 0 = paused), as this process sees them.
     switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
     // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rate/store.ts).
@@ -94,7 +103,7 @@ export function createMetrics(register = new client.Registry()) {
     sweeperCycles: counter('queen_sweeper_cycles_total', 'Sweeper cycles completed.'),
     sweeperCycleSeconds: new client.Histogram<'phase'>({
       name: 'queen_sweeper_cycle_seconds',
-      help: 'Time spent per sweeper phase (fire, prune, usage: one slice of the usage rollup, cycle).',
+      help: 'Time spent per sweeper phase (fire, prune, retain: the log retention of the claimed shards, usage: one slice of the usage rollup, cycle).',
       labelNames: ['phase'],
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers: r,

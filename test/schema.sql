@@ -19,6 +19,7 @@ TABLE partition_consumers
 TABLE partitions
 TABLE queue_delays
 TABLE queue_options
+TABLE queue_retention
 TABLE queues
 TABLE schema_definitions
 TABLE schema_migrations
@@ -146,6 +147,13 @@ COLUMN queue_options.priority integer NOT NULL DEFAULT 0
 COLUMN queue_options.namespace text COLLATE "C" NOT NULL DEFAULT ''::text
 COLUMN queue_options.task text COLLATE "C" NOT NULL DEFAULT ''::text
 COLUMN queue_options.encryption_enabled boolean NOT NULL DEFAULT false
+COLUMN queue_retention.queue_id uuid NOT NULL
+COLUMN queue_retention.retention_seconds integer NOT NULL DEFAULT 0
+COLUMN queue_retention.completed_retention_seconds integer NOT NULL DEFAULT 0
+COLUMN queue_retention.retention_enabled boolean
+COLUMN queue_retention.max_wait_time_seconds integer NOT NULL DEFAULT 0
+COLUMN queue_retention.ttl integer NOT NULL DEFAULT 0
+COLUMN queue_retention.updated_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN queues.id uuid NOT NULL DEFAULT gen_random_uuid()
 COLUMN queues.name text COLLATE "C" NOT NULL
 COLUMN queues.lease_time integer NOT NULL DEFAULT 300
@@ -213,6 +221,12 @@ CONSTRAINT queue_options.queue_options_pkey PRIMARY KEY (queue_id)
 CONSTRAINT queue_options.queue_options_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
 CONSTRAINT queue_options.queue_options_retry_delay_max_ms_check CHECK (((retry_delay_max_ms >= 0) AND (retry_delay_max_ms <= 86400000)))
 CONSTRAINT queue_options.queue_options_retry_delay_ms_check CHECK (((retry_delay_ms >= 0) AND (retry_delay_ms <= 86400000)))
+CONSTRAINT queue_retention.queue_retention_completed_retention_seconds_check CHECK (((completed_retention_seconds >= 0) AND (completed_retention_seconds <= 315360000)))
+CONSTRAINT queue_retention.queue_retention_max_wait_time_seconds_check CHECK (((max_wait_time_seconds >= 0) AND (max_wait_time_seconds <= 315360000)))
+CONSTRAINT queue_retention.queue_retention_pkey PRIMARY KEY (queue_id)
+CONSTRAINT queue_retention.queue_retention_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
+CONSTRAINT queue_retention.queue_retention_retention_seconds_check CHECK (((retention_seconds >= 0) AND (retention_seconds <= 315360000)))
+CONSTRAINT queue_retention.queue_retention_ttl_check CHECK (((ttl >= 0) AND (ttl <= 315360000)))
 CONSTRAINT queues.queues_lease_time_check CHECK ((lease_time > 0))
 CONSTRAINT queues.queues_pkey PRIMARY KEY (id)
 CONSTRAINT queues.queues_retry_limit_check CHECK ((retry_limit >= 0))
@@ -259,6 +273,7 @@ CREATE UNIQUE INDEX partitions_pkey ON queen.partitions USING btree (id)
 CREATE UNIQUE INDEX partitions_queue_id_name_key ON queen.partitions USING btree (queue_id, name)
 CREATE UNIQUE INDEX queue_delays_pkey ON queen.queue_delays USING btree (queue_id)
 CREATE UNIQUE INDEX queue_options_pkey ON queen.queue_options USING btree (queue_id)
+CREATE UNIQUE INDEX queue_retention_pkey ON queen.queue_retention USING btree (queue_id)
 CREATE UNIQUE INDEX queues_pkey ON queen.queues USING btree (id)
 CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenant_id, name)
 CREATE UNIQUE INDEX schema_definitions_pkey ON queen.schema_definitions USING btree (name)
@@ -1945,6 +1960,37 @@ AS $function$
    WHERE p.last_seq > coalesce(c.cursor_seq, 0)
    GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
 $function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+ RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  WITH groups AS (
+    SELECT DISTINCT p.queue_id, c.consumer_group
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+    UNION ALL
+    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                        WHERE p.queue_id = q.id)
+  ), parts AS (
+    SELECT p.id, p.queue_id, p.last_seq,
+           coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
+      FROM queen.partitions p
+  )
+  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
+         sum(p.last_seq - greatest(coalesce(c.cursor_seq, 0), p.floor)
+             - coalesce((SELECT count(*) FROM unnest(c.done_seqs) d WHERE d > p.floor), 0))::bigint,
+         min(m.created_at)
+    FROM groups g
+    JOIN queen.queues q ON q.id = g.queue_id
+    JOIN parts p ON p.queue_id = g.queue_id
+    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+    -- The group's oldest unfinished message on the partition: the one right after its cursor (or
+    -- after the removed head).
+    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = greatest(coalesce(c.cursor_seq, 0), p.floor) + 1
+   WHERE p.last_seq > greatest(coalesce(c.cursor_seq, 0), p.floor)
+   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
+$function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2129,10 +2175,16 @@ AS $function$
 DECLARE
   v_queue TEXT := queen.log_str_v1(p_body->'queue');
   v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
-  v_neutral JSONB := '{"ttl": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
-    "retentionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_neutral JSONB := '{"deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
     'maxSize', 'priority', 'encryptionEnabled'];
+  v_retention_keys TEXT[] := ARRAY['retentionSeconds', 'completedRetentionSeconds', 'retentionEnabled', 'maxWaitTimeSeconds', 'ttl'];
+  v_ret_s INT;
+  v_done_s INT;
+  v_wait_s INT;
+  v_ttl INT;
+  v_enabled BOOLEAN;
+  v_ret queen.queue_retention;
   v_key TEXT;
   v_lease INT;
   v_retry INT;
@@ -2171,7 +2223,7 @@ BEGIN
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
   FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key = ANY (v_implemented);
+    CONTINUE WHEN v_key = ANY (v_implemented) OR v_key = ANY (v_retention_keys);
     IF NOT v_neutral ? v_key THEN
       PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
     END IF;
@@ -2207,6 +2259,22 @@ BEGIN
         'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
+  -- The retention options (sql/functions/retention.sql says what each removes): whole seconds from 0
+  -- (not set) to ten years; retentionEnabled a boolean, false keeping the queue's messages forever.
+  v_ret_s := queen.log_whole_option_v1(v_options, 'retentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.');
+  v_done_s := queen.log_whole_option_v1(v_options, 'completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_wait_s := queen.log_whole_option_v1(v_options, 'maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options',
+    'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_ttl := queen.log_whole_option_v1(v_options, 'ttl', 0, 315360000, 'log_invalid_options',
+    'options.ttl is a whole number of seconds from 0 (not set) to 315360000.');
+  IF v_options ? 'retentionEnabled' THEN
+    IF jsonb_typeof(v_options->'retentionEnabled') <> 'boolean' THEN
+      PERFORM queen.fail_v1('log_invalid_options', 'options.retentionEnabled is true or false (false keeps the queue''s messages forever).', NULL);
+    END IF;
+    v_enabled := (v_options->>'retentionEnabled')::boolean;
+  END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
   VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
@@ -2233,13 +2301,28 @@ BEGIN
   ELSE
     SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
   END IF;
+  IF v_options ?| v_retention_keys THEN
+    INSERT INTO queen.queue_retention AS t (queue_id, retention_seconds, completed_retention_seconds, retention_enabled,
+                                          max_wait_time_seconds, ttl)
+    VALUES (v_row.id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET retention_seconds = coalesce(v_ret_s, t.retention_seconds),
+      completed_retention_seconds = coalesce(v_done_s, t.completed_retention_seconds),
+      retention_enabled = CASE WHEN v_options ? 'retentionEnabled' THEN v_enabled ELSE t.retention_enabled END,
+      max_wait_time_seconds = coalesce(v_wait_s, t.max_wait_time_seconds), ttl = coalesce(v_ttl, t.ttl), updated_at = now()
+    RETURNING * INTO v_ret;
+  ELSE
+    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_row.id;
+  END IF;
   RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
     'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
       'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
-      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false)));
+      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
+      'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
+      'retentionEnabled', v_ret.retention_enabled IS DISTINCT FROM false, 'maxWaitTimeSeconds', coalesce(v_ret.max_wait_time_seconds, 0),
+      'ttl', coalesce(v_ret.ttl, 0)));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
  RETURNS jsonb
@@ -2462,6 +2545,19 @@ AS $function$
     'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
     FROM queen.log_backlog_v1() b
+$function$
+CREATE OR REPLACE FUNCTION queen.log_gauges_v2()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'backlog', coalesce(sum(b.backlog), 0),
+    'maxGroupBacklog', coalesce(max(b.backlog), 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
+    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
+                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+    FROM queen.log_backlog_v2() b
 $function$
 CREATE OR REPLACE FUNCTION queen.log_item_queues_v1(p_items jsonb)
  RETURNS text[]
@@ -3291,6 +3387,168 @@ BEGIN
   VALUES (v_pid::uuid, v_txid, v_n + 1, v_group, v_type, coalesce(v_names, '{}'), p_body->'data');
   RETURN jsonb_build_object('ok', true, 'success', true, 'traceId', v_n + 1);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_retain_v1(p_shard smallint, p_limit integer, p_default_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+DECLARE
+  r RECORD;
+  g RECORD;
+  v_now TIMESTAMPTZ := now();
+  v_budget INT := p_limit;
+  v_first BIGINT;
+  v_first_at TIMESTAMPTZ;
+  v_last BIGINT;
+  v_floor BIGINT;
+  v_minc BIGINT;
+  v_walk BIGINT;
+  v_upto BIGINT;
+  v_cap BIGINT;
+  v_target BIGINT;
+  v_locked TEXT[];
+  v_n INT;
+  v_unf INT;
+  v_bytes BIGINT;
+  v_cursor BIGINT;
+  v_done BIGINT[];
+  v_per JSONB := '{}';
+  v_key TEXT;
+  v_removed INT := 0;
+  v_unfinished INT := 0;
+  v_total_bytes BIGINT := 0;
+  -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
+  -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
+  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
+  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
+BEGIN
+  FOR r IN
+    SELECT s.* FROM (
+      SELECT p.id, q.tenant_id, q.name AS queue, a.any_s, a.unfinished_s, a.finished_s
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+        LEFT JOIN queen.queue_retention t ON t.queue_id = q.id
+        CROSS JOIN LATERAL queen.log_retention_ages_v1(t.ttl, t.retention_seconds, t.completed_retention_seconds,
+          t.retention_enabled, t.max_wait_time_seconds, p_default_seconds) a
+       WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi)) s
+     WHERE coalesce(s.unfinished_s, s.finished_s) IS NOT NULL
+     ORDER BY s.id
+  LOOP
+    EXIT WHEN v_budget <= 0;
+    -- The cheap probes, no lock: the first message, and a group behind it.
+    v_first := NULL;
+    SELECT m.seq, m.created_at INTO v_first, v_first_at FROM queen.messages m
+     WHERE m.partition_id = r.id ORDER BY m.seq LIMIT 1;
+    IF v_first IS NULL THEN
+      SELECT p.last_seq INTO v_floor FROM queen.partitions p WHERE p.id = r.id;
+    ELSE
+      v_floor := v_first - 1;
+    END IF;
+    CONTINUE WHEN (v_first IS NULL OR v_first_at >= v_now - make_interval(secs => least(r.unfinished_s, r.finished_s)))
+      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_floor);
+
+    PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    -- Under the lock: nothing is added at the head, so the first message and the floor hold.
+    SELECT m.seq INTO v_first FROM queen.messages m WHERE m.partition_id = r.id ORDER BY m.seq LIMIT 1;
+    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = r.id;
+    v_floor := coalesce(v_first - 1, v_last);
+    SELECT min(c.cursor_seq) INTO v_minc FROM queen.partition_consumers c WHERE c.partition_id = r.id;
+
+    -- The walk, over the first messages (at most the batch left): the newest that is past keeping
+    -- by its own rule (finished by every group: finished_s; else unfinished_s). It goes with every
+    -- older message of its partition: older, so no rule wanted them longer than it (a finished
+    -- message kept for completedRetentionSeconds goes early when an unfinished newer one reached
+    -- maxWaitTimeSeconds; an unfinished one never goes by finished_s, being newer than every
+    -- finished one).
+    v_walk := NULL;
+    IF v_first IS NOT NULL THEN
+      SELECT max(n.seq) INTO v_walk FROM (
+        SELECT m.seq, m.created_at FROM queen.messages m WHERE m.partition_id = r.id AND m.seq >= v_first
+         ORDER BY m.seq LIMIT v_budget) n
+       WHERE CASE WHEN n.seq <= v_minc THEN n.created_at < v_now - make_interval(secs => r.finished_s)
+                  ELSE n.created_at < v_now - make_interval(secs => r.unfinished_s) END;
+    END IF;
+    v_target := greatest(coalesce(v_walk, v_floor), v_floor);
+
+    -- The groups behind the target, locked where free; the prefix stops at a busy group's cursor and
+    -- before a live lease's first message.
+    SELECT array_agg(x.consumer_group) INTO v_locked FROM (
+      SELECT c.consumer_group FROM queen.partition_consumers c
+       WHERE c.partition_id = r.id AND c.cursor_seq < v_target
+       ORDER BY c.consumer_group FOR NO KEY UPDATE SKIP LOCKED) x;
+    SELECT min(CASE WHEN c.consumer_group <> ALL (coalesce(v_locked, '{}')) THEN c.cursor_seq
+                    WHEN c.lease_id IS NOT NULL AND c.lease_expires_at > clock_timestamp()
+                      THEN (SELECT min(s) - 1 FROM unnest(c.lease_seqs) s WHERE s > c.cursor_seq) END)
+      INTO v_cap FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_target;
+    -- (least() skips a NULL: nothing walked is nothing to remove, whatever the cap.)
+    v_upto := CASE WHEN v_walk IS NOT NULL THEN least(v_walk, v_cap) END;
+
+    v_n := 0;
+    IF v_upto IS NOT NULL AND v_upto >= v_first THEN
+      WITH d AS (
+        DELETE FROM queen.messages m WHERE m.partition_id = r.id AND m.seq >= v_first AND m.seq <= v_upto
+        RETURNING m.seq, pg_column_size(m.payload) AS b)
+      SELECT count(*)::int, count(*) FILTER (WHERE v_minc IS NULL OR d.seq > v_minc)::int, coalesce(sum(d.b), 0)
+        INTO v_n, v_unf, v_bytes FROM d;
+      v_budget := v_budget - v_n;
+      v_removed := v_removed + v_n;
+      v_unfinished := v_unfinished + v_unf;
+      v_total_bytes := v_total_bytes + v_bytes;
+      v_key := r.tenant_id::text || '/' || r.queue;
+      v_per := jsonb_set(v_per, ARRAY[v_key], jsonb_build_object('tenant', r.tenant_id, 'queue', r.queue,
+        'removed', coalesce((v_per #>> ARRAY[v_key, 'removed'])::int, 0) + v_n,
+        'unfinished', coalesce((v_per #>> ARRAY[v_key, 'unfinished'])::int, 0) + v_unf,
+        'bytes', coalesce((v_per #>> ARRAY[v_key, 'bytes'])::bigint, 0) + v_bytes));
+      v_floor := greatest(v_floor, v_upto);
+    END IF;
+
+    -- Every locked group behind the new floor finishes what is gone: its cursor moves to the floor,
+    -- and what it had finished ahead of it folds in.
+    FOR g IN
+      SELECT c.consumer_group, c.cursor_seq, c.done_seqs FROM queen.partition_consumers c
+       WHERE c.partition_id = r.id AND c.consumer_group = ANY (coalesce(v_locked, '{}')) AND c.cursor_seq < v_floor
+    LOOP
+      v_cursor := v_floor;
+      v_done := ARRAY(SELECT s FROM unnest(g.done_seqs) s WHERE s > v_floor ORDER BY s);
+      WHILE v_cursor + 1 = ANY (v_done) LOOP
+        v_cursor := v_cursor + 1;
+        v_done := array_remove(v_done, v_cursor);
+      END LOOP;
+      UPDATE queen.partition_consumers SET cursor_seq = v_cursor, done_seqs = v_done, updated_at = v_now
+       WHERE partition_id = r.id AND consumer_group = g.consumer_group;
+    END LOOP;
+  END LOOP;
+  RETURN jsonb_build_object('removed', v_removed, 'unfinished', v_unfinished, 'bytes', v_total_bytes,
+    'full', v_budget <= 0,
+    'queues', coalesce((SELECT jsonb_agg(e.value ORDER BY e.key) FROM jsonb_each(v_per) e), '[]'::jsonb));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_retention_ages_v1(p_ttl integer, p_retention integer, p_completed integer, p_enabled boolean, p_max_wait integer, p_default integer, OUT any_s integer, OUT unfinished_s integer, OUT finished_s integer)
+ RETURNS record
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT a, least(a, nullif(p_max_wait, 0)), least(a, CASE WHEN p_enabled IS DISTINCT FROM false THEN nullif(p_completed, 0) END)
+  FROM (SELECT least(nullif(p_ttl, 0),
+    CASE WHEN p_enabled IS DISTINCT FROM false THEN nullif(coalesce(nullif(p_retention, 0), p_default), 0) END) AS a) x
+$function$
+CREATE OR REPLACE FUNCTION queen.log_retention_gauges_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'oldestMessageSeconds', coalesce(extract(epoch FROM now() - (
+        SELECT min(o.created_at) FROM queen.partitions p,
+          LATERAL (SELECT m.created_at FROM queen.messages m WHERE m.partition_id = p.id ORDER BY m.seq LIMIT 1) o
+      ))::double precision, 0),
+    'tables', jsonb_build_object(
+      'messages', pg_total_relation_size('queen.messages'),
+      'message_failures', pg_total_relation_size('queen.message_failures'),
+      'message_failure_texts', pg_total_relation_size('queen.message_failure_texts'),
+      'partition_consumers', pg_total_relation_size('queen.partition_consumers'),
+      'partitions', pg_total_relation_size('queen.partitions')))
+$function$
 CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay integer, p_max integer, p_failures integer)
  RETURNS bigint
  LANGUAGE sql
@@ -3478,6 +3736,91 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+END $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v2(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_since TIMESTAMPTZ := coalesce(p_since, now());
+  v_shards SMALLINT[];
+  v_claimed_at TIMESTAMPTZ;
+  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
+  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
+  v_fired INT;
+  v_pruned INT := 0;
+  v_prune_full BOOLEAN := false;
+  v_fired_at TIMESTAMPTZ;
+  v_next TIMESTAMPTZ;
+  v_n INT;
+  v_s SMALLINT;
+  v_retain JSONB;
+  v_removed INT := 0;
+  v_unfinished INT := 0;
+  v_removed_bytes BIGINT := 0;
+  v_retain_full BOOLEAN := false;
+  v_retain_queues JSONB := '[]';
+  v_retained_at TIMESTAMPTZ;
+BEGIN
+  IF p_prune THEN
+    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
+      SELECT s.shard FROM queen.sweeper_shards s
+      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
+      ORDER BY s.last_swept_at NULLS FIRST, s.shard
+      LIMIT p_shard_count
+      FOR UPDATE SKIP LOCKED) c;
+  END IF;
+  v_claimed_at := clock_timestamp();
+  IF v_fire_on THEN
+    v_fire := queen.timers_fire_v1(p_fire_limit);
+  END IF;
+  v_fired := (v_fire ->> 'fired')::int;
+  v_fired_at := clock_timestamp();
+  IF v_shards IS NOT NULL THEN
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
+      v_pruned := v_pruned + v_n;
+      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
+    END LOOP;
+    v_retained_at := clock_timestamp();
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+      v_removed := v_removed + (v_retain ->> 'removed')::int;
+      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+    END LOOP;
+    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
+  END IF;
+  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
+    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
+    -- idx_log_timers_due).
+    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
+      ORDER BY t.deliver_at LIMIT 1;
+  END IF;
+  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
+  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
+  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
+  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
+  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  IF v_fired = 0 AND v_pruned = 0 AND v_removed = 0 THEN
+    SET LOCAL synchronous_commit = off;
+  END IF;
+  RETURN jsonb_build_object(
+    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
+    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
+    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
+    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
+    'pruned', v_pruned, 'pruneFull', v_prune_full,
+    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
+    'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
+    'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
+    'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
     'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);

@@ -69,6 +69,7 @@ async function main(): Promise<void> {
     batch: config.sweeperBatch,
     fireBatch: config.sweeperFireBatch,
     usageIntervalMs: config.sweeperUsageIntervalMs,
+    retentionSeconds: config.logRetentionSeconds,
   });
   log.info(
     {
@@ -77,6 +78,7 @@ async function main(): Promise<void> {
       batch: config.sweeperBatch,
       fireBatch: config.sweeperFireBatch,
       usageIntervalMs: config.sweeperUsageIntervalMs,
+      logRetentionSeconds: config.logRetentionSeconds,
       shards: 64,
       shardsPerPass: DEFAULT_SHARDS_PER_PASS,
       slowPassMs: DEFAULT_SLOW_PASS_MS,

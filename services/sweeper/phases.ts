@@ -1,7 +1,7 @@
 // The sweeper's statements, one function each. The rules are in SQL (sql/functions/sweeper.sql, kv_usage.sql): a pass claims,
 // fires, prunes and marks in one transaction; here we only send it and read its answer.
 import type { Pool } from 'pg';
-import { KV_USAGE_ROLLUP, LOG_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
+import { KV_USAGE_ROLLUP, LOG_GAUGES, LOG_RETENTION_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
 
 export interface PassResult {
   /** The cycle's start on the server's clock; passed back to every later pass of the cycle. */
@@ -16,10 +16,26 @@ export interface PassResult {
   pruneFull: boolean;
   fireSeconds: number;
   pruneSeconds: number;
+  /** Messages the log's retention removed in the claimed shards; of them, some group had not finished; their payload bytes. */
+  removed: number;
+  removedUnfinished: number;
+  removedBytes: number;
+  /** The retention's batch ran out in a shard with more to remove (a backlog: go again at once). */
+  retainFull: boolean;
+  retainQueues: RetainedQueue[];
+  retainSeconds: number;
   claimedAtUs: number;
   finishedAtUs: number;
   /** On the pass that ends a cycle (no shard claimed): ms until the cell's next future timer; null when none. */
   nextDueInMs: number | null;
+}
+
+export interface RetainedQueue {
+  tenant: string;
+  queue: string;
+  removed: number;
+  unfinished: number;
+  bytes: number;
 }
 
 export interface PassArgs {
@@ -29,12 +45,14 @@ export interface PassArgs {
   fireBatch: number;
   pruneBatch: number;
   prune: boolean;
+  /** The cell's default log retention in seconds (QUEEN_LOG_RETENTION_SECONDS); 0: none. */
+  retentionSeconds: number;
 }
 
 export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
   const { rows } = await pool.query({
     ...SWEEPER_PASS,
-    values: [a.since, a.worker, a.shardsPerPass, a.fireBatch, a.pruneBatch, a.prune],
+    values: [a.since, a.worker, a.shardsPerPass, a.fireBatch, a.pruneBatch, a.prune, a.retentionSeconds],
   });
   const p = rows[0].pass;
   return {
@@ -49,6 +67,12 @@ export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
     pruneFull: p.pruneFull ?? false,
     fireSeconds: p.fireSeconds ?? 0,
     pruneSeconds: p.pruneSeconds ?? 0,
+    removed: p.removed ?? 0,
+    removedUnfinished: p.removedUnfinished ?? 0,
+    removedBytes: Number(p.removedBytes ?? 0),
+    retainFull: p.retainFull ?? false,
+    retainQueues: (p.retainQueues ?? []).map((q: RetainedQueue) => ({ ...q, bytes: Number(q.bytes) })),
+    retainSeconds: p.retainSeconds ?? 0,
     claimedAtUs: Number(p.claimedAtUs ?? 0),
     finishedAtUs: Number(p.finishedAtUs ?? 0),
     nextDueInMs: typeof p.nextDueInMs === 'number' ? p.nextDueInMs : null,
@@ -107,3 +131,11 @@ export async function rollupUsageSlice(pool: Pool, pages: number, intervalMs: nu
     tenants: Number(r.tenants ?? 0),
   };
 }
+
+export interface LogRetentionGauges {
+  oldestMessageSeconds: number;
+  /** Bytes on disk (with indexes and TOAST) per log table. */
+  tables: Record<string, number>;
+}
+
+export const readLogRetentionGauges = (pool: Pool): Promise<LogRetentionGauges> => gaugesOf<LogRetentionGauges>(pool, LOG_RETENTION_GAUGES);

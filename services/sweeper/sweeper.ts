@@ -19,7 +19,7 @@ import { ApiError, coerceError } from '../../shared/errors';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { Metrics } from '../../shared/metrics';
-import { PassResult, readGauges, readLogGauges, rollupUsageSlice, runPass } from './phases';
+import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, rollupUsageSlice, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
@@ -46,6 +46,8 @@ export const MIN_SLEEP_MS = 10;
  * the cell. Measured with bench:scale (docs/operations.md, "The usage rollup").
  */
 export const DEFAULT_USAGE_SLICE_PAGES = 4096;
+/** The cell's default log retention when the caller names none (shared/config.ts has the reason). */
+export const DEFAULT_LOG_RETENTION_SECONDS = 7 * 24 * 3600;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
 
@@ -67,6 +69,11 @@ export interface SweeperOptions {
   /** How often the log's gauges are read; LOG_GAUGE_INTERVAL_MS unless a test asks for every cycle (0). */
   logGaugesIntervalMs?: number;
   shardsPerPass?: number;
+  /**
+   * The log's retention for queues configured without one, in seconds (QUEEN_LOG_RETENTION_SECONDS);
+   * 0 keeps them forever. Applied in the shards each pass claims, on pruning's cadence.
+   */
+  retentionSeconds?: number;
   slowPassMs?: number;
   id?: string;
 }
@@ -76,6 +83,8 @@ export interface CycleReport {
   passes: PassResult[];
   fired: number;
   pruned: number;
+  /** Messages the log's retention removed in this cycle. */
+  removed: number;
   fireEnabled: boolean | undefined;
   usageTenants: number | undefined;
   /** Milliseconds until the cell's next future timer, from the pass that ended the cycle; null when none. */
@@ -90,6 +99,7 @@ export class Sweeper extends EventEmitter {
   readonly id: string;
   readonly pressure: Pressure;
   private readonly shardsPerPass: number;
+  private readonly retentionSeconds: number;
   private stopping = false;
   private loop: Promise<void> | undefined;
   private wakeSleep: (() => void) | undefined;
@@ -133,6 +143,8 @@ export class Sweeper extends EventEmitter {
     super();
     this.id = o.id ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString('hex')}`;
     this.shardsPerPass = o.shardsPerPass ?? DEFAULT_SHARDS_PER_PASS;
+    this.retentionSeconds = o.retentionSeconds ?? DEFAULT_LOG_RETENTION_SECONDS;
+    o.metrics.logRetentionDefault.set(this.retentionSeconds);
     this.pressure = new Pressure(o.batch, o.intervalMs, o.slowPassMs ?? DEFAULT_SLOW_PASS_MS);
     this.publishPressure();
     if (o.databaseUrl) {
@@ -212,7 +224,7 @@ export class Sweeper extends EventEmitter {
       this.inCycle = true;
       try {
         const report = await this.cycle();
-        const backlog = report.passes.some((p) => p.fireFull || p.pruneFull);
+        const backlog = report.passes.some((p) => p.fireFull || p.pruneFull || p.retainFull);
         const nextDue = report.nextDueInMs;
         sleepMs = backlog
           ? 0
@@ -274,6 +286,7 @@ export class Sweeper extends EventEmitter {
         fireBatch: this.fireBatch(),
         pruneBatch: this.pressure.batch,
         prune: pruneNow,
+        retentionSeconds: this.retentionSeconds,
       });
       const ms = performance.now() - t0;
       since = pass.since;
@@ -289,9 +302,17 @@ export class Sweeper extends EventEmitter {
       if (claimed || pass.fired > 0) {
         slowest = Math.max(slowest, ms);
         passes.push(pass);
-        if (pass.pruneFull) this.pruneBacklog = true;
+        if (pass.pruneFull || pass.retainFull) this.pruneBacklog = true;
         if (pass.fired > 0) metrics.timersFired.inc(pass.fired);
         if (pass.pruned > 0) metrics.kvPruned.inc(pass.pruned);
+        if (pass.removed > 0) {
+          metrics.logRetentionRemovedUnfinished.inc(pass.removedUnfinished);
+          for (const q of pass.retainQueues) {
+            metrics.logRetentionRemoved.inc({ tenant: q.tenant, queue: q.queue }, q.removed);
+            metrics.logRetentionRemovedBytes.inc({ tenant: q.tenant, queue: q.queue }, q.bytes);
+          }
+        }
+        if (claimed) metrics.sweeperCycleSeconds.observe({ phase: 'retain' }, pass.retainSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);
         this.emit('pass', pass);
@@ -337,6 +358,7 @@ export class Sweeper extends EventEmitter {
       passes,
       fired: passes.reduce((n, p) => n + p.fired, 0),
       pruned: passes.reduce((n, p) => n + p.pruned, 0),
+      removed: passes.reduce((n, p) => n + p.removed, 0),
       fireEnabled,
       usageTenants,
       nextDueInMs,
@@ -384,6 +406,9 @@ export class Sweeper extends EventEmitter {
           metrics.logBacklogMaxGroup.set(Number(g.maxGroupBacklog));
           metrics.logOldestUnconsumed.set(Math.max(0, Number(g.oldestUnconsumedSeconds)));
           metrics.logDeadLetters.set(Number(g.deadLetters));
+          const r = await readLogRetentionGauges(this.o.pool);
+          metrics.logOldestMessage.set(Math.max(0, Number(r.oldestMessageSeconds)));
+          for (const [table, bytes] of Object.entries(r.tables)) metrics.logTableBytes.set({ table }, Number(bytes));
         } catch (err) {
           this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: the log gauges could not be read; trying again next interval');
         }

@@ -1,10 +1,13 @@
 // The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v1 claims,
 // fires, prunes and marks in one transaction).
 
-/** One pass: $1 cycle start (null on a cycle's first pass), $2 who, $3 shards, $4 fire batch, $5 prune batch, $6 prune on. */
+/**
+ * One pass: $1 cycle start (null on a cycle's first pass), $2 who, $3 shards, $4 fire batch, $5 prune
+ * batch (also the log retention's, per shard), $6 prune on, $7 the cell's default log retention in seconds.
+ */
 export const SWEEPER_PASS = {
-  name: 'sweeper_pass_v1',
-  text: `SELECT queen.sweeper_pass_v1($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean) AS pass`,
+  name: 'sweeper_pass_v2',
+  text: `SELECT queen.sweeper_pass_v2($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean, $7::int) AS pass`,
 };
 
 export const SWEEPER_GAUGES = {
@@ -22,8 +25,14 @@ export const KV_USAGE_ROLLUP = {
   text: `SELECT queen.kv_usage_rollup_v2($1::int, make_interval(secs => $2::float8 / 1000)) AS slice`,
 };
 
+/** The log retention's gauges (sql/functions/retention.sql): the oldest retained message's age, the log tables' sizes. */
+export const LOG_RETENTION_GAUGES = {
+  name: 'log_retention_gauges_v1',
+  text: `SELECT queen.log_retention_gauges_v1() AS gauges`,
+};
+
 /** The message log's gauges (sql/functions/log_gauges.sql): backlog, worst group, oldest unfinished age, dead letters. */
 export const LOG_GAUGES = {
-  name: 'log_gauges_v1',
-  text: `SELECT queen.log_gauges_v1() AS gauges`,
+  name: 'log_gauges_v2',
+  text: `SELECT queen.log_gauges_v2() AS gauges`,
 };

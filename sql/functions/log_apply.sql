@@ -435,6 +435,10 @@ END $$;
 --   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true needs the
 --   API's key, p_can_encrypt, else 403 log_encryption_unavailable naming the variable), and the body's namespace and
 --   task (strings, stored and answered; null or absent keeps them).
+-- The retention options, retentionSeconds, completedRetentionSeconds, retentionEnabled,
+-- maxWaitTimeSeconds and ttl, are stored in queen.queue_retention (a row once any of them was sent)
+-- and applied by the sweeper (sql/functions/retention.sql); the answer echoes the stored values,
+-- retentionEnabled as what applies (true unless a configure said false).
 -- Queen's other options are still accepted only at their neutral value (v1's rule). An omitted
 -- option keeps its value.
 CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant UUID, p_body JSONB, p_can_encrypt BOOLEAN) RETURNS JSONB
@@ -442,10 +446,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_queue TEXT := queen.log_str_v1(p_body->'queue');
   v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
-  v_neutral JSONB := '{"ttl": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
-    "retentionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_neutral JSONB := '{"deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
     'maxSize', 'priority', 'encryptionEnabled'];
+  v_retention_keys TEXT[] := ARRAY['retentionSeconds', 'completedRetentionSeconds', 'retentionEnabled', 'maxWaitTimeSeconds', 'ttl'];
+  v_ret_s INT;
+  v_done_s INT;
+  v_wait_s INT;
+  v_ttl INT;
+  v_enabled BOOLEAN;
+  v_ret queen.queue_retention;
   v_key TEXT;
   v_lease INT;
   v_retry INT;
@@ -484,7 +494,7 @@ BEGIN
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
   FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key = ANY (v_implemented);
+    CONTINUE WHEN v_key = ANY (v_implemented) OR v_key = ANY (v_retention_keys);
     IF NOT v_neutral ? v_key THEN
       PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
     END IF;
@@ -520,6 +530,22 @@ BEGIN
         'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
+  -- The retention options (sql/functions/retention.sql says what each removes): whole seconds from 0
+  -- (not set) to ten years; retentionEnabled a boolean, false keeping the queue's messages forever.
+  v_ret_s := queen.log_whole_option_v1(v_options, 'retentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.');
+  v_done_s := queen.log_whole_option_v1(v_options, 'completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
+    'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_wait_s := queen.log_whole_option_v1(v_options, 'maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options',
+    'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.');
+  v_ttl := queen.log_whole_option_v1(v_options, 'ttl', 0, 315360000, 'log_invalid_options',
+    'options.ttl is a whole number of seconds from 0 (not set) to 315360000.');
+  IF v_options ? 'retentionEnabled' THEN
+    IF jsonb_typeof(v_options->'retentionEnabled') <> 'boolean' THEN
+      PERFORM queen.fail_v1('log_invalid_options', 'options.retentionEnabled is true or false (false keeps the queue''s messages forever).', NULL);
+    END IF;
+    v_enabled := (v_options->>'retentionEnabled')::boolean;
+  END IF;
   INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
   VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
   ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
@@ -546,13 +572,28 @@ BEGIN
   ELSE
     SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
   END IF;
+  IF v_options ?| v_retention_keys THEN
+    INSERT INTO queen.queue_retention AS t (queue_id, retention_seconds, completed_retention_seconds, retention_enabled,
+                                          max_wait_time_seconds, ttl)
+    VALUES (v_row.id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET retention_seconds = coalesce(v_ret_s, t.retention_seconds),
+      completed_retention_seconds = coalesce(v_done_s, t.completed_retention_seconds),
+      retention_enabled = CASE WHEN v_options ? 'retentionEnabled' THEN v_enabled ELSE t.retention_enabled END,
+      max_wait_time_seconds = coalesce(v_wait_s, t.max_wait_time_seconds), ttl = coalesce(v_ttl, t.ttl), updated_at = now()
+    RETURNING * INTO v_ret;
+  ELSE
+    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_row.id;
+  END IF;
   RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
     'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
       'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
-      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false)));
+      'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
+      'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
+      'retentionEnabled', v_ret.retention_enabled IS DISTINCT FROM false, 'maxWaitTimeSeconds', coalesce(v_ret.max_wait_time_seconds, 0),
+      'ttl', coalesce(v_ret.ttl, 0)));
 END $$;
 
 -- A pop with Queen's subscriptionFrom=<timestamp> for a named consumer group: as

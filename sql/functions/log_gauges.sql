@@ -59,3 +59,49 @@ LANGUAGE sql STABLE AS $$
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
     FROM queen.log_backlog_v1() b
 $$;
+
+-- As queen.log_backlog_v1, counting from each partition's first retained message: what retention
+-- removed (sql/functions/retention.sql) is owed by nobody. The retention moves the cursors of the
+-- groups that have a row on the partition; a group without one (queue mode never popped, or a
+-- group that never popped this partition) would otherwise owe every removed message from seq 1 for
+-- ever. One probe more per partition (its first message, by the primary key).
+CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
+LANGUAGE sql STABLE AS $$
+  WITH groups AS (
+    SELECT DISTINCT p.queue_id, c.consumer_group
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+    UNION ALL
+    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                        WHERE p.queue_id = q.id)
+  ), parts AS (
+    SELECT p.id, p.queue_id, p.last_seq,
+           coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
+      FROM queen.partitions p
+  )
+  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
+         sum(p.last_seq - greatest(coalesce(c.cursor_seq, 0), p.floor)
+             - coalesce((SELECT count(*) FROM unnest(c.done_seqs) d WHERE d > p.floor), 0))::bigint,
+         min(m.created_at)
+    FROM groups g
+    JOIN queen.queues q ON q.id = g.queue_id
+    JOIN parts p ON p.queue_id = g.queue_id
+    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
+    -- The group's oldest unfinished message on the partition: the one right after its cursor (or
+    -- after the removed head).
+    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = greatest(coalesce(c.cursor_seq, 0), p.floor) + 1
+   WHERE p.last_seq > greatest(coalesce(c.cursor_seq, 0), p.floor)
+   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
+$$;
+-- As queen.log_gauges_v1, over queen.log_backlog_v2.
+CREATE OR REPLACE FUNCTION queen.log_gauges_v2() RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object(
+    'backlog', coalesce(sum(b.backlog), 0),
+    'maxGroupBacklog', coalesce(max(b.backlog), 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
+    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
+                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+    FROM queen.log_backlog_v2() b
+$$;

@@ -20,6 +20,8 @@ test.each([
   ['QUEEN_HEALTH_TIMEOUT_MS', '2.5'],
   ['QUEEN_DB_POOLING', 'statement'],
   ['DATABASE_LISTEN_URL', 'localhost:5432'],
+  ['QUEEN_LOG_RETENTION_SECONDS', '-1'],
+  ['QUEEN_LOG_RETENTION_SECONDS', '7d'],
 ])('%s=%s is refused with a sentence that names the variable', (name, value) => {
   let thrown: unknown;
   try {
@@ -40,6 +42,12 @@ test('QUEEN_DB_POOLING: session by default, transaction when asked; LISTEN goes 
   const behind = loadConfig({ DATABASE_URL: pooled, DATABASE_LISTEN_URL: direct, QUEEN_DB_POOLING: ' Transaction ' });
   expect(behind.dbPooling).toBe('transaction');
   expect(directUrl(behind)).toBe(direct);
+});
+
+test('QUEEN_LOG_RETENTION_SECONDS: 7 days by default; 0 (forever for queues without their own) when asked', () => {
+  expect(loadConfig({}).logRetentionSeconds).toBe(604_800);
+  expect(loadConfig({ QUEEN_LOG_RETENTION_SECONDS: '0' }).logRetentionSeconds).toBe(0);
+  expect(loadConfig({ QUEEN_LOG_RETENTION_SECONDS: '90' }).logRetentionSeconds).toBe(90);
 });
 
 test('the KV pool derives from DB_POOL_SIZE as clamp(pool / 10, 4, 32)', () => {

@@ -45,7 +45,6 @@ describe('configure', () => {
   });
 
   test.each([
-    ['ttl', { ttl: 36 }, 'options.ttl'],
     ['an unknown key', { colour: 'blue' }, 'options.colour'],
   ])('an option the cell does not implement is 400 unsupported naming it: %s', async (_name, options, named) => {
     const res = await call(api.url, 'POST', '/api/v1/configure', { queue: 'qw-conf-refused', options: { ...QUEEN_DEFAULTS, ...options } });

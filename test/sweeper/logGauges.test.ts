@@ -74,8 +74,8 @@ test('backlog, worst group, oldest unfinished age and dead letters follow pushes
   expect((await ack(api.url, audit[2])).status).toBe(200);
   g = await gauges();
   expect([g.queen_log_backlog_messages, g.queen_log_backlog_max_group_messages]).toEqual([3 + 4 + 2, 4]);
-  // The runbook's query names them (queen.log_backlog_v1, the same reading by queue and group).
-  const named = await api.pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v1() ORDER BY queue, consumer_group`);
+  // The runbook's query names them (queen.log_backlog_v2, the same reading by queue and group).
+  const named = await api.pool.query(`SELECT queue, consumer_group, backlog::int FROM queen.log_backlog_v2() ORDER BY queue, consumer_group`);
   expect(named.rows.map((r) => [r.queue, r.consumer_group, r.backlog])).toEqual([
     ['idle', '__QUEUE_MODE__', 2], ['orders', '__QUEUE_MODE__', 3], ['orders', 'audit', 4],
   ]);
@@ -110,7 +110,7 @@ test('before a sweeper has read them, the families are declared but carry no sam
 test('a reading that fails leaves the cycle whole: timers still fire, the last figures stay', async () => {
   const before = await gauges();
   // This test's own database: the reading now fails as a statement on a sick database would.
-  await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+  await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v2() RETURNS JSONB LANGUAGE plpgsql AS $$
     BEGIN RAISE EXCEPTION 'gauges unavailable'; END $$`);
   const faults: unknown[] = [];
   sweeper.sweeper.on('fault', (err) => faults.push(err));
@@ -129,11 +129,11 @@ test('a reading that fails leaves the cycle whole: timers still fire, the last f
 
 test('a slow reading holds up no timer: firing goes on while the log gauges are still being read', async () => {
   // The reading blocks on a lock this test holds, as a pass over 40,000 partitions takes seconds.
-  const original = (await api.pool.query(`SELECT pg_get_functiondef('queen.log_gauges_v1'::regproc) AS def`)).rows[0].def as string;
+  const original = (await api.pool.query(`SELECT pg_get_functiondef('queen.log_gauges_v2'::regproc) AS def`)).rows[0].def as string;
   const holder = await api.pool.connect();
   try {
     await holder.query('SELECT pg_advisory_lock(4242)');
-    await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB LANGUAGE plpgsql AS $$
+    await api.pool.query(`CREATE OR REPLACE FUNCTION queen.log_gauges_v2() RETURNS JSONB LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242);
       RETURN jsonb_build_object('backlog', 0, 'maxGroupBacklog', 0, 'oldestUnconsumedSeconds', 0, 'deadLetters', 0); END $$`);
     const reading = sweeper.sweeper.nextGauges();
