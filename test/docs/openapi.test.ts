@@ -8,6 +8,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
+import ts from 'typescript';
 import { parse } from 'yaml';
 import { createApp } from '../../services/api/app';
 import { errorCodes, statusOf } from '../../shared/errors';
@@ -279,3 +280,34 @@ function validPopped() {
       leaseId: id, leaseExpiresAt: at, consumerGroup: 'g', createdAt: at, retryCount: 0 }],
   };
 }
+
+test('openapi-typescript turns the document into types a program compiles against: getPrefix has rows, configure has options', async () => {
+  const dir = fs.mkdtempSync(path.join(require('node:os').tmpdir(), 'queen-openapi-ts-'));
+  try {
+    const bin = path.join(ROOT, 'node_modules', '.bin', 'openapi-typescript');
+    await promisify(execFile)(bin, [path.join(ROOT, 'docs/openapi.yaml'), '-o', path.join(dir, 'openapi.ts')], { cwd: ROOT });
+    const program = path.join(dir, 'reads.ts');
+    fs.writeFileSync(
+      program,
+      [
+        "import type { paths, components } from './openapi';",
+        "type Batch = paths['/api/v1/kv']['post']['responses'][200]['content']['application/json'];",
+        "type Result = Extract<Batch, { ok: true }>['results'][number];",
+        'export function keysOf(r: Result): string[] {',
+        "  if (r.op === 'getPrefix') return r.rows.map((row) => row.key).concat(r.truncated && r.nextAfter !== null ? [r.nextAfter] : []);",
+        "  if (r.op === 'getMany') return r.rows.map((row) => row.key).concat(r.missing);",
+        '  return [r.key];',
+        '}',
+        "export const lease = (c: components['schemas']['Configured']): number => c.options.leaseTime;",
+        "export const sample: components['schemas']['Configured']['options'] = { leaseTime: 30, retryLimit: 3, delayedProcessing: 0, windowBuffer: 0,",
+        '  priority: 0, maxSize: 0, ttl: 0, retryDelay: 0, retentionSeconds: 0, completedRetentionSeconds: 0, maxWaitTimeSeconds: 0,',
+        '  retentionEnabled: false, encryptionEnabled: false, deadLetterQueue: true, dlqAfterMaxRetries: true };',
+      ].join('\n'),
+    );
+    const compiled = ts.createProgram([program], { strict: true, noEmit: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.CommonJS, lib: ['lib.es2022.d.ts'], types: [] });
+    const problems = ts.getPreEmitDiagnostics(compiled).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+    expect(problems).toEqual([]);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
