@@ -9,20 +9,19 @@
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-# The client is an npm workspace: npm ci needs its package.json, and the build compiles it first.
+# The client is an npm workspace: npm ci needs its package.json (the processes never load it).
 COPY client/package.json ./client/
 # No install scripts: the build needs only tsc (the one allowed script restores the embedded
 # PostgreSQL's library links, for tests, which do not run here).
 RUN npm ci --ignore-scripts --no-audit --no-fund
-COPY tsconfig.json ./
-COPY client ./client
+COPY tsconfig.json tsconfig.build.json ./
 COPY shared ./shared
 COPY services ./services
 # The API description, turned into dist/openapi.json by the build (GET /api/v1/openapi.json).
 COPY docs/openapi.yaml ./docs/
 COPY scripts/openapi-json.mjs ./scripts/
-# The processes only: tsconfig's test/ and bench/ globs match nothing here, so they are not compiled.
-RUN npm run build
+# The processes only (tsconfig.build.json: services/ and shared/), type-checked.
+RUN npm run build:runtime
 
 # Runtime stage: production dependencies only, the compiled processes and the schema files.
 FROM node:20-bookworm-slim AS runtime

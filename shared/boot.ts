@@ -5,7 +5,7 @@ import { Config, ConfigError, directUrl, loadConfig } from './config';
 import { applySchema } from './db';
 import { MigrateOptions, MigrationRefused, pendingMigrations } from './migrations';
 import { isConnectionFailure, isConnectTimeout, SQLSTATE } from './errors';
-import { EmbeddedPostgres, startEmbeddedPostgres } from './embeddedPostgres';
+import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from './embeddedPostgres';
 import { createLogger, Logger } from './log';
 
 export function loadConfigOrExit(processName: string): Config {
@@ -25,6 +25,14 @@ export function loadConfigOrExit(processName: string): Config {
 /** Attempts at starting the embedded PostgreSQL again after it died, before the process gives up. */
 const EMBEDDED_RESTART_ATTEMPTS = 8;
 
+export interface LookedAfterPostgres extends EmbeddedPostgres {
+  /**
+   * The cell is stopping: from now on the server's exit is the stop, not a death to repair (a
+   * terminal's ^C used to reach it before the drain, and the log said it "exited unexpectedly").
+   */
+  stopping(): void;
+}
+
 /**
  * Starts the embedded PostgreSQL when no DATABASE_URL is given, and fills it in. The server is
  * looked after: one that dies under the cell (killed, crashed, OOM-killed) was never noticed, so the
@@ -36,15 +44,20 @@ export async function ensureDatabase(
   config: Config,
   log: Logger,
   onGiveUp: (err: Error) => void = () => undefined,
-): Promise<EmbeddedPostgres | undefined> {
+): Promise<LookedAfterPostgres | undefined> {
   if (config.databaseUrl) return undefined;
-  log.info({ dataDir: config.dataDir, port: config.embeddedPgPort }, 'no DATABASE_URL: starting the embedded PostgreSQL');
+  // 0 (PORT=0, or PORT+7 past 65535): a free port, chosen once; a restart after a death reuses it.
+  const port = config.embeddedPgPort || (await freePort());
+  log.info({ dataDir: config.dataDir, port }, 'no DATABASE_URL: starting the embedded PostgreSQL');
   let stopping = false;
   let current: EmbeddedPostgres;
   const start = (): Promise<EmbeddedPostgres> =>
-    startEmbeddedPostgres({ dataDir: config.dataDir, port: config.embeddedPgPort, log, onUnexpectedExit: (exit) => void revive(exit) });
+    startEmbeddedPostgres({ dataDir: config.dataDir, port, log, ownProcessGroup: true, onUnexpectedExit: (exit) => void revive(exit) });
   const revive = async (exit: { code: number | null; signal: NodeJS.Signals | null; output: string }) => {
-    if (stopping) return;
+    if (stopping) {
+      log.info({ code: exit.code, signal: exit.signal }, 'embedded PostgreSQL stopped while the cell stops');
+      return;
+    }
     log.error(
       { code: exit.code, signal: exit.signal, output: exit.output.slice(-2000) },
       'embedded PostgreSQL exited unexpectedly; starting it again (calls answer 503 db_unavailable meanwhile)',
@@ -76,6 +89,9 @@ export async function ensureDatabase(
     port: current.port,
     get dataDir() {
       return current.dataDir;
+    },
+    stopping() {
+      stopping = true;
     },
     stop() {
       stopping = true;

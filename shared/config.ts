@@ -37,7 +37,10 @@ export const DEFAULTS = {
   sweeperBatch: 500,
   sweeperFireBatch: 2000,
   sweeperUsageIntervalMs: 60_000,
-  sweeperMetricsPort: 6633,
+  // The ports beside PORT follow it (portsFromPort): the sweeper's metrics on PORT+1, the embedded
+  // PostgreSQL on PORT+7, so 6633 and 6639 beside the default 6632, and a second cell started with
+  // another PORT collides with nothing of the first.
+  sweeperMetricsPortOffset: 1,
   // The message log's retention for queues configured without one: 7 days (docs/operations.md,
   // "Sizing retention"). A week covers a weekend's outage of a consumer with days to spare; at
   // 1,000 messages a second of 1 KiB it is about 1.1 TB, which is what an operator sizes the disk for.
@@ -45,8 +48,18 @@ export const DEFAULTS = {
   shutdownTimeoutMs: 10_000,
   // How long a booting process waits for a database that is not up yet (refused, starting up).
   dbBootWaitMs: 30_000,
-  embeddedPgPort: 6639,
+  embeddedPgPortOffset: 7,
 } as const;
+
+/**
+ * The sweeper's metrics port and the embedded PostgreSQL's port when their own variables are unset:
+ * PORT+1 and PORT+7. PORT=0 (any free port) makes both 0 too, and so does a sum past 65535: a port
+ * chosen free at boot, which the boot log names.
+ */
+export function portsFromPort(port: number): { sweeperMetricsPort: number; embeddedPgPort: number } {
+  const follow = (offset: number) => (port === 0 || port + offset > 65535 ? 0 : port + offset);
+  return { sweeperMetricsPort: follow(DEFAULTS.sweeperMetricsPortOffset), embeddedPgPort: follow(DEFAULTS.embeddedPgPortOffset) };
+}
 
 export interface Config {
   databaseUrl: string | undefined;
@@ -93,6 +106,7 @@ export interface Config {
   shutdownTimeoutMs: number;
   dbBootWaitMs: number;
   dataDir: string;
+  /** 0: a free port chosen at boot (PORT=0), logged. */
   embeddedPgPort: number;
   logLevel: string;
   /** When set, every /api/v1/system/* route asks for `Authorization: Bearer <it>`. Never logged. */
@@ -250,11 +264,14 @@ export function loadConfig(env: Env = process.env): Config {
     throw new ConfigError('DATABASE_LISTEN_URL', 'must start with postgres:// or postgresql://.');
   }
 
+  const port = int(env, 'PORT', DEFAULTS.port, 0, 65535);
+  const derived = portsFromPort(port);
+
   return {
     dbPooling,
     databaseListenUrl,
     databaseUrl,
-    port: int(env, 'PORT', DEFAULTS.port, 0, 65535),
+    port,
     workers: int(env, 'QUEEN_WORKERS', defaultWorkers(env), 1, 256),
     dbPoolSize,
     kvPoolSize: int(env, 'QUEEN_KV_POOL_SIZE', deriveKvPoolSize(dbPoolSize), 1, 1000),
@@ -285,13 +302,13 @@ export function loadConfig(env: Env = process.env): Config {
     sweeperBatch: int(env, 'QUEEN_SWEEPER_BATCH', DEFAULTS.sweeperBatch, 1, 100_000),
     sweeperFireBatch: int(env, 'QUEEN_SWEEPER_FIRE_BATCH', DEFAULTS.sweeperFireBatch, 1, 100_000),
     sweeperUsageIntervalMs: int(env, 'QUEEN_SWEEPER_USAGE_INTERVAL_MS', DEFAULTS.sweeperUsageIntervalMs, 100, 86_400_000),
-    sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', DEFAULTS.sweeperMetricsPort, 0, 65535),
+    sweeperMetricsPort: int(env, 'QUEEN_SWEEPER_METRICS_PORT', derived.sweeperMetricsPort, 0, 65535),
     logRetentionSeconds: int(env, 'QUEEN_LOG_RETENTION_SECONDS', DEFAULTS.logRetentionSeconds, 0, 315_360_000),
     shutdownTimeoutMs: int(env, 'QUEEN_SHUTDOWN_TIMEOUT_MS', DEFAULTS.shutdownTimeoutMs, 100, 600_000),
     dbBootWaitMs: int(env, 'QUEEN_DB_BOOT_WAIT_MS', DEFAULTS.dbBootWaitMs, 0, 3_600_000),
     migrateOnBoot: bool(env, 'QUEEN_MIGRATE_ON_BOOT', true),
     dataDir: env.QUEEN_DATA_DIR?.trim() || '.queen/pg',
-    embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', DEFAULTS.embeddedPgPort, 1, 65535),
+    embeddedPgPort: int(env, 'QUEEN_EMBEDDED_PG_PORT', derived.embeddedPgPort, 0, 65535),
     logLevel,
     adminToken,
     retiredVariablesSet: retired,

@@ -38,6 +38,13 @@ export interface EmbeddedOptions {
    * Called when the server exits after it started and before stop() was called (killed, crashed,
    * OOM-killed), with its last output: the caller logs it and may start it again.
    */
+  /**
+   * A process group of its own (the cell's server): a terminal's ^C goes to the whole foreground
+   * group, and reached the server at once, before the workers had drained the requests that still
+   * need it. The cell stops it after the drain; a cell that dies unstopped leaves it to the next
+   * start (stopOrphan). The suites' servers stay in the runner's group, so a ^C of a test run ends them.
+   */
+  ownProcessGroup?: boolean;
   onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null; output: string }) => void;
 }
 
@@ -363,6 +370,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     ...ids,
     env: { ...process.env, LC_ALL: 'C' },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.ownProcessGroup === true,
   });
   const output = new ServerOutput();
   const remember = (chunk: Buffer) => {

@@ -121,17 +121,23 @@ function bounded(timeoutMs: number, signal?: AbortSignal): { signal: AbortSignal
 }
 
 export class HttpClient {
-  private readonly base: string;
+  private readonly bases: string[];
+  private turn = 0;
+  private closed = false;
   private readonly headers: Record<string, string>;
   private readonly timeoutMs: number;
   private readonly retry: Required<Omit<RetryOptions, 'onRetry'>> & Pick<RetryOptions, 'onRetry'>;
   private readonly retries: boolean;
 
-  constructor(options: HttpOptions) {
-    if (typeof options.url !== 'string' || !/^https?:\/\//.test(options.url)) {
-      throw new TypeError(`Queen needs the cell's URL, http(s)://host:port; got ${JSON.stringify(options.url)}.`);
+  /** `urls`: more than one are taken in turn, a call each (every retry of a call goes where it went). */
+  constructor(options: HttpOptions, urls: string[] = [options.url]) {
+    if (urls.length === 0) throw new TypeError("Queen needs the cell's URL, http(s)://host:port; got none.");
+    for (const url of urls) {
+      if (typeof url !== 'string' || !/^https?:\/\//.test(url)) {
+        throw new TypeError(`Queen needs the cell's URL, http(s)://host:port; got ${JSON.stringify(url)}.`);
+      }
     }
-    this.base = options.url.replace(/\/+$/, '');
+    this.bases = urls.map((url) => url.replace(/\/+$/, ''));
     this.headers = { accept: 'application/json', ...options.headers };
     if (options.tenant !== undefined) this.headers['x-queen-tenant'] = options.tenant;
     if (options.bearerToken !== undefined) this.headers.authorization = `Bearer ${options.bearerToken}`;
@@ -145,7 +151,14 @@ export class HttpClient {
     };
   }
 
+  /** Every later call throws QueenError `closed`. */
+  close(): void {
+    this.closed = true;
+  }
+
   async call(method: string, path: string, options: CallOptions = {}): Promise<Answer> {
+    if (this.closed) throw new QueenError({ status: 0, code: 'closed', message: `${method} ${path}: this Queen was closed (close()).` });
+    const base = this.bases[this.turn++ % this.bases.length];
     const headers = options.body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' };
     for (let attempt = 0; ; attempt++) {
       const bound = bounded(options.timeoutMs ?? this.timeoutMs, options.signal);
@@ -153,7 +166,7 @@ export class HttpClient {
       let text: string;
       let retryAfter: string | null;
       try {
-        const res = await fetch(this.base + path, { method, headers, body: options.body, signal: bound.signal });
+        const res = await fetch(base + path, { method, headers, body: options.body, signal: bound.signal });
         status = res.status;
         retryAfter = res.headers.get('retry-after');
         text = await res.text();

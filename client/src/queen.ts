@@ -11,7 +11,26 @@ import { TransactionBuilder } from './transaction';
 import type { AckBatchResult, AckContext, AckResult, AckStatus, DeleteGroupResult, Message, RenewResult } from './types';
 import * as wire from './wire';
 
-export type QueenOptions = HttpOptions;
+/**
+ * `{ url }`, or Queen MQ's client's spellings, accepted as the same things: `urls` (a list; more
+ * than one are taken in turn, a call each), `timeoutMillis` (= `timeoutMs`), `retryAttempts`
+ * (= `retry.attempts`). `new Queen('http://...')` and `new Queen(['http://...'])` work too.
+ */
+export interface QueenOptions extends Omit<HttpOptions, 'url'> {
+  url?: string;
+  urls?: string[];
+  timeoutMillis?: number;
+  retryAttempts?: number;
+}
+
+function httpOf(options: QueenOptions | string | string[]): HttpClient {
+  if (typeof options === 'string') return new HttpClient({ url: options });
+  if (Array.isArray(options)) return new HttpClient({ url: options[0] }, options);
+  const { url, urls, timeoutMillis, retryAttempts, ...rest } = options;
+  const list = urls ?? (url === undefined ? [] : [url]);
+  const retry = rest.retry === false || retryAttempts === undefined ? rest.retry : { ...rest.retry, attempts: rest.retry?.attempts ?? retryAttempts };
+  return new HttpClient({ ...rest, url: list[0], timeoutMs: rest.timeoutMs ?? timeoutMillis, retry }, list);
+}
 
 export class Queen implements QueenCore {
   /** @internal */
@@ -21,10 +40,33 @@ export class Queen implements QueenCore {
   /** Timers: schedule, peek, list, cancel, reschedule. */
   readonly timers: Timers;
 
-  constructor(options: QueenOptions | string) {
-    this.http = new HttpClient(typeof options === 'string' ? { url: options } : options);
+  private readonly closing = new AbortController();
+  private readonly running = new Set<Promise<unknown>>();
+
+  constructor(options: QueenOptions | string | string[]) {
+    this.http = httpOf(options);
     this.kv = new Kv(async (ops) => kvAnswer((await this.http.call('POST', '/api/v1/kv', { body: stringifyJson({ operations: ops }) })).body));
     this.timers = new Timers(this.http);
+  }
+
+  /**
+   * Stops every consume loop of this client (as its signal would: no new pop, the messages in hand
+   * finished and acked), waits for them, then refuses every later call (QueenError `closed`).
+   * Nothing else is held open: a Queen that is never closed keeps no process alive.
+   */
+  async close(): Promise<void> {
+    this.closing.abort();
+    await Promise.allSettled([...this.running]);
+    this.http.close();
+  }
+
+  /** @internal */
+  tracked<R>(run: (closing: AbortSignal) => Promise<R>): Promise<R> {
+    const p = run(this.closing.signal);
+    this.running.add(p);
+    const forget = () => void this.running.delete(p);
+    p.then(forget, forget);
+    return p;
   }
 
   /** @internal A fresh transactionId for a push item that has none. */

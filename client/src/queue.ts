@@ -22,6 +22,8 @@ export interface QueenCore {
   mintId(): string;
   ack(message: Message | Message[], status?: AckStatus, context?: AckContext): Promise<AckResult | AckBatchResult>;
   renew(target: string | Message | Message[], options?: { seconds?: number }): Promise<RenewResult | RenewResult[]>;
+  /** Runs a consume loop that close() stops (its signal aborts) and waits for. */
+  tracked<R>(run: (closing: AbortSignal) => Promise<R>): Promise<R>;
 }
 
 /** The long poll's default bound (the cell's default too). */
@@ -176,9 +178,9 @@ export class QueueBuilder {
     return wire.pushAnswer((await this.queen.http.call('POST', wire.PUSH_PATH, { body })).body);
   }
 
-  /** Leases the next messages of one partition to this consumer of the group; [] when none. */
-  pop(): Promise<Message[]> {
-    return this.popOnce(this.batchSize, this.waitFlag ?? false);
+  /** Leases the next messages of one partition to this consumer of the group; [] when none. `T`: what `data` is. */
+  pop<T = unknown>(): Promise<Message<T>[]> {
+    return this.popOnce(this.batchSize, this.waitFlag ?? false) as Promise<Message<T>[]>;
   }
 
   private async popOnce(batch: number, wait: boolean, signal?: AbortSignal): Promise<Message[]> {
@@ -196,11 +198,21 @@ export class QueueBuilder {
    * pop (a waiting one is abandoned, and the cell leases nothing to a poll whose client left), the
    * messages in hand are finished and acked, then the promise resolves.
    */
-  async consume(handler: Handler, options: ConsumeOptions = {}): Promise<ConsumeSummary> {
+  consume<T = unknown>(handler: (message: Message<T>) => unknown, options?: ConsumeOptions): Promise<ConsumeSummary>;
+  consume<T = unknown>(handler: (messages: Message<T>[]) => unknown, options?: ConsumeOptions): Promise<ConsumeSummary>;
+  consume(handler: Handler, options: ConsumeOptions = {}): Promise<ConsumeSummary> {
+    // queen.close() stops it as its signal would, and waits for it.
+    return this.queen.tracked((closing) => this.consumeUntil(handler, options, closing));
+  }
+
+  private async consumeUntil(handler: Handler, options: ConsumeOptions, closing: AbortSignal): Promise<ConsumeSummary> {
     const stop = new AbortController();
     const follow = () => stop.abort();
-    if (options.signal?.aborted) stop.abort();
-    else options.signal?.addEventListener('abort', follow, { once: true });
+    if (options.signal?.aborted || closing.aborted) stop.abort();
+    else {
+      options.signal?.addEventListener('abort', follow, { once: true });
+      closing.addEventListener('abort', follow, { once: true });
+    }
     const wait = this.waitFlag ?? true;
     const single = this.oneByOne || this.batchSize === 1;
     let processed = 0;
@@ -301,6 +313,7 @@ export class QueueBuilder {
       await Promise.all(Array.from({ length: this.workers }, worker));
     } finally {
       options.signal?.removeEventListener('abort', follow);
+      closing.removeEventListener('abort', follow);
     }
     if (failure) throw failure.error;
     return { processed };

@@ -13,8 +13,11 @@ export type AckReason = 'not_found' | 'already_acked' | 'lease_expired' | 'not_l
 
 // ----------------------------------------------------------------------------------------- the log
 
-/** A popped message. `data` is what was pushed; ack, renew and transactions read the ids. */
-export interface Message<T = any> {
+/**
+ * A popped message. `data` is what was pushed, typed by the caller (`pop<Order>()`, a handler's
+ * `Message<Order>`), `unknown` when not said; ack, renew and transactions read the ids.
+ */
+export interface Message<T = unknown> {
   transactionId: string;
   partitionId: string;
   queue: string;
@@ -165,17 +168,32 @@ export interface ConfigureResult {
 /** Exactly one of the two, on every write that can create a key (the cell refuses zero or two). */
 export type Expiry = { ttlSeconds: number; forever?: undefined } | { forever: true; ttlSeconds?: undefined };
 
-export interface KvGetResult<T = unknown> {
+/** A get that found its key: `value` is there (`null` is a stored value, distinct from `found: false`). */
+export interface KvGetFound<T = unknown> {
   index: number;
   op: 'get';
   key: string;
-  found: boolean;
-  /** Present when found; `null` is a stored value, distinct from `found: false`. */
-  value?: T;
-  version?: Version;
-  expiresAt?: string | null;
-  updatedAt?: string;
+  found: true;
+  value: T;
+  version: Version;
+  expiresAt: string | null;
+  updatedAt: string;
 }
+
+/** A get of a key that is absent (or expired): nothing but the key. */
+export interface KvGetMissing {
+  index: number;
+  op: 'get';
+  key: string;
+  found: false;
+  value?: undefined;
+  version?: undefined;
+  expiresAt?: undefined;
+  updatedAt?: undefined;
+}
+
+/** `if (r.found)` narrows to KvGetFound: `r.value` is a `T` there, and absent otherwise. */
+export type KvGetResult<T = unknown> = KvGetFound<T> | KvGetMissing;
 
 export interface KvRow<T = unknown> {
   key: string;
@@ -282,10 +300,8 @@ export interface TimerScheduleResult {
   created: boolean;
 }
 
-export interface TimerPeekResult<T = unknown> {
-  found: boolean;
-  timer?: Timer<T>;
-}
+/** `if (r.found)` narrows: `r.timer` is there when found, absent otherwise. */
+export type TimerPeekResult<T = unknown> = { found: true; timer: Timer<T> } | { found: false; timer?: undefined };
 
 export interface TimerPage<T = unknown> {
   timers: Timer<T>[];

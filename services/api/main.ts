@@ -14,6 +14,7 @@ import { relaySwitchesInPrimary } from './switches/relay';
 import { LEASE_SECONDS, LEASE_TTL_MS } from './rate/lease';
 import { ownRateLimitsInPrimary } from './rate/owner';
 import { RateStore } from './rate/store';
+import { usage } from '../../shared/usage';
 
 function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void {
   const sizes = poolSizesPerWorker(config);
@@ -129,7 +130,8 @@ async function primary(): Promise<void> {
     ...(process.execArgv.some((a) => a.startsWith('--max-semi-space-size')) ? [] : ['--max-semi-space-size=4']),
     ...(process.execArgv.some((a) => a.startsWith('--heap-growing-percent')) ? [] : ['--heap-growing-percent=50']),
   ];
-  if (workerFlags.length) cluster.setupPrimary({ execArgv: [...process.execArgv, ...workerFlags] });
+  // The workers run this file whatever started the primary (`npm start` loads it from scripts/start.js).
+  cluster.setupPrimary({ exec: __filename, args: [], execArgv: [...process.execArgv, ...workerFlags] });
   const fork = (replacing?: number): Worker => {
     const worker = cluster.fork({ DATABASE_URL: config.databaseUrl });
     if (replacing !== undefined) {
@@ -153,6 +155,8 @@ async function primary(): Promise<void> {
   const shutdown = async (signal: string, exitCode = 0) => {
     if (stopping) return;
     stopping = true;
+    // From here the embedded server's exit is the stop, not a death to repair.
+    embedded?.stopping();
     log.info({ signal }, 'stopping: draining workers');
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => !!w);
     // A worker closes what is still open at 80 % of the timeout (server.ts) and exits by 95 % on its
@@ -249,6 +253,10 @@ async function worker(): Promise<void> {
   });
 }
 
+if (cluster.isPrimary && process.argv.slice(2).some((a) => a === '--help' || a === '-h')) {
+  process.stdout.write(usage());
+  process.exit(0);
+}
 const run = cluster.isPrimary ? primary : worker;
 run().catch((err) => {
   createLogger('api').fatal({ err: { message: err?.message, name: err?.name } }, `boot failed: ${err?.message ?? err}`);

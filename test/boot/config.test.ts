@@ -109,3 +109,14 @@ test('WEB_CONCURRENCY (Heroku) is the worker count when QUEEN_WORKERS is unset; 
     expect(() => loadConfig({ WEB_CONCURRENCY: bad })).toThrow(/WEB_CONCURRENCY/);
   }
 });
+
+test('the sweeper metrics port and the embedded PostgreSQL port follow PORT (PORT+1, PORT+7) unless set; PORT=0 makes them free ports', () => {
+  expect(loadConfig({})).toMatchObject({ port: 6632, sweeperMetricsPort: 6633, embeddedPgPort: 6639 });
+  expect(loadConfig({ PORT: '7000' })).toMatchObject({ port: 7000, sweeperMetricsPort: 7001, embeddedPgPort: 7007 });
+  expect(loadConfig({ PORT: '7000', QUEEN_SWEEPER_METRICS_PORT: '9100', QUEEN_EMBEDDED_PG_PORT: '5433' })).toMatchObject({
+    sweeperMetricsPort: 9100,
+    embeddedPgPort: 5433,
+  });
+  expect(loadConfig({ PORT: '0' })).toMatchObject({ port: 0, sweeperMetricsPort: 0, embeddedPgPort: 0 });
+  expect(loadConfig({ PORT: '65530' })).toMatchObject({ sweeperMetricsPort: 65531, embeddedPgPort: 0 });
+});

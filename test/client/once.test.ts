@@ -44,7 +44,7 @@ test('a redelivery of finished work: kv_precondition with the winner\'s value, n
   const { queen } = cell;
   // The same order arrives twice (an upstream producer retried under a new transactionId).
   await queen.queue('payments').push([{ data: { orderId: 'ord_1' } }, { data: { orderId: 'ord_1' } }]);
-  const handle = async (message: Message) => {
+  const handle = async (message: Message<{ orderId: string }>) => {
     const chargeId = `ch_${message.transactionId.slice(0, 8)}`;
     const res = await queen.transaction()
       .ack(message)
@@ -58,11 +58,11 @@ test('a redelivery of finished work: kv_precondition with the winner\'s value, n
     return { res, chargeId };
   };
 
-  const [first] = await queen.queue('payments').group('g').pop();
+  const [first] = await queen.queue('payments').group('g').pop<{ orderId: string }>();
   const won = await handle(first);
   expect(won.res.success).toBe(true);
 
-  const [second] = await queen.queue('payments').group('g').pop();
+  const [second] = await queen.queue('payments').group('g').pop<{ orderId: string }>();
   expect(second.transactionId).not.toBe(first.transactionId);
   const lost = await handle(second);
   // Flat index: the ack is operations[0], the push operations[1], the marker kv[0] = 2.

@@ -11,9 +11,9 @@ beforeAll(async () => {
   await cell.api.client.query('CREATE TABLE charges (order_id text PRIMARY KEY, charge_id text NOT NULL)');
 });
 
-async function leased(queue: string): Promise<Message> {
+async function leased(queue: string): Promise<Message<{ orderId: string }>> {
   await cell.queen.queue(queue).push([{ data: { orderId: `${queue}-1` } }]);
-  const [m] = await cell.queen.queue(queue).group('billing').pop();
+  const [m] = await cell.queen.queue(queue).group('billing').pop<{ orderId: string }>();
   return m;
 }
 

@@ -67,7 +67,7 @@ test('consume: concurrency, a failure comes back and succeeds, every message don
     .limit(13)
     .wait(false)
     .consume(
-      async (m: Message) => {
+      async (m: Message<{ p: number; n: number }>) => {
         const id = `${m.data.p}/${m.data.n}`;
         seen.push(id);
         if (id === 'p2/3' && !failedOnce) {
@@ -102,7 +102,7 @@ test('consume hands the array when batched, and stops gracefully: the long poll 
     .group('c')
     .batch(10)
     .timeoutMillis(60_000)
-    .consume(async (messages: Message[]) => {
+    .consume(async (messages: Message<number>[]) => {
       batches.push(messages.map((m) => m.data));
       // Stop from inside: the batch in hand is still acked, then the loop ends.
       stop.abort();
