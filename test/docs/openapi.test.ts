@@ -303,7 +303,7 @@ test('openapi-typescript turns the document into types a program compiles agains
         '}',
         "export const lease = (c: components['schemas']['Configured']): number => c.options.leaseTime;",
         "export const sample: components['schemas']['Configured']['options'] = { leaseTime: 30, retryLimit: 3, delayedProcessing: 0, windowBuffer: 0,",
-        '  priority: 0, maxSize: 0, ttl: 0, retryDelay: 0, retentionSeconds: 0, completedRetentionSeconds: 0, maxWaitTimeSeconds: 0,',
+        '  priority: 0, maxSize: 0, ttl: 0, retryDelay: 0, retryDelayMax: 0, retentionSeconds: 0, completedRetentionSeconds: 0, maxWaitTimeSeconds: 0,',
         '  retentionEnabled: false, encryptionEnabled: false, deadLetterQueue: true, dlqAfterMaxRetries: true };',
       ].join('\n'),
     );
