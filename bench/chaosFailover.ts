@@ -1,11 +1,13 @@
 // npm run chaos:failover: the cell (built API, one worker, and a sweeper) on a three-node Patroni
 // cluster (synchronous_mode, HAProxy routing to the primary by Patroni's REST check; test/ha/cluster.ts)
 // under four writers of KV puts, pushes with transactionIds and timers with timerKeys (1 s ahead), each
-// retried until acknowledged,
+// retried until acknowledged, and a consumer settling the pushes with once-marker bundles (a KV
+// putIfAbsent marker and the ack in one transaction),
 // through three faults in a row: the primary's machine lost (every process SIGKILLed), a planned
 // switchover, and the primary frozen (SIGSTOP) until a standby is promoted, then thawed so that it
 // comes back beside the new primary. Prints, per run, what was acknowledged and what the new primary
-// lacks (lost) or holds twice (doubled), the refusals by code, hangs past the call's bound, the time
+// lacks (lost) or holds twice (doubled), the once-marker bundles and their anomalies (an ack without
+// its marker or a marker without its ack), the refusals by code, hangs past the call's bound, the time
 // from the fault until the cell serves again, and whether its processes are the ones started before.
 // Exit 1 when any count that must be 0 is not.
 import { MISSING, PatroniNode, startHaCluster } from '../test/ha/cluster';
@@ -51,14 +53,14 @@ async function main(): Promise<void> {
     await cell?.stop().catch(() => undefined);
     await cluster.stop();
   }
-  process.stdout.write('\nrun         acked puts/pushes/timers  lost  doubled  timers early  refusals (all 503 + Retry-After)  hangs  serving again  same processes\n');
+  process.stdout.write('\nrun         acked puts/pushes/timers  lost  doubled  timers early  bundles/anomalies  refusals (all 503 + Retry-After)  hangs  serving again  same processes\n');
   for (const v of verdicts) {
     const allGood = v.badRefusals.length === 0 ? 'yes' : `no (${v.badRefusals.length})`;
     process.stdout.write(
-      `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${v.processesKept ? 'yes' : 'no'}\n`,
+      `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.bundlesAcknowledged}/${v.onceAnomalies}`.padEnd(19)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${v.processesKept ? 'yes' : 'no'}\n`,
     );
   }
-  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.badRefusals.length + v.hangs + v.socketErrors > 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000);
+  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.onceAnomalies + v.badRefusals.length + v.hangs + v.socketErrors > 0 || v.bundlesAcknowledged === 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000);
   process.exit(bad ? 1 : 0);
 }
 

@@ -2,7 +2,7 @@
 // HAProxy routing to the primary by Patroni's REST check), under load, while the primary's machine
 // is lost (every process of the node SIGKILLed) and then in a planned switchover. Nothing
 // acknowledged is lost, no push is stored twice, every refusal meanwhile is a 503 with
-// Retry-After, and the cell serves again by itself (same processes) once a new primary is up.
+// Retry-After, every once-marker bundle's marker and ack committed together, and the cell serves again by itself (same processes) once a new primary is up.
 import { HaCluster, MISSING, PatroniNode, startHaCluster } from './cluster';
 import { waitFor } from '../support/wait';
 import { Cell, failoverUnderLoad, startCell, Verdict } from './failover';
@@ -13,6 +13,9 @@ function expectClean(v: Verdict, cluster: HaCluster) {
     expect(v.putsAcknowledged).toBeGreaterThan(0);
     expect(v.pushesAcknowledged).toBeGreaterThan(0);
     expect(v.timersAcknowledged).toBeGreaterThan(0);
+    expect(v.bundlesAcknowledged).toBeGreaterThan(0);
+    // The consumer's once-marker bundles: the marker and the ack committed together or not at all.
+    expect(v.onceAnomalies).toBe(0);
     expect({ putsLost: v.putsLost, pushesLost: v.pushesLost, pushesDoubled: v.pushesDoubled, timersLost: v.timersLost, timersDoubled: v.timersDoubled, timersEarly: v.timersEarly })
       .toEqual({ putsLost: 0, pushesLost: 0, pushesDoubled: 0, timersLost: 0, timersDoubled: 0, timersEarly: 0 });
     expect(v.badRefusals).toEqual([]);

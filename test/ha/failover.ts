@@ -2,8 +2,10 @@
 // verdict printed): the built API and a sweeper on the HA cluster through HAProxy, writers that put
 // KV keys, push messages with transactionIds and schedule timers 1 s ahead with timerKeys (each
 // retried on any refusal until acknowledged,
-// as a client that follows Retry-After does), a fault while they run, and then the count of what
-// was acknowledged against what the new primary holds.
+// as a client that follows Retry-After does), a consumer that pops those pushes and settles each with
+// a once-marker bundle (POST /api/v1/transaction: a KV putIfAbsent marker and the message's ack in
+// one commit), a fault while they run, and then the count of what was acknowledged against what the
+// new primary holds.
 import { Client } from 'pg';
 import { applySchema } from '../../shared/db';
 import { freePort } from '../../shared/embeddedPostgres';
@@ -69,6 +71,10 @@ export interface Verdict {
   timersLost: number;
   timersDoubled: number;
   timersEarly: number;
+  /** Once-marker bundles the consumer had answered ok (or kv_precondition exists: an earlier attempt's answer was lost). */
+  bundlesAcknowledged: number;
+  /** Messages of the run whose ack committed without its marker, or whose marker committed without its ack, or an acknowledged bundle with neither. */
+  onceAnomalies: number;
   refusals: number;
   /** Refusals by status and code, "503 db_unavailable": n. */
   refusalCodes: Record<string, number>;
@@ -162,7 +168,60 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
 
   const apiPid = cell.api.pid;
   const sweeperPid = cell.sweeper.pid;
-  const running = Promise.all(Array.from({ length: writers }, (_, w) => writer(w)));
+  // The consumer: pop one message of the pushes' queue for its group, then the marker and the ack in
+  // one bundle, the bundle retried on any refusal (or lost answer) until it answers.
+  const group = 'ha-once';
+  const onceNs = `ha-${run}-once`;
+  const bundles = new Set<string>();
+  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any } | undefined> => {
+    let res: Response;
+    try {
+      res = await fetch(cell.base + path, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
+    } catch (err) {
+      if ((err as Error).name === 'TimeoutError') hangs++;
+      else socketErrors++;
+      return undefined;
+    }
+    const text = await res.text();
+    if (res.status === 200 || res.status === 201 || res.status === 204) return { status: res.status, body: text ? JSON.parse(text) : undefined };
+    let code: string | undefined;
+    try {
+      code = JSON.parse(text).error;
+    } catch {
+      code = undefined;
+    }
+    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+    return undefined;
+  };
+  const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const consumer = async () => {
+    while (!stopping) {
+      const popped = await call('GET', `/api/v1/pop/queue/ha-${run}?batch=1&consumerGroup=${group}&wait=false`);
+      if (!popped || popped.status === 204) {
+        await pause(popped ? 50 : 250);
+        continue;
+      }
+      const m = popped.body.messages[0];
+      const bundle = {
+        operations: [{ type: 'ack', transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', consumerGroup: group, leaseId: m.leaseId }],
+        kv: [{ op: 'putIfAbsent', ns: onceNs, key: `once:${m.transactionId}`, value: { w: 'consumer' }, ttlSeconds: 86400, required: true }],
+      };
+      const giveUp = Date.now() + 60_000;
+      for (;;) {
+        const res = await call('POST', '/api/v1/transaction', bundle);
+        if (res) {
+          if (res.body.ok === true || (res.body.reason === 'kv_precondition' && res.body.kvReason === 'exists')) bundles.add(m.transactionId);
+          else if (res.body.reason !== 'ack_failed') throw new Error(`a bundle answered ${JSON.stringify(res.body)}`);
+          // ack_failed (the lease lapsed meanwhile): nothing committed; the message comes back later.
+          break;
+        }
+        if (Date.now() > giveUp) throw new Error('the consumer: a bundle not answered within 60 s');
+        await pause(250);
+      }
+    }
+  };
+
+  const running = Promise.all([...Array.from({ length: writers }, (_, w) => writer(w)), consumer()]);
   let failure: unknown;
   running.catch((err) => (failure = err));
   const ok = () => {
@@ -196,6 +255,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   let kv: { key: string; value: unknown }[];
   let logged: { transaction_id: string; n: number }[];
   let fired: { transaction_id: string; n: number; early: number }[];
+  let settled: { transaction_id: string; acked: boolean; marked: boolean }[];
   try {
     // Every acknowledged timer falls due 1 s after it was scheduled: wait (bounded) until none is left.
     await waitFor(async () => (await db.query(`SELECT count(*)::int AS n FROM queen.log_timers WHERE queue = $1`, [`ha-${run}-timers`])).rows[0].n === 0, {
@@ -219,9 +279,23 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
         [`ha-${run}`],
       )
     ).rows;
+    // Per message of the run: finished for the consumer's group (at or behind its cursor, or among the
+    // finished seqs ahead of it), and its marker stored.
+    settled = (
+      await db.query(
+        `SELECT m.transaction_id,
+                coalesce(m.seq <= pc.cursor_seq OR m.seq = ANY (pc.done_seqs), false) AS acked,
+                EXISTS (SELECT 1 FROM queen.kv k WHERE k.namespace = $3 AND k.key = 'once:' || m.transaction_id) AS marked
+           FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+           LEFT JOIN queen.partition_consumers pc ON pc.partition_id = m.partition_id AND pc.consumer_group = $2
+          WHERE q.name = $1`,
+        [`ha-${run}`, group, onceNs],
+      )
+    ).rows;
   } finally {
     await db.end();
   }
+  const settledBy = new Map(settled.map((r) => [r.transaction_id, r]));
   const firedBy = new Map(fired.map((r) => [r.transaction_id, r]));
   const stored = new Map(kv.map((r) => [r.key, JSON.stringify(r.value)]));
   const inLog = new Map(logged.map((r) => [r.transaction_id, r.n]));
@@ -240,6 +314,8 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     timersLost: [...timers.keys()].filter((id) => !firedBy.has(`timer:${id}`)).length,
     timersDoubled: fired.filter((r) => r.n > 1).length,
     timersEarly: fired.filter((r) => r.early > 0).length,
+    bundlesAcknowledged: bundles.size,
+    onceAnomalies: settled.filter((r) => r.acked !== r.marked).length + [...bundles].filter((t) => !settledBy.get(t)?.acked && !settledBy.get(t)?.marked).length,
     refusals: refusals.length,
     refusalCodes,
     badRefusals: refusals.filter((r) => r.status !== 503 || !r.retryAfter),
