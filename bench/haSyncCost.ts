@@ -5,12 +5,12 @@
 // in turn pushes OPS messages (each one commit) and then settles OPS popped messages with a bundle
 // (POST /api/v1/transaction: a KV putIfAbsent marker and the ack, one commit); only the push and the
 // bundle calls are timed. Prints the median latency of each, on and off, and the ratio on/off.
-// Bounded: BLOCKS pairs of blocks (2) of OPS calls each (150), every call within 10 s.
+// Bounded: BLOCKS pairs of blocks (4) of OPS calls each (100), every call within 10 s.
 import { MISSING, startHaCluster } from '../test/ha/cluster';
 import { CALL_BOUND_MS, startCell } from '../test/ha/failover';
 
-const OPS = Number(process.env.OPS ?? 150);
-const BLOCKS = Number(process.env.BLOCKS ?? 2);
+const OPS = Number(process.env.OPS ?? 100);
+const BLOCKS = Number(process.env.BLOCKS ?? 4);
 
 async function call(base: string, method: string, path: string, body?: unknown): Promise<any> {
   const res = await fetch(base + path, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
