@@ -133,6 +133,8 @@ export interface HaCluster {
   thaw(node: PatroniNode): void;
   /** The member Patroni lists as the synchronous standby now, if any. */
   syncStandby(): Promise<PatroniNode | undefined>;
+  /** Patroni's `synchronous_mode` on or off (REST API PATCH /config), resolved once the primary's synchronous_standby_names says so (bounded). */
+  setSynchronousMode(on: boolean): Promise<void>;
   /** A planned switchover to `candidate` (Patroni's REST API, POST /switchover). */
   switchover(leader: PatroniNode, candidate: PatroniNode): Promise<void>;
   output(): string;
@@ -385,6 +387,24 @@ export async function startHaCluster(o: HaOptions = {}): Promise<HaCluster> {
         return nodes.find((x) => x.name === sync?.name);
       }
       return undefined;
+    },
+    async setSynchronousMode(on) {
+      const leader = await untilPrimary();
+      const r = await rest(leader.restPort, 'PATCH', '/config', { synchronous_mode: on }, 10_000);
+      if (r.status !== 200) throw new Error(`PATCH /config refused: ${r.status} ${r.text}`);
+      await waitFor(async () => {
+        const c = new Client({ connectionString: leader.url(), connectionTimeoutMillis: 1000 });
+        c.on('error', () => undefined);
+        try {
+          await c.connect();
+          const { rows } = await c.query(`SELECT current_setting('synchronous_standby_names') AS s`);
+          return (rows[0].s !== '') === on;
+        } catch {
+          return false;
+        } finally {
+          await c.end().catch(() => undefined);
+        }
+      }, { what: `synchronous_mode ${on ? 'on' : 'off'} on the primary`, timeoutMs: 30_000, everyMs: 200 });
     },
     async switchover(leader, candidate) {
       const r = await rest(leader.restPort, 'POST', '/switchover', { leader: leader.name, candidate: candidate.name }, 30_000);
