@@ -27,7 +27,7 @@ async function main(): Promise<void> {
     const run = async (name: string, fault: () => Promise<void>) => {
       const v = await failoverUnderLoad(cluster, cell!, name, fault, { acksAfter: 100 });
       verdicts.push(v);
-      process.stdout.write(`${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
+      process.stdout.write(`${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg), flood: { ...v.flood, badAnswers: v.flood.badAnswers.length } })}\n`);
     };
     const old = await cluster.untilPrimary();
     await run('kill', async () => {
@@ -53,14 +53,14 @@ async function main(): Promise<void> {
     await cell?.stop().catch(() => undefined);
     await cluster.stop();
   }
-  process.stdout.write('\nrun         acked puts/pushes/timers  lost  doubled  timers early  bundles/anomalies  refusals (all 503 + Retry-After)  hangs  serving again  same processes\n');
+  process.stdout.write('\nrun         acked puts/pushes/timers  lost  doubled  timers early  bundles/anomalies  refusals (all 503 + Retry-After)  hangs  serving again  same processes  flood admitted/bound, 429s after\n');
   for (const v of verdicts) {
     const allGood = v.badRefusals.length === 0 ? 'yes' : `no (${v.badRefusals.length})`;
     process.stdout.write(
-      `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.bundlesAcknowledged}/${v.onceAnomalies}`.padEnd(19)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${v.processesKept ? 'yes' : 'no'}\n`,
+      `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.bundlesAcknowledged}/${v.onceAnomalies}`.padEnd(19)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${(v.processesKept ? 'yes' : 'no').padEnd(16)}${v.flood.admitted}/${v.flood.bound}, ${v.flood.limitedAfter}\n`,
     );
   }
-  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.onceAnomalies + v.badRefusals.length + v.hangs + v.socketErrors > 0 || v.bundlesAcknowledged === 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000);
+  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.onceAnomalies + v.badRefusals.length + v.hangs + v.socketErrors > 0 || v.bundlesAcknowledged === 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000 || v.flood.badAnswers.length + v.flood.hangs > 0 || v.flood.admitted > v.flood.bound || v.flood.limitedAfter === 0);
   process.exit(bad ? 1 : 0);
 }
 

@@ -7,13 +7,13 @@
 // bundle calls are timed. Prints the median latency of each, on and off, and the ratio on/off.
 // Bounded: BLOCKS pairs of blocks (4) of OPS calls each (100), every call within 10 s.
 import { MISSING, startHaCluster } from '../test/ha/cluster';
-import { CALL_BOUND_MS, startCell } from '../test/ha/failover';
+import { CALL_BOUND_MS, startCell, TENANT_HEADERS } from '../test/ha/failover';
 
 const OPS = Number(process.env.OPS ?? 100);
 const BLOCKS = Number(process.env.BLOCKS ?? 4);
 
 async function call(base: string, method: string, path: string, body?: unknown): Promise<any> {
-  const res = await fetch(base + path, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
+  const res = await fetch(base + path, { method, headers: TENANT_HEADERS, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
   const text = await res.text();
   if (res.status >= 300) throw new Error(`${method} ${path} answered ${res.status}: ${text}`);
   return text ? JSON.parse(text) : undefined;

@@ -2,13 +2,15 @@
 // HAProxy routing to the primary by Patroni's REST check), under load, while the primary's machine
 // is lost (every process of the node SIGKILLed) and then in a planned switchover. Nothing
 // acknowledged is lost, no push is stored twice, every refusal meanwhile is a 503 with
-// Retry-After, every once-marker bundle's marker and ack committed together, and the cell serves again by itself (same processes) once a new primary is up.
+// Retry-After, every once-marker bundle's marker and ack committed together, a second tenant flooding
+// its KV read limit is held to it throughout, and the cell serves again by itself (same processes)
+// once a new primary is up.
 import { HaCluster, MISSING, PatroniNode, startHaCluster } from './cluster';
 import { waitFor } from '../support/wait';
 import { Cell, failoverUnderLoad, startCell, Verdict } from './failover';
 
 function expectClean(v: Verdict, cluster: HaCluster) {
-  const shown = JSON.stringify({ ...v, badRefusals: v.badRefusals.slice(0, 5) });
+  const shown = JSON.stringify({ ...v, badRefusals: v.badRefusals.slice(0, 5), flood: { ...v.flood, badAnswers: v.flood.badAnswers.slice(0, 5) } });
   try {
     expect(v.putsAcknowledged).toBeGreaterThan(0);
     expect(v.pushesAcknowledged).toBeGreaterThan(0);
@@ -28,6 +30,13 @@ function expectClean(v: Verdict, cluster: HaCluster) {
     expect(v.listenersNotRestored).toEqual([]);
     // A failover is the cell's state, not a bug: warnings, no error line (the sweeper logged one a second).
     expect(v.errorLines.map((l) => l.msg)).toEqual([]);
+    // The rate-limited tenant: every answer admitted, 429 rate_limited or 503, each refusal with
+    // Retry-After; admitted within the bound docs/limits.md states across a failover; and still
+    // limited once the cell serves again on the new primary (whose buckets started empty).
+    expect({ badAnswers: v.flood.badAnswers.slice(0, 5), hangs: v.flood.hangs }).toEqual({ badAnswers: [], hangs: 0 });
+    expect(v.flood.admitted).toBeGreaterThan(0);
+    expect(v.flood.admitted).toBeLessThanOrEqual(v.flood.bound);
+    expect(v.flood.limitedAfter).toBeGreaterThan(0);
   } catch (err) {
     (err as Error).message += `\nverdict: ${shown}\n${cluster.output().slice(-4000)}`;
     throw err;
@@ -60,7 +69,7 @@ if (reason) process.stderr.write(`test/ha/failover.test.ts: not run: ${reason}\n
       cluster.kill(old);
       await cluster.untilPrimary(old);
     });
-    process.stderr.write(`failover (kill): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
+    process.stderr.write(`failover (kill): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg), flood: { ...v.flood, badAnswers: v.flood.badAnswers.length } })}\n`);
     expectClean(v, cluster);
     expect(v.servingAgainMs!).toBeLessThan(30_000);
     // The machine was lost: the LISTEN connections held from boot were cut with it (and came back, above).
@@ -76,7 +85,7 @@ if (reason) process.stderr.write(`test/ha/failover.test.ts: not run: ${reason}\n
       await cluster.switchover(leader, candidate!);
       await cluster.untilPrimary(leader);
     });
-    process.stderr.write(`failover (switchover): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg) })}\n`);
+    process.stderr.write(`failover (switchover): ${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg), flood: { ...v.flood, badAnswers: v.flood.badAnswers.length } })}\n`);
     expectClean(v, cluster);
   }, 120_000);
 });

@@ -4,8 +4,9 @@
 // retried on any refusal until acknowledged,
 // as a client that follows Retry-After does), a consumer that pops those pushes and settles each with
 // a once-marker bundle (POST /api/v1/transaction: a KV putIfAbsent marker and the message's ack in
-// one commit), a fault while they run, and then the count of what was acknowledged against what the
-// new primary holds.
+// one commit), a second tenant flooding KV reads at several times its rate limit, a fault while they
+// run, and then the count of what was acknowledged against what the new primary holds, and of what the
+// flood was admitted against the bound docs/limits.md states for a failover.
 import { Client } from 'pg';
 import { applySchema } from '../../shared/db';
 import { freePort } from '../../shared/embeddedPostgres';
@@ -17,6 +18,12 @@ import type { HaCluster } from './cluster';
 export const DATABASE = 'queen';
 /** One call's bound: an answer later than this counts as a hang. */
 export const CALL_BOUND_MS = 10_000;
+/** The cell runs with tenancy: the load is one tenant, the flood another. */
+export const TENANT = '7a1e0c4e-5b1d-4c36-9f0e-3a6b8f1d2c01';
+export const FLOOD_TENANT = '7a1e0c4e-5b1d-4c36-9f0e-3a6b8f1d2c02';
+export const TENANT_HEADERS = { 'content-type': 'application/json', 'x-queen-tenant': TENANT };
+/** Every tenant's KV read limit (a second of it is the burst); the load reads nothing, the flood only reads. */
+export const FLOOD_READS_PER_SEC = 50;
 
 export interface Cell {
   base: string;
@@ -37,7 +44,19 @@ export async function startCell(cluster: HaCluster, env: Record<string, string> 
     await admin.end();
   }
   await applySchema(cluster.url(DATABASE));
-  const common = { DATABASE_URL: cluster.url(DATABASE), DATABASE_LISTEN_URL: cluster.url(DATABASE), LOG_LEVEL: 'info', ...UNLIMITED_RATES, ...env };
+  const common = {
+    DATABASE_URL: cluster.url(DATABASE),
+    DATABASE_LISTEN_URL: cluster.url(DATABASE),
+    LOG_LEVEL: 'info',
+    ...UNLIMITED_RATES,
+    QUEEN_TENANCY_HEADER: '1',
+    QUEEN_KV_TRUSTED_PROXY: '1',
+    QUEEN_ADMIN_TOKEN: 'ha-admin-token',
+    QUEEN_KV_REQUIRE_GRANT: '0',
+    QUEEN_KV_READS_PER_SEC: String(FLOOD_READS_PER_SEC),
+    QUEEN_KV_READS_BURST: String(FLOOD_READS_PER_SEC),
+    ...env,
+  };
   const port = await freePort();
   const api = spawnLogged(process.execPath, [API_MAIN], { ...common, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '20' }, { exitOn: 'exit' });
   const sweeper = spawnLogged(process.execPath, [SWEEPER_MAIN], { ...common, QUEEN_SWEEPER_METRICS_PORT: '0', QUEEN_SWEEPER_INTERVAL_MS: '100' }, { exitOn: 'exit' });
@@ -92,6 +111,22 @@ export interface Verdict {
   listenersNotRestored: string[];
   /** The API's and the sweeper's log lines at level error or above. */
   errorLines: LogLine[];
+  flood: Flood;
+}
+
+/** The rate-limited tenant's reads: what it was admitted against what docs/limits.md allows it. */
+export interface Flood {
+  offered: number;
+  /** Reads answered (200 or 404), and the most the limits allow over the flood's seconds. */
+  admitted: number;
+  bound: number;
+  seconds: number;
+  /** 429 rate_limited answers, and those after the cell served the load again (the limit holds on the new primary). */
+  limited: number;
+  limitedAfter: number;
+  /** Answers that were neither admitted, nor a 429 rate_limited, nor a 503, each with Retry-After. */
+  badAnswers: Refusal[];
+  hangs: number;
 }
 
 type Op = { kind: 'put'; key: string; value: unknown } | { kind: 'push'; txid: string; payload: unknown } | { kind: 'timer'; timerKey: string; payload: unknown };
@@ -104,6 +139,16 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const pushes = new Set<string>();
   const timers = new Map<string, string>();
   const refusals: Refusal[] = [];
+  /** A refusal as the verdict counts it: its status, its code (when the body is JSON) and its Retry-After. */
+  const refused = (res: Response, text: string): void => {
+    let code: string | undefined;
+    try {
+      code = JSON.parse(text).error;
+    } catch {
+      code = undefined;
+    }
+    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+  };
   const acks: { began: number; at: number }[] = [];
   let hangs = 0;
   let socketErrors = 0;
@@ -121,7 +166,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     const path = op.kind === 'put' ? `/api/v1/kv/ha-${run}/${op.key}` : op.kind === 'push' ? '/api/v1/push' : '/api/v1/timers';
     let res: Response;
     try {
-      res = await fetch(cell.base + path, { method: op.kind === 'put' ? 'PUT' : 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
+      res = await fetch(cell.base + path, { method: op.kind === 'put' ? 'PUT' : 'POST', headers: TENANT_HEADERS, body: JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
     } catch (err) {
       if ((err as Error).name === 'TimeoutError') hangs++;
       else socketErrors++;
@@ -138,13 +183,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
       }
       return true;
     }
-    let code: string | undefined;
-    try {
-      code = JSON.parse(text).error;
-    } catch {
-      code = undefined;
-    }
-    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+    refused(res, text);
     return false;
   };
 
@@ -176,7 +215,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; body: any } | undefined> => {
     let res: Response;
     try {
-      res = await fetch(cell.base + path, { method, headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
+      res = await fetch(cell.base + path, { method, headers: TENANT_HEADERS, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(CALL_BOUND_MS) });
     } catch (err) {
       if ((err as Error).name === 'TimeoutError') hangs++;
       else socketErrors++;
@@ -184,13 +223,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     }
     const text = await res.text();
     if (res.status === 200 || res.status === 201 || res.status === 204) return { status: res.status, body: text ? JSON.parse(text) : undefined };
-    let code: string | undefined;
-    try {
-      code = JSON.parse(text).error;
-    } catch {
-      code = undefined;
-    }
-    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+    refused(res, text);
     return undefined;
   };
   const pause = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -221,7 +254,32 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     }
   };
 
-  const running = Promise.all([...Array.from({ length: writers }, (_, w) => writer(w)), consumer()]);
+  // The flood: another tenant's KV reads, two at a time with no regard for Retry-After (a misbehaving
+  // client, several times its limit), through the fault and after it.
+  const flood = { offered: 0, admitted: 0, limited: [] as number[], badAnswers: [] as Refusal[], hangs: 0, began: Date.now(), ended: Date.now() };
+  const flooder = async () => {
+    while (!stopping) {
+      flood.offered++;
+      try {
+        const res = await fetch(`${cell.base}/api/v1/kv/ha-${run}-flood/k`, { headers: { 'x-queen-tenant': FLOOD_TENANT }, signal: AbortSignal.timeout(CALL_BOUND_MS) });
+        const text = await res.text();
+        const code = res.headers.get('content-type')?.includes('json') ? JSON.parse(text).error : undefined;
+        const retryAfter = res.headers.get('retry-after');
+        if (res.status === 200 || res.status === 404) flood.admitted++;
+        else if (res.status === 429 && code === 'rate_limited' && retryAfter) flood.limited.push(Date.now());
+        else if (res.status !== 503 || !retryAfter) flood.badAnswers.push({ status: res.status, code, retryAfter, at: Date.now() });
+      } catch (err) {
+        if ((err as Error).name === 'TimeoutError') flood.hangs++;
+        else flood.badAnswers.push({ status: 0, code: (err as Error).message, retryAfter: null, at: Date.now() });
+      }
+      await pause(5);
+    }
+    flood.ended = Date.now();
+  };
+  const lastLoadRefusal = () => (refusals.length > 0 ? refusals[refusals.length - 1].at : faultAt);
+  let lastRefusal = faultAt;
+
+  const running = Promise.all([...Array.from({ length: writers }, (_, w) => writer(w)), consumer(), flooder(), flooder()]);
   let failure: unknown;
   running.catch((err) => (failure = err));
   const ok = () => {
@@ -236,6 +294,16 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
       timeoutMs: 90_000,
       everyMs: 100,
     });
+    // The flood's limit binds again on the new primary, whose buckets started empty, and the load is
+    // still served after the last refusal (a late one, as the old primary rejoins, moves that mark).
+    // Bounded: the verdict counts what did not happen.
+    await waitFor(() => (ok(), flood.limited.some((t) => t > lastLoadRefusal()) && acks.some((a) => a.began > lastLoadRefusal())), {
+      what: 'the flood refused and the load served after the last refusal',
+      timeoutMs: 15_000,
+      everyMs: 100,
+    }).catch(() => undefined);
+    // The window ends here: calls still in flight when the load stops are not part of it.
+    lastRefusal = lastLoadRefusal();
   } finally {
     stopping = true;
     await running.catch(() => undefined);
@@ -299,7 +367,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const firedBy = new Map(fired.map((r) => [r.transaction_id, r]));
   const stored = new Map(kv.map((r) => [r.key, JSON.stringify(r.value)]));
   const inLog = new Map(logged.map((r) => [r.transaction_id, r.n]));
-  const lastRefusal = refusals.length > 0 ? refusals[refusals.length - 1].at : faultAt;
+  const floodSeconds = Math.ceil((flood.ended - flood.began) / 1000);
   const back = acks.filter((a) => a.began >= Math.max(faultAt, lastRefusal)).sort((a, b) => a.at - b.at)[0];
   const refusalCodes: Record<string, number> = {};
   for (const r of refusals) refusalCodes[`${r.status} ${r.code}`] = (refusalCodes[`${r.status} ${r.code}`] ?? 0) + 1;
@@ -327,5 +395,18 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     // A worker node:cluster replaced would say 'API worker listening' a second time.
     processesKept: cell.api.child.exitCode === null && cell.sweeper.child.exitCode === null && cell.api.pid === apiPid && cell.sweeper.pid === sweeperPid && cell.api.lines.filter(listening).length === 1,
     errorLines: [...cell.api.lines, ...cell.sweeper.lines].filter((l) => l.level >= 50 && l.time >= faultAt - 60_000),
+    flood: {
+      offered: flood.offered,
+      admitted: flood.admitted,
+      // docs/limits.md: the burst and the rate over the window, the leases' excess (at most a second of
+      // the rate), one more burst for the bucket a promoted standby creates full, and the fallback's
+      // burst (one process) for the time the database was away.
+      bound: FLOOD_READS_PER_SEC * floodSeconds + FLOOD_READS_PER_SEC + 3 * FLOOD_READS_PER_SEC,
+      seconds: floodSeconds,
+      limited: flood.limited.length,
+      limitedAfter: flood.limited.filter((t) => t > lastRefusal).length,
+      badAnswers: flood.badAnswers,
+      hangs: flood.hangs,
+    },
   };
 }

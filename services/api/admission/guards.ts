@@ -186,9 +186,10 @@ export class Guards {
    */
   admitKv(call: KvCall, ops: unknown): Admitted | Promise<Admitted> {
     const { config, book } = this.deps;
-    const tenant = this.kvTenant(call);
+    if ('refusal' in call) throw call.refusal;
+    const { tenant, grant } = call;
     const cost = kvCost(ops, config.kvMaxBatch, book.hasBytesLimit(tenant));
-    this.refuseGrant(tenant, (call as { grant: Grant }).grant, 'kv');
+    this.refuseGrant(tenant, grant, 'kv');
     this.checkKvQuota(tenant, cost);
     const rated = this.checkRate(tenant, cost.reads, cost.writes);
     return rated ? rated.then(() => this.admitOnKvPool(tenant, cost)) : this.admitOnKvPool(tenant, cost);

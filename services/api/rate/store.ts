@@ -22,6 +22,8 @@ import type { RateMode } from './lease';
 /** A lease statement slower than this counts as the store being unreachable. */
 export const STORE_TIMEOUT_MS = 500;
 export const HEARTBEAT_MS = 1000;
+/** The longest a lease ask waits on the store before the process falls back (half the workers' ASK_TIMEOUT_MS). */
+export const STORE_WAIT_MS = 1000;
 /** At most this many bucket requests in one statement; the rest go in the next. */
 const MAX_BATCH = 500;
 
@@ -77,15 +79,43 @@ export class RateStore {
     await this.pool.end().catch(() => undefined);
   }
 
-  /** Grants for one worker's requests, in their order. Asks with need 0 only hand tokens back. */
+  /**
+   * Grants for one worker's requests, in their order. Asks with need 0 only hand tokens back.
+   * Answered within STORE_WAIT_MS whatever the store does: an ask still unanswered then (queued
+   * behind a statement that waits on a connection to a primary that is not there yet, in a
+   * failover) starts the fallback and is answered from it, well inside the worker's own bound on
+   * the primary (ASK_TIMEOUT_MS), so the store's trouble is a local share, not a 503.
+   */
   lease(tenant: string, asks: LeaseAsk[]): Promise<LeaseGrant[]> {
-    if (this.local) {
-      const local = this.local;
-      return Promise.resolve(asks.map((a) => local.lease(tenant, a)));
-    }
-    const grants = Promise.all(asks.map((ask) => new Promise<LeaseGrant>((resolve) => this.queue.push({ tenant, ask, resolve }))));
+    if (this.local) return Promise.resolve(this.leaseLocally(tenant, asks));
+    const queued: Queued[] = [];
+    const grants = Promise.all(
+      asks.map(
+        (ask) =>
+          new Promise<LeaseGrant>((resolve) => {
+            const q = { tenant, ask, resolve };
+            queued.push(q);
+            this.queue.push(q);
+          }),
+      ),
+    );
     void this.flush(false);
-    return grants;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<LeaseGrant[]>((resolve) => {
+      timer = setTimeout(() => {
+        // Taken out of the queue so they are not paid twice; an answer already on its way is dropped
+        // (tokens the shared buckets gave and nobody spends: an under-admission, never an excess).
+        this.queue = this.queue.filter((q) => !queued.includes(q));
+        this.fallBack(new Error(`a lease statement was not answered within ${STORE_WAIT_MS} ms`));
+        resolve(this.leaseLocally(tenant, asks));
+      }, STORE_WAIT_MS);
+    });
+    return Promise.race([grants, late]).finally(() => clearTimeout(timer));
+  }
+
+  private leaseLocally(tenant: string, asks: LeaseAsk[]): LeaseGrant[] {
+    const local = this.local!;
+    return asks.map((a) => local.lease(tenant, a));
   }
 
   private async flush(heartbeat: boolean): Promise<void> {
@@ -128,17 +158,20 @@ export class RateStore {
       return grants;
     } catch (err) {
       this.lastStatement = Date.now();
-      if (!this.local) {
-        this.local = new CellBuckets(this.limits, 1 / this.processes);
-        this.log.warn(
-          { err: { message: (err as Error).message }, processes: this.processes, share: 1 / this.processes },
-          `rate limits: the shared buckets in PostgreSQL are unreachable; this process enforces 1/${this.processes} of every limit (the processes it last saw) until they are back`,
-        );
-        this.announce();
-      }
-      const local = this.local;
-      return batch.map((q) => local.lease(q.tenant, q.ask));
+      this.fallBack(err as Error);
+      return batch.map((q) => this.local!.lease(q.tenant, q.ask));
     }
+  }
+
+  /** Starts the local fallback (once; the next statement that works ends it). */
+  private fallBack(err: Error): void {
+    if (this.local) return;
+    this.local = new CellBuckets(this.limits, 1 / this.processes);
+    this.log.warn(
+      { err: { message: err.message }, processes: this.processes, share: 1 / this.processes },
+      `rate limits: the shared buckets in PostgreSQL are unreachable; this process enforces 1/${this.processes} of every limit (the processes it last saw) until they are back`,
+    );
+    this.announce();
   }
 
   private announce(): void {
