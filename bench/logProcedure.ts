@@ -30,6 +30,8 @@ const CASES: Case[] = [
   { name: 'one item with a transactionId', body: () => `{"items":[${item('bench', `,"transactionId":"tx-${tag}-${counter++}"`)}]}` },
   { name: 'one item, named partition', body: () => `{"items":[${item('bench', ',"partition":"p1"')}]}` },
   { name: 'ten items, one queue', body: () => `{"items":[${Array.from({ length: 10 }, () => item('bench')).join(',')}]}` },
+  // A queue with maxSize (a cap no run reaches): v2 runs its checks; v1 knows no cap.
+  { name: 'one item, queue with maxSize', body: () => `{"items":[${item('bench-capped')}]}` },
 ];
 
 interface Lane extends Backend {
@@ -55,6 +57,11 @@ async function database(url: string, name: string, ref: string | undefined): Pro
     ...(await databaseAt(url, name, v1 ? undefined : ref)),
     push: v1 ? LOG_PUSH_V1 : ref ? statementAt(ref, 'log.ts', 'LOG_PUSH') : LOG_PUSH,
   };
+  // The capped queue's option, where this revision has queen.log_configure_v2 (0.2's options).
+  const { rows } = await lane.client.query(`SELECT to_regproc('queen.log_configure_v2') IS NOT NULL AS has`).catch(() => ({ rows: [{ has: false }] }));
+  if (rows[0].has) {
+    await lane.client.query(`SELECT queen.log_configure_v2($1::uuid, '{"queue": "bench-capped", "options": {"maxSize": 1000000000}}', false)`, [DEFAULT_TENANT]);
+  }
   // Every queue and partition exists before measuring: the steady state, not first use.
   for (let i = 0; i < 100; i++) await lane.client.query(query(lane, CASES[1]));
   await lane.client.query(query(lane, CASES[0]));
