@@ -1698,7 +1698,7 @@ BEGIN
     v_finished := true;
     v_pc.completed := v_pc.completed + 1;
   ELSE
-    SELECT q.retry_limit, coalesce(o.retry_delay_ms, 0), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+    SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
      WHERE p.id = v_pid;
     INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
@@ -2291,7 +2291,7 @@ BEGIN
   END IF;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
-    VALUES (v_row.id, coalesce(v_retry_delay, 0), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+    VALUES (v_row.id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
             coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
     ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
       retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
@@ -2317,7 +2317,7 @@ BEGIN
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
     'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
-      'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
+      'retryDelay', coalesce(v_opts.retry_delay_ms, queen.log_retry_delay_default_v1()), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
       'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
       'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
@@ -2969,7 +2969,7 @@ BEGIN
 
   -- The queue and its delays (queen.queue_delays, below), in one statement.
   SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-         coalesce(o.retry_delay_ms, 0) > 0 AS retry_gate INTO v_found
+         coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
     FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
@@ -3007,6 +3007,20 @@ BEGIN
          AND c.consumer_group = v_group
          AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
          AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSIF v_delay = 0 AND v_window = 0 THEN
+      -- The retry gate alone (every queue with the default retryDelay): one probe of
+      -- queen.consumer_retry_at's key per candidate.
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now)
        ORDER BY c.last_leased_at NULLS FIRST, p.name
        LIMIT 1
        FOR UPDATE OF c SKIP LOCKED;
@@ -3286,10 +3300,18 @@ CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant uuid, p_items json
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_queues TEXT[] := queen.log_item_queues_v1(p_items);
-  v_items JSONB := queen.log_sealed_items_v1(p_items, p_sealed);
+  v_queues TEXT[];
+  v_items JSONB;
   v_out JSONB;
 BEGIN
+  -- The items' queues read in place (a SQL function with an aggregate is planned at every call).
+  IF p_sealed IS NULL AND NOT EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+       WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
+         AND q.name IN (SELECT e->>'queue' FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) e)) THEN
+    RETURN queen.log_push_request_v1(p_tenant, p_items);
+  END IF;
+  v_queues := queen.log_item_queues_v1(p_items);
+  v_items := queen.log_sealed_items_v1(p_items, p_sealed);
   PERFORM queen.log_check_sealed_v1(p_tenant, p_items, p_sealed);
   v_out := queen.log_push_request_v1(p_tenant, v_items);
   PERFORM queen.log_mark_sealed_v1(v_out, p_sealed);
@@ -3549,6 +3571,11 @@ AS $function$
       'partition_consumers', pg_total_relation_size('queen.partition_consumers'),
       'partitions', pg_total_relation_size('queen.partitions')))
 $function$
+CREATE OR REPLACE FUNCTION queen.log_retry_delay_default_v1()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT 1000 $function$
 CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay integer, p_max integer, p_failures integer)
  RETURNS bigint
  LANGUAGE sql

@@ -99,7 +99,7 @@ export interface QueueOptions {
   delayedProcessing?: number;
   /** Seconds a partition must be quiet before it is leased (0 to 86400). */
   windowBuffer?: number;
-  /** Milliseconds a group waits before a message it acked `failed` comes back (0: at once). */
+  /** Milliseconds a group waits before a message it acked `failed` comes back (1000 unless set, as Queen MQ; 0: at once). */
   retryDelay?: number;
   /** Above retryDelay: the delay doubles with each failure of a message, up to this (ms). */
   retryDelayMax?: number;

@@ -429,7 +429,7 @@ BEGIN
 END $$;
 -- POST /api/v1/configure since 0.2: queen.log_configure_v1 and the options of
 -- sql/migrations/051_queue_options.sql, stored in queen.queue_options:
---   retryDelay (ms, 0 to 86,400,000; 0 on a new queue: redelivery at once), retryDelayMax (ms, the
+--   retryDelay (ms, 0 to 86,400,000; 1000 on a new queue, Queen's default; 0: redelivery at once), retryDelayMax (ms, the
 --   cell's own: above retryDelay, the delay doubles with each failure of a message up to it),
 --   maxSize (unconsumed messages, 0 = no cap, up to 1,000,000,000), priority (-1,000,000 to
 --   1,000,000: the order of a pop by namespace/task), encryptionEnabled (a boolean; true needs the
@@ -562,7 +562,7 @@ BEGIN
   END IF;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
-    VALUES (v_row.id, coalesce(v_retry_delay, 0), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+    VALUES (v_row.id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
             coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
     ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
       retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
@@ -588,7 +588,7 @@ BEGIN
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
     'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
       'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
-      'retryDelay', coalesce(v_opts.retry_delay_ms, 0), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
+      'retryDelay', coalesce(v_opts.retry_delay_ms, queen.log_retry_delay_default_v1()), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
       'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
       'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),

@@ -458,6 +458,11 @@ BEGIN
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
 END $$;
 
+-- retryDelay where a queue never set it (no queen.queue_options row, or a configure that named
+-- none): 1000 ms, Queen MQ's default, so a failing consumer does not spin on its message.
+CREATE OR REPLACE FUNCTION queen.log_retry_delay_default_v1() RETURNS INT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
+
 -- The wait after a message's `p_failures`-th failed delivery: `p_delay` ms; with p_max above it,
 -- doubled at each failure after the first and capped at p_max (an exponential backoff).
 CREATE OR REPLACE FUNCTION queen.log_retry_delay_ms_v1(p_delay INT, p_max INT, p_failures INT) RETURNS BIGINT
@@ -468,7 +473,8 @@ $$;
 
 -- queen.log_pop_v1 and two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
--- queen.consumer_retry_at; with no delay the row is not read, and the plan is v1's) and
+-- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not
+-- read, and the plan is v1's) and
 -- encryption (a message whose payload is stored encrypted carries "sealed": true, for the API to
 -- open; it never opens in SQL). Everything else as v1.
 CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
@@ -505,7 +511,7 @@ BEGIN
 
   -- The queue and its delays (queen.queue_delays, below), in one statement.
   SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-         coalesce(o.retry_delay_ms, 0) > 0 AS retry_gate INTO v_found
+         coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
     FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
@@ -543,6 +549,20 @@ BEGIN
          AND c.consumer_group = v_group
          AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
          AND p.last_seq > c.cursor_seq
+       ORDER BY c.last_leased_at NULLS FIRST, p.name
+       LIMIT 1
+       FOR UPDATE OF c SKIP LOCKED;
+    ELSIF v_delay = 0 AND v_window = 0 THEN
+      -- The retry gate alone (every queue with the default retryDelay): one probe of
+      -- queen.consumer_retry_at's key per candidate.
+      SELECT c.* INTO v_pc
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+         AND c.consumer_group = v_group
+         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+         AND p.last_seq > c.cursor_seq
+         AND NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now)
        ORDER BY c.last_leased_at NULLS FIRST, p.name
        LIMIT 1
        FOR UPDATE OF c SKIP LOCKED;
@@ -683,7 +703,7 @@ BEGIN
     v_finished := true;
     v_pc.completed := v_pc.completed + 1;
   ELSE
-    SELECT q.retry_limit, coalesce(o.retry_delay_ms, 0), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+    SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
      WHERE p.id = v_pid;
     INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)

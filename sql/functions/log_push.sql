@@ -484,13 +484,23 @@ $$;
 -- pushes, a queue past its maxSize refuses the whole request (raised: nothing of it stays).
 -- `p_sealed` (aligned with the items): the sealed text of each payload the API sealed; those
 -- items are stored with it in place of the plaintext, and their messages marked.
+-- A request none of whose queues has maxSize or encryption (one probe) goes straight to v1: the
+-- checks' four calls cost as much again as the push itself (npm run bench:push, bench/README.md).
 CREATE OR REPLACE FUNCTION queen.log_push_request_v2(p_tenant UUID, p_items JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_queues TEXT[] := queen.log_item_queues_v1(p_items);
-  v_items JSONB := queen.log_sealed_items_v1(p_items, p_sealed);
+  v_queues TEXT[];
+  v_items JSONB;
   v_out JSONB;
 BEGIN
+  -- The items' queues read in place (a SQL function with an aggregate is planned at every call).
+  IF p_sealed IS NULL AND NOT EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+       WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
+         AND q.name IN (SELECT e->>'queue' FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_items) = 'array' THEN p_items ELSE '[]' END) e)) THEN
+    RETURN queen.log_push_request_v1(p_tenant, p_items);
+  END IF;
+  v_queues := queen.log_item_queues_v1(p_items);
+  v_items := queen.log_sealed_items_v1(p_items, p_sealed);
   PERFORM queen.log_check_sealed_v1(p_tenant, p_items, p_sealed);
   v_out := queen.log_push_request_v1(p_tenant, v_items);
   PERFORM queen.log_mark_sealed_v1(v_out, p_sealed);

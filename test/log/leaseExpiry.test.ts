@@ -149,7 +149,7 @@ describe('an expired lease is a failed delivery', () => {
 describe('failed acks and expiries add up, and each lease counts once', () => {
   test('a failed ack, then an expiry: dead-lettered at retryLimit 1', async () => {
     const queue = 'mixed-fail-first';
-    await poisonAndFine(queue, { retryLimit: 1 });
+    await poisonAndFine(queue, { retryLimit: 1, retryDelay: 0 });
     const [m] = await pop(api.url, queue);
     expect((await ack(api.url, m, 'failed')).body).toMatchObject({ ok: true, deadLetter: false });
     const [again] = await pop(api.url, queue);

@@ -263,7 +263,7 @@ describe('ack', () => {
   });
 
   test('failed redelivers until retryLimit, then the message is dead-lettered and not delivered again', async () => {
-    await configure(api.url, 'retry', { retryLimit: 2 });
+    await configure(api.url, 'retry', { retryLimit: 2, retryDelay: 0 });
     await push(api.url, [
       { queue: 'retry', payload: 'poison', transactionId: 'p' },
       { queue: 'retry', payload: 'fine', transactionId: 'f' },

@@ -235,7 +235,7 @@ describe('queue delete and dead letters', () => {
   });
 
   test('GET /api/v1/dlq lists a message set aside after retryLimit, with its data, for its queue', async () => {
-    await call(api.url, 'POST', '/api/v1/configure', { queue: 'qw-dlq', options: { ...QUEEN_DEFAULTS, retryLimit: 1 } });
+    await call(api.url, 'POST', '/api/v1/configure', { queue: 'qw-dlq', options: { ...QUEEN_DEFAULTS, retryLimit: 1, retryDelay: 0 } });
     await push(api.url, [{ queue: 'qw-dlq', payload: { message: 'poison' }, transactionId: 'd1' }]);
     for (let i = 0; i < 2; i++) {
       const [m] = await pop(api.url, 'qw-dlq');

@@ -123,7 +123,28 @@ describe('retryDelay', () => {
     expect((await pop(api.url, 'rd-tx')).map((x) => x.transactionId)).toEqual(['t1']);
   });
 
-  test('retryDelay 0 (the default) redelivers at once, as before', async () => {
+  test("no retryDelay set: Queen's default, 1000 ms; a queue created by a push and one configured without it wait it, and configure answers it", async () => {
+    const res = await configure(api.url, 'rd-default', { retryLimit: 5 });
+    expect(res.body.options.retryDelay).toBe(1000);
+    for (const queue of ['rd-default', 'rd-default-pushed']) {
+      await push(api.url, [{ queue, payload: 1, transactionId: 'd1' }]);
+      const [m] = await pop(api.url, queue);
+      const failedAt = Date.now();
+      await ack(api.url, m, 'failed');
+      // Not before the default delay (the ack's own time and this pop's are both inside it)...
+      const early = await pop(api.url, queue);
+      if (Date.now() - failedAt < 900) expect(early).toEqual([]);
+      const { rows } = await api.pool.query(
+        `SELECT extract(epoch FROM r.retry_at - f.last_failed_at) * 1000 AS ms FROM queen.consumer_retry_at r
+           JOIN queen.message_failures f ON f.partition_id = r.partition_id AND f.consumer_group = r.consumer_group WHERE r.partition_id = $1`, [m.partitionId]);
+      expect(Math.round(Number(rows[0].ms))).toBe(1000);
+      // ...and after it.
+      await new Promise((r) => setTimeout(r, Math.max(0, failedAt + 1100 - Date.now())));
+      expect((await pop(api.url, queue)).map((x) => [x.transactionId, x.retryCount])).toEqual([['d1', 1]]);
+    }
+  });
+
+  test('retryDelay 0 redelivers at once', async () => {
     await configure(api.url, 'rd-zero', { retryDelay: 0 });
     await push(api.url, [{ queue: 'rd-zero', payload: 1, transactionId: 'z1' }]);
     const [m] = await pop(api.url, 'rd-zero');

@@ -1,5 +1,5 @@
 // The transaction wire (docs/log-and-transactions.md): the idempotency marker and the ack in one commit, over HTTP against the real database.
-import { ack, ackOf, Message, once, pop, popRaw, push, takenOver, transaction } from './helpers';
+import { ack, ackOf, configure, Message, once, pop, popRaw, push, takenOver, transaction } from './helpers';
 import { call, kv } from '../support/http';
 import { useApi } from '../support/api';
 import { sample, scrape } from '../support/metrics';
@@ -57,6 +57,7 @@ describe('the once-marker scenario', () => {
   });
 
   test('a handler that fails before the commit leaves no marker, so the retry is not blocked', async () => {
+    await configure(api.url, 'retry-not-blocked', { retryDelay: 0 }); // redelivered at once: the test is not about the delay
     const m = await one('retry-not-blocked');
     const key = `charge:${m.transactionId}`;
     // The handler threw: no bundle was sent; the consumer nacks.
@@ -173,6 +174,7 @@ describe('bundles', () => {
   });
 
   test('a failed ack in a bundle counts toward retryLimit like a plain one', async () => {
+    await configure(api.url, 'bundle-failed', { retryDelay: 0 }); // redelivered at once: the test is not about the delay
     const m = await one('bundle-failed');
     const res = await transaction(api.url, {
       operations: [{ type: 'ack', ...ackOf(m, 'failed') }],
