@@ -6,7 +6,7 @@
 # No HEALTHCHECK: the orchestrator probes (deploy/k8s: /ready and /metrics on 6632, /health on 6633).
 
 # Build stage: every dependency (TypeScript is a dev one), then tsc into dist/.
-FROM node:20-bookworm-slim AS build
+FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # The client is an npm workspace: npm ci needs its package.json (the processes never load it).
@@ -24,7 +24,7 @@ COPY scripts/openapi-json.mjs ./scripts/
 RUN npm run build:runtime
 
 # Runtime stage: production dependencies only, the compiled processes and the schema files.
-FROM node:20-bookworm-slim AS runtime
+FROM node:24-bookworm-slim AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY package.json package-lock.json ./

@@ -32,7 +32,7 @@ import os from 'node:os';
 import { Client } from 'pg';
 import { loadConfig } from '../shared/config';
 import { createLogger } from '../shared/log';
-import { createMetrics, primeMetrics } from '../shared/metrics';
+import { createSweeperMetrics, primeSweeperMetrics } from '../shared/metrics';
 import { startApiServer } from '../services/api/server';
 import { Sweeper } from '../services/sweeper/sweeper';
 import { createPool } from '../shared/db';
@@ -202,8 +202,8 @@ async function main(): Promise<void> {
   port = Number(new URL(server.url).port);
   const sweeperPool = createPool(config, { connectionString: db.url, max: 3, application_name: 'queen-sweeper' });
   sweeperPool.on('error', () => undefined);
-  const metrics = createMetrics();
-  primeMetrics(metrics);
+  const metrics = createSweeperMetrics();
+  primeSweeperMetrics(metrics);
   const sweeper = new Sweeper({
     pool: sweeperPool, databaseUrl: db.url, log, metrics,
     intervalMs: config.sweeperIntervalMs, batch: config.sweeperBatch, fireBatch: config.sweeperFireBatch,

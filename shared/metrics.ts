@@ -1,27 +1,39 @@
-// The Prometheus families of docs/operations.md, registered once per process and present from boot, so
-// an alert can be written before the first key. Label sets are small and closed. The API and the
-// sweeper each create their own registry from this one definition; a family a process never moves
-// still reads 0 there, which is the truth.
+// The Prometheus families of docs/operations.md, present from boot so an alert can be written before
+// the first key. Label sets are small and closed. Each process has its own registry holding only the
+// families it moves: the API's (createApiMetrics) and the sweeper's (createSweeperMetrics). One
+// registry for both exported each process's families on the other's /metrics with no series or a
+// 0 nobody measured, which dashboards and absent() read as a process that is up. The switch gauge is
+// the one family in both: each process reports the switches it reads.
 import client from 'prom-client';
 import { KV_OPS } from './kvOps';
 
-export function createMetrics(register = new client.Registry()) {
+type Gauge<L extends string> = client.Gauge<L>;
+type GaugeMaker = <L extends string>(name: string, help: string, labelNames?: readonly L[], aggregator?: client.Aggregator) => Gauge<L>;
+
+function makers(register: client.Registry) {
   const r = [register];
   const counter = <L extends string>(name: string, help: string, labelNames: readonly L[] = []) =>
     new client.Counter<L>({ name, help, labelNames, registers: r });
   // `aggregator` says how the API primary merges one gauge across cluster workers: a per-worker
   // quantity (pool in use) sums; a view of shared state (a switch, a table's backlog) must not be
   // counted once per worker, so it takes the min (any worker paused reads paused) or the max.
-  const gauge = <L extends string>(name: string, help: string, labelNames: readonly L[] = [], aggregator: client.Aggregator = 'sum') =>
+  const gauge: GaugeMaker = <L extends string>(name: string, help: string, labelNames: readonly L[] = [], aggregator: client.Aggregator = 'sum') =>
     new client.Gauge<L>({ name, help, labelNames, registers: r, aggregator });
-
   // The log's gauges carry no sample until the sweeper's first reading (see below).
   const reading = (name: string, help: string) => {
     const g = gauge(name, help, [], 'max');
     g.remove();
     return g;
   };
+  return { r, counter, gauge, reading };
+}
 
+const switchGauge = (gauge: GaugeMaker) =>
+  gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min');
+
+/** The API's families: the KV, timer and message-log surfaces it answers, its pools, the rate limits, the switches. */
+export function createApiMetrics(register = new client.Registry()) {
+  const { r, counter, gauge } = makers(register);
   return {
     register,
     // KV surface (API)
@@ -63,13 +75,29 @@ export function createMetrics(register = new client.Registry()) {
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120],
       registers: r,
     }),
+    // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rate/store.ts).
+    rateStoreFallback: gauge('queen_kv_rate_store_fallback', 'Rate limits: 1 while this process cannot reach the shared buckets and enforces its local share (1/processes), else 0.', [], 'max'),
+    rateLeaseAsks: counter('queen_kv_rate_lease_asks_total', 'Rate limits: token asks a worker sent its primary (each one a statement on the shared buckets); under a flood about four a second per bucket and worker, never one a request.'),
+    rateProcesses: gauge('queen_kv_rate_processes', 'Rate limits: API processes of the cell sharing the buckets, as this process last saw them.', [], 'max'),
+    // Timers the API takes and cancels (the sweeper fires them: queen_timers_fired_total is its).
+    timersScheduled: counter('queen_timers_scheduled_total', 'Timer schedules and reschedules accepted (billed: the promise, not the delivery).'),
+    timersCancelled: counter('queen_timers_cancelled_total', 'Timers cancelled before they fired.'),
+    // Kill switches (1 = on, 0 = paused), as this process sees them: all three.
+    switchState: switchGauge(gauge),
+  };
+}
+
+/** The sweeper's families: the log's state and retention, the prune, the fire, its own cycles, the timersFire switch. */
+export function createSweeperMetrics(register = new client.Registry()) {
+  const { r, counter, gauge, reading } = makers(register);
+  return {
+    register,
     // The log's state (sweeper, sql/functions/log_gauges.sql), read on its own slower cadence
     // (services/sweeper/sweeper.ts LOG_GAUGE_INTERVAL_MS). Cell-wide figures, no names: a queue or
     // tenant label would grow with the cell; docs/runbook.md has the query that names the queues.
     // Unlike the other gauges they have no sample until a reading: a 0 served between a sweeper's
     // boot and its first cycle would be a backlog that vanished and came back (a false step for
-    // deriv() and offset rules at every rollout), and the API, which never reads them, would say 0
-    // about a log it did not look at.
+    // deriv() and offset rules at every rollout).
     logBacklog: reading('queen_log_backlog_messages', 'Messages not yet finished (completed or dead-lettered), summed over every consumer group of every queue; a queue no group has popped counts once.'),
     logBacklogMaxGroup: reading('queen_log_backlog_max_group_messages', 'The largest backlog of any one consumer group on one queue (the worst group, unnamed).'),
     logOldestUnconsumed: reading('queen_log_oldest_unconsumed_age_seconds', 'Age of the oldest message some consumer group has not finished, in seconds (0 when none).'),
@@ -83,19 +111,11 @@ export function createMetrics(register = new client.Registry()) {
     logOldestMessage: reading('queen_log_oldest_message_age_seconds', 'Age of the oldest message still stored in the log, in seconds (0 when the log is empty).'),
     logTableBytes: gauge('queen_log_table_bytes', 'Size on disk of a log table with its indexes and TOAST, in bytes.', ['table'] as const, 'max'),
     logRetentionDefault: gauge('queen_log_retention_default_seconds', 'The cell default retention (QUEEN_LOG_RETENTION_SECONDS) this sweeper applies; 0 keeps queues without their own forever.', [], 'max'),
-    // Kill switches (1 = on, 0 = paused), as this process sees them.
-    switchState: gauge('queen_kv_timers_switch', 'Kill switch state as this process sees it: 1 on, 0 paused.', ['switch'] as const, 'min'),
-    // Rate limits (API): the cell's buckets are shared through PostgreSQL (services/api/rate/store.ts).
-    rateStoreFallback: gauge('queen_kv_rate_store_fallback', 'Rate limits: 1 while this process cannot reach the shared buckets and enforces its local share (1/processes), else 0.', [], 'max'),
-    rateLeaseAsks: counter('queen_kv_rate_lease_asks_total', 'Rate limits: token asks a worker sent its primary (each one a statement on the shared buckets); under a flood about four a second per bucket and worker, never one a request.'),
-    rateProcesses: gauge('queen_kv_rate_processes', 'Rate limits: API processes of the cell sharing the buckets, as this process last saw them.', [], 'max'),
     // Prune (sweeper)
     kvExpiredNotPruned: gauge('queen_kv_expired_not_pruned', 'Rows past their expiry still physically present (invisible to reads).', [], 'max'),
     kvExpiryLag: gauge('queen_kv_expiry_lag_seconds', 'Age of the oldest expired row not yet pruned, in seconds.', [], 'max'),
     kvPruned: counter('queen_kv_pruned_total', 'Expired rows deleted by the sweeper.'),
-    // Timers
-    timersScheduled: counter('queen_timers_scheduled_total', 'Timer schedules and reschedules accepted (billed: the promise, not the delivery).'),
-    timersCancelled: counter('queen_timers_cancelled_total', 'Timers cancelled before they fired.'),
+    // Timers (the API counts what it schedules and cancels)
     timersFired: counter('queen_timers_fired_total', 'Timers fired into the log.'),
     timersDue: gauge('queen_timers_due', 'Timers whose deliverAt has passed and that have not fired yet.', [], 'max'),
     timersOldestLate: gauge('queen_timers_oldest_late_seconds', 'How late the oldest due timer is, in seconds (0 when none is due).', [], 'max'),
@@ -110,10 +130,13 @@ export function createMetrics(register = new client.Registry()) {
     }),
     sweeperBatchSize: gauge('queen_sweeper_batch_size', 'The batch size the sweeper uses now (it shrinks under pressure).', [], 'max'),
     sweeperPhaseSuspended: gauge('queen_sweeper_phase_suspended', 'Phases the sweeper has suspended under pressure: 1 suspended, 0 running.', ['phase'] as const, 'max'),
+    // The one kill switch the sweeper reads (timersFire), as it last read it.
+    switchState: switchGauge(gauge),
   };
 }
 
-export type Metrics = ReturnType<typeof createMetrics>;
+export type ApiMetrics = ReturnType<typeof createApiMetrics>;
+export type SweeperMetrics = ReturnType<typeof createSweeperMetrics>;
 
 /** The routes of queen_log_request_duration_seconds: a closed set, every one primed at boot. */
 export const LOG_ROUTES = ['push', 'pop', 'pop_wait', 'ack', 'ack_batch', 'transaction', 'consumer_group_delete', 'trace'] as const;
@@ -122,9 +145,8 @@ export type LogRoute = (typeof LOG_ROUTES)[number];
 export const KV_ROUTES = ['batch', 'get', 'put', 'delete'] as const;
 
 /** Zero every labelled series we know of, so the families show values from the first scrape. */
-export function primeMetrics(m: Metrics): void {
+export function primeApiMetrics(m: ApiMetrics): void {
   for (const s of ['kv', 'timersSchedule', 'timersFire']) m.switchState.set({ switch: s }, 1);
-  for (const p of ['prune', 'usage', 'fire']) m.sweeperPhaseSuspended.set({ phase: p }, 0);
   for (const op of KV_OPS) m.kvOps.inc({ op, outcome: 'ok' }, 0);
   m.kvRefusals.inc({ code: 'rate_limited' }, 0);
   m.kvRefusals.inc({ code: 'kv_unavailable' }, 0);
@@ -132,4 +154,9 @@ export function primeMetrics(m: Metrics): void {
   // panel was empty and a rule on it could not fire after a restart.
   for (const route of KV_ROUTES) m.kvDuration.zero({ route });
   for (const route of LOG_ROUTES) m.logDuration.zero({ route });
+}
+
+export function primeSweeperMetrics(m: SweeperMetrics): void {
+  m.switchState.set({ switch: 'timersFire' }, 1);
+  for (const p of ['prune', 'usage', 'fire']) m.sweeperPhaseSuspended.set({ phase: p }, 0);
 }

@@ -5,7 +5,7 @@ import http, { IncomingMessage, ServerResponse } from 'node:http';
 import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
-import type { Metrics } from '../../shared/metrics';
+import type { ApiMetrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './edge/answer';
 import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
@@ -31,7 +31,7 @@ export interface AppDeps {
   config: Config;
   pools: Pools;
   log: Logger;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   isReady?: () => boolean;
   /** Switches, grants and the admission guards every KV and timer route applies (admission/guards.ts). */
   ops: OpsHandles;

@@ -9,7 +9,7 @@ import { directUrl, type Config } from '../../shared/config';
 import { createPools, Pools, PoolSizes } from '../../shared/db';
 import { ApiError } from '../../shared/errors';
 import type { Logger } from '../../shared/log';
-import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
+import { ApiMetrics, createApiMetrics, primeApiMetrics } from '../../shared/metrics';
 import { createApp, OpsHandles } from './app';
 import { BodyBudget } from './edge/bodyBudget';
 import { workerMetricsSource } from './clusterMetrics';
@@ -22,7 +22,7 @@ export interface ApiServer {
   url: string;
   port: number;
   pools: Pools;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   ops: OpsHandles;
   /** Stops accepting connections (the first step of close(), which then skips its pause). */
   stopListening(): void;
@@ -31,8 +31,8 @@ export interface ApiServer {
 
 export async function startApiServer(config: Config, log: Logger, sizes: PoolSizes, port = config.port): Promise<ApiServer> {
   const pools = createPools(config, sizes, 'queen-api');
-  const metrics = createMetrics();
-  primeMetrics(metrics);
+  const metrics = createApiMetrics();
+  primeApiMetrics(metrics);
   client.collectDefaultMetrics({ register: metrics.register });
   // The pool gauges are sampled when scraped: a read of three integers, nothing on the request path.
   const refresh = () => {

@@ -1,14 +1,14 @@
 // The sweeper process: a leaderless daemon, scaled on its own (Procfile `sweeper`, `kubectl scale
-// deploy/sweeper`). Its metrics endpoint is up before anything else, so the queen_kv_*,
-// queen_timers_* and queen_sweeper_* families answer from its first second. SIGTERM: stop
-// claiming, let the pass in flight commit, exit 0.
+// deploy/sweeper`). Its metrics endpoint is up before anything else, so its own families (the
+// prune's, the fire's, the log's and its cycles': createSweeperMetrics, none of the API's) answer
+// from its first second. SIGTERM: stop claiming, let the pass in flight commit, exit 0.
 import { Pool } from 'pg';
 import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
 import { directUrl } from '../../shared/config';
 import { createPool } from '../../shared/db';
 import { createLogger } from '../../shared/log';
 import client from 'prom-client';
-import { createMetrics, primeMetrics } from '../../shared/metrics';
+import { createSweeperMetrics, primeSweeperMetrics } from '../../shared/metrics';
 import { startMetricsServer } from './metricsServer';
 import { DEFAULT_SLOW_PASS_MS } from './pressure';
 import { DEFAULT_SHARDS_PER_PASS, Sweeper } from './sweeper';
@@ -20,9 +20,9 @@ async function main(): Promise<void> {
     log.fatal('DATABASE_URL is not set: a sweeper joins a cell that already has a database');
     process.exit(1);
   }
-  const metrics = createMetrics();
+  const metrics = createSweeperMetrics();
   client.collectDefaultMetrics({ register: metrics.register });
-  primeMetrics(metrics);
+  primeSweeperMetrics(metrics);
   const metricsServer = await startMetricsServer(metrics.register, config.sweeperMetricsPort);
   log.info({ port: metricsServer.port }, 'sweeper metrics listening');
 

@@ -18,7 +18,7 @@ import type { Pool } from 'pg';
 import { ApiError, coerceError } from '../../shared/errors';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
-import type { Metrics } from '../../shared/metrics';
+import type { SweeperMetrics } from '../../shared/metrics';
 import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, rollupUsageSlice, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 
@@ -56,7 +56,7 @@ export interface SweeperOptions {
   /** Connection string for the LISTEN client; omit to rely on the fresh read per cycle alone. */
   databaseUrl?: string;
   log: Logger;
-  metrics: Metrics;
+  metrics: SweeperMetrics;
   intervalMs: number;
   /** Expired rows pruned per claimed shard per pass. */
   batch: number;

@@ -101,7 +101,8 @@ async function boot(group: boolean): Promise<{ run: Spawned; port: number; postm
   // Whatever fails below, the primary (npm's child, or its grandchild behind a shell) is stopped by its PID.
   const primary = Number(run.lines.find((l) => l.msg === 'no DATABASE_URL: starting the embedded PostgreSQL')!.pid);
   strays.push(postmaster, primary, ...children.map((c) => c.pid));
-  expect(children.map((c) => c.comm)).toEqual(['node']);
+  // node's process name: `node`, or `MainThread` from Node 24 on (it names its main thread); never a shell.
+  expect(children.map((c) => (c.comm === 'MainThread' ? 'node' : c.comm))).toEqual(['node']);
   expect(children[0].pid).toBe(primary);
   expect(run.lines.find((l) => l.msg === 'no DATABASE_URL: starting the embedded PostgreSQL')!.port).toBe(port + 7);
   const metrics = await run.waitForLine((l) => l.msg === 'sweeper metrics listening', 'sweeper metrics listening');

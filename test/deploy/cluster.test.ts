@@ -2,7 +2,7 @@
 // real database. Worker death under load, cluster-wide /metrics, request logs, SIGTERM drain.
 import http from 'node:http';
 import { Client } from 'pg';
-import { createMetrics } from '../../shared/metrics';
+import { createApiMetrics } from '../../shared/metrics';
 import { freePort } from '../../shared/embeddedPostgres';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { runLoad } from './load';
@@ -99,7 +99,7 @@ test('two workers answer; /metrics on any worker is the sum over both, and parse
   // Both workers took some: otherwise the sum below proves nothing about aggregation.
   for (const pid of workers) expect(api.lines.filter(kvGetLine(pid)).length).toBeGreaterThan(0);
 
-  const expected = new Set(createMetrics().register.getMetricsAsArray().map((m) => m.name));
+  const expected = new Set(createApiMetrics().register.getMetricsAsArray().map((m) => m.name));
   // Several scrapes on fresh connections land on both workers; each must see the cluster's total.
   for (let i = 0; i < 6; i++) {
     const text = await scrape(i % 2 ? '/metrics/prometheus' : '/metrics');

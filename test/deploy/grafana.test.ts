@@ -1,8 +1,8 @@
 // The dashboard reads only metrics the services expose: the API's from a running API's /metrics,
-// the sweeper's from the one definition both processes register (shared/metrics.ts).
+// the sweeper's from its registry's definition (shared/metrics.ts createSweeperMetrics).
 import fs from 'node:fs';
 import path from 'node:path';
-import { createMetrics } from '../../shared/metrics';
+import { createSweeperMetrics } from '../../shared/metrics';
 import { request } from '../support/http';
 import { exposes, Family, metricNames, parseExposition } from '../support/metrics';
 import { REPO } from '../support/processes';
@@ -19,7 +19,7 @@ beforeAll(async () => {
   const scraped = await request(api.server.port, 'GET', '/metrics');
   expect(scraped.status).toBe(200);
   apiFamilies = parseExposition(scraped.text);
-  sweeperFamilies = parseExposition(await createMetrics().register.metrics());
+  sweeperFamilies = parseExposition(await createSweeperMetrics().register.metrics());
 });
 afterAll(() => api.close());
 

@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
-import { createMetrics } from '../../shared/metrics';
+import { createSweeperMetrics } from '../../shared/metrics';
 import { createTestDatabase } from '../support/database';
 import { request } from '../support/http';
 import { checkExposition } from '../support/metrics';
@@ -64,7 +64,7 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
     const scraped = await request(sweeperMetricsPort, 'GET', '/metrics');
     expect(scraped.status).toBe(200);
     const families = checkExposition(scraped.text);
-    for (const m of createMetrics().register.getMetricsAsArray()) expect(families.has(m.name)).toBe(true);
+    for (const m of createSweeperMetrics().register.getMetricsAsArray()) expect(families.has(m.name)).toBe(true);
   }
 
   const pids = [nf.lines.find((l) => l.msg === 'config: kv_timers')!.pid!, sweeperConfig.pid!, ...workers.map((w) => w.pid!)];

@@ -3,12 +3,12 @@
 // the product's procedure, and the fired messages counted, for the suites that drive sweepers.
 import { Pool } from 'pg';
 import { createLogger } from '../../shared/log';
-import { createMetrics, Metrics, primeMetrics } from '../../shared/metrics';
+import { createSweeperMetrics, primeSweeperMetrics, SweeperMetrics } from '../../shared/metrics';
 import { CycleReport, Sweeper, SweeperOptions } from '../../services/sweeper/sweeper';
 
 export interface TestSweeper {
   sweeper: Sweeper;
-  metrics: Metrics;
+  metrics: SweeperMetrics;
   pool: Pool;
   /** Resolves after `n` more complete cycles, each started after this call (a cycle in flight is skipped). */
   cycles(n?: number): Promise<CycleReport[]>;
@@ -23,8 +23,8 @@ export function startTestSweeper(
 ): TestSweeper {
   const pool = new Pool({ connectionString: databaseUrl, max: 3 });
   pool.on('error', () => undefined);
-  const metrics = createMetrics();
-  primeMetrics(metrics);
+  const metrics = createSweeperMetrics();
+  primeSweeperMetrics(metrics);
   const sweeper = new Sweeper({
     pool,
     databaseUrl,

@@ -1,7 +1,7 @@
 // The message log's gauges, read by the sweeper (sql/functions/log_gauges.sql): backlog summed over
 // every consumer group, the worst single group, the oldest unfinished message's age and the dead
 // letters, driven by real traffic through the API and read from the sweeper's /metrics.
-import { createMetrics } from '../../shared/metrics';
+import { createSweeperMetrics } from '../../shared/metrics';
 import { startMetricsServer, MetricsServer } from '../../services/sweeper/metricsServer';
 import { ack, configure, pop, push } from '../log/helpers';
 import { call } from '../support/http';
@@ -100,7 +100,7 @@ test('backlog, worst group, oldest unfinished age and dead letters follow pushes
 });
 
 test('before a sweeper has read them, the families are declared but carry no sample (never a 0 it did not measure)', async () => {
-  const text = await createMetrics().register.metrics();
+  const text = await createSweeperMetrics().register.metrics();
   for (const name of FAMILIES) {
     expect(text).toContain(`# TYPE ${name} gauge`);
     expect(text).not.toMatch(new RegExp(`^${name} `, 'm'));

@@ -41,7 +41,7 @@ import type { Pool } from 'pg';
 import type { Config } from '../../../shared/config';
 import { ApiError, coerceError } from '../../../shared/errors';
 import type { Logger } from '../../../shared/log';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { Admitted } from './admitted';
 import { KvCost, kvCost, timerCounts } from './callCost';
 import { sendError } from '../edge/answer';
@@ -93,7 +93,7 @@ export interface GuardDeps {
   kvPool: Pool;
   switches: Switches;
   book: TenantBook;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   log: Logger;
 }
 

@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '../../../shared/log';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { answeredCode } from './answer';
 
 /** An incoming id is kept when it is short and plain; anything else is replaced, never echoed. */
@@ -35,7 +35,7 @@ export function surfaceOf(path: string): string {
   return SURFACES.includes(first) ? first : 'log';
 }
 
-export function requestLog(log: Logger, metrics: Metrics) {
+export function requestLog(log: Logger, metrics: ApiMetrics) {
   return (req: IncomingMessage, res: ServerResponse): void => {
     const incoming = req.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID.test(incoming) ? incoming : randomUUID();

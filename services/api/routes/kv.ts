@@ -15,7 +15,7 @@ import { ApiError, answerTooLarge } from '../../../shared/errors';
 import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
 import type { Logger } from '../../../shared/log';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards, KvCall } from '../admission/guards';
 import { answerWithBody, notModified, sendJsonText } from '../edge/answer';
@@ -25,7 +25,7 @@ import { nameRule, refuseNulKeys, refuseNul } from './fields';
 export interface KvRouteDeps {
   config: Config;
   kvPool: Pool;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   log: Logger;
   /** Switch, grant, quota, rate and pool admission (admission/guards.ts), applied to every KV route. */
   guards: Guards;
@@ -215,7 +215,7 @@ function opCounts(ops: unknown): Map<string, number> {
   return counts;
 }
 
-function countOps(metrics: Metrics, counts: Map<string, number> | undefined, outcome: string): void {
+function countOps(metrics: ApiMetrics, counts: Map<string, number> | undefined, outcome: string): void {
   if (!counts) return void metrics.kvOps.inc({ op: 'unknown', outcome });
   for (const [op, n] of counts) metrics.kvOps.inc({ op, outcome }, n);
 }

@@ -8,7 +8,7 @@ import { ApiError, SQLSTATE } from '../../../shared/errors';
 import { directUrl, type Config } from '../../../shared/config';
 import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
-import type { LogRoute, Metrics } from '../../../shared/metrics';
+import type { LogRoute, ApiMetrics } from '../../../shared/metrics';
 import {
   LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP,
   LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
@@ -25,7 +25,7 @@ export interface LogRouteDeps {
   config: Config;
   messagePool: Pool;
   log: Logger;
-  metrics: Metrics;
+  metrics: ApiMetrics;
 }
 
 /**
@@ -33,7 +33,7 @@ export interface LogRouteDeps {
  * queen_log_request_duration_seconds under the route `routeOf` names once it is done.
  */
 export function timed<Req, Res>(
-  metrics: Metrics,
+  metrics: ApiMetrics,
   routeOf: LogRoute | ((req: Req) => LogRoute),
   handler: (req: Req, res: Res) => Promise<void>,
 ): (req: Req, res: Res) => Promise<void> {

@@ -14,7 +14,7 @@ import type { Pool } from 'pg';
 import { ApiError, coerceError } from '../../../shared/errors';
 import { isUuid } from '../../../shared/uuid';
 import type { Config } from '../../../shared/config';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
@@ -25,7 +25,7 @@ import { tenantOf } from '../edge/tenant';
 export interface TimerRouteDeps {
   config: Config;
   pool: Pool;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   /** Schedule and reschedule pass the switch, grant, quota and rate (admission/guards.ts); cancel, peek and list never do. */
   guards: Guards;
 }

@@ -19,7 +19,7 @@ import type { Pool } from 'pg';
 import { AckFailed, ApiError, answerTooLarge, coerceError } from '../../../shared/errors';
 import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
 import { TX_ARGS, TX_EXPR, TX_SEAL_TEXTS } from '../../../shared/sql/log';
 import { sealAll, sealingRequired } from '../seal/seal';
@@ -34,7 +34,7 @@ import { tenantOf } from '../edge/tenant';
 export interface TransactionRouteDeps {
   config: Config;
   messagePool: Pool;
-  metrics: Metrics;
+  metrics: ApiMetrics;
   /**
    * The kv and timers arrays pass the switch, grant, quota and rate before the bundle starts
    * (admission/guards.ts); a paused switch is 403 here, never 503: a client retrying a bundle would spin with
@@ -44,7 +44,7 @@ export interface TransactionRouteDeps {
 }
 
 /** The wire's KV operations count in queen_kv_ops_total like the KV routes' do. */
-function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
+function countKv(metrics: ApiMetrics, kv: unknown[], outcome: string): void {
   for (const op of kv) {
     const name = isPlainObject(op) && isKvOp(op.op) ? op.op : 'unknown';
     metrics.kvOps.inc({ op: name, outcome });
@@ -52,7 +52,7 @@ function countKv(metrics: Metrics, kv: unknown[], outcome: string): void {
 }
 
 /** Timer promises (schedules that created, reschedules that moved) are billed; cancels counted apart. */
-function countTimers(metrics: Metrics, answersText: string): void {
+function countTimers(metrics: ApiMetrics, answersText: string): void {
   // Timer answers carry ids, instants and flags, never a caller's number: parsing them narrows nothing.
   const answers = JSON.parse(answersText) as Array<{ created?: boolean; rescheduled?: boolean; cancelled?: boolean }>;
   const promised = answers.filter((a) => a.created === true || a.rescheduled === true).length;

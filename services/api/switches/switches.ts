@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import type { Pool } from 'pg';
 import { CHANNEL, Listener } from '../../../shared/listener';
 import type { Logger } from '../../../shared/log';
-import type { Metrics } from '../../../shared/metrics';
+import type { ApiMetrics } from '../../../shared/metrics';
 import { SWITCHES_READ, SWITCHES_WRITE } from '../../../shared/sql/system';
 import { SwitchBoard } from './board';
 import { WorkerRelay } from './relay';
@@ -40,7 +40,7 @@ export class Switches {
     private readonly pool: Pool,
     databaseUrl: string | undefined,
     private readonly log: Logger,
-    private readonly metrics: Metrics,
+    private readonly metrics: ApiMetrics,
   ) {
     this.board = new SwitchBoard((state, source) => {
       this.publishGauges();
