@@ -963,11 +963,12 @@ export interface FuzzReport {
   statuses: Map<string, Map<string, number>>;
 }
 
-export async function runFuzz(o: FuzzOptions, onCell?: (cell: Cell) => Promise<void> | void): Promise<FuzzReport> {
+export async function runFuzz(o: FuzzOptions, onCell?: (cell: Cell) => Promise<void> | void, databaseUrl?: string): Promise<FuzzReport> {
   const print = o.print ?? ((l: string) => console.log(l));
   const tag = o.seed.toString(36).padStart(7, '0').slice(-7);
   const ops = loadContract(path.join(ROOT, 'dist', 'openapi.json'));
-  const db = o.databaseUrl ? { url: o.databaseUrl, stop: async () => undefined } : await benchDatabase('fuzz', { schema: true });
+  const given = databaseUrl ?? o.databaseUrl;
+  const db = given ? { url: given, stop: async () => undefined } : await benchDatabase('fuzz', { schema: true });
   const cell = await startCell(db.url, tag);
   const verdict = new Verdict(ops, tag);
   const learned: Record<TenantName, Learned> = { A: { messages: [], timers: [] }, B: { messages: [], timers: [] } };
