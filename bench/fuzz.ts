@@ -28,7 +28,7 @@
 //   tenant_bypass        a data route answered 2xx without a tenant, a system route without the token
 //   worker_crash         the cell's log says a worker died; error_log: it logged an error
 //                        (an unhandled 500); value_in_log: a marker reached its log
-// Each finding prints the seed and the request that triggered it, never an answer's body (it may
+// Each finding prints the run's seed and the request that triggered it, never an answer's body (it may
 // hold stored values). Exits 1 when there is a finding.
 import { spawn, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
