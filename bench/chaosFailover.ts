@@ -27,7 +27,7 @@ async function main(): Promise<void> {
     const run = async (name: string, fault: () => Promise<void>) => {
       const v = await failoverUnderLoad(cluster, cell!, name, fault, { acksAfter: 100 });
       verdicts.push(v);
-      process.stdout.write(`${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, errorLines: v.errorLines.map((l) => l.msg), flood: { ...v.flood, badAnswers: v.flood.badAnswers.length } })}\n`);
+      process.stdout.write(`${JSON.stringify({ ...v, badRefusals: v.badRefusals.length, refusalsMisnamed: v.refusalsMisnamed.length, errorLines: v.errorLines.map((l) => l.msg), flood: { ...v.flood, badAnswers: v.flood.badAnswers.length } })}\n`);
     };
     const old = await cluster.untilPrimary();
     await run('kill', async () => {
@@ -60,7 +60,7 @@ async function main(): Promise<void> {
       `${v.fault.padEnd(12)}${`${v.putsAcknowledged}/${v.pushesAcknowledged}/${v.timersAcknowledged}`.padEnd(26)}${String(v.putsLost + v.pushesLost + v.timersLost).padEnd(6)}${String(v.pushesDoubled + v.timersDoubled).padEnd(9)}${String(v.timersEarly).padEnd(14)}${`${v.bundlesAcknowledged}/${v.onceAnomalies}`.padEnd(19)}${`${v.refusals} (${allGood})`.padEnd(35)}${String(v.hangs).padEnd(7)}${`${((v.servingAgainMs ?? NaN) / 1000).toFixed(1)} s`.padEnd(15)}${(v.processesKept ? 'yes' : 'no').padEnd(16)}${v.flood.admitted}/${v.flood.bound}, ${v.flood.limitedAfter}\n`,
     );
   }
-  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.onceAnomalies + v.badRefusals.length + v.hangs + v.socketErrors > 0 || v.bundlesAcknowledged === 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000 || v.flood.badAnswers.length + v.flood.hangs > 0 || v.flood.admitted > v.flood.bound || v.flood.limitedAfter === 0);
+  const bad = verdicts.some((v) => v.putsLost + v.pushesLost + v.pushesDoubled + v.timersLost + v.timersDoubled + v.timersEarly + v.onceAnomalies + v.badRefusals.length + v.hangs + v.socketErrors > 0 || v.bundlesAcknowledged === 0 || !v.processesKept || v.servingAgainMs === undefined || v.servingAgainMs > 30_000 || v.flood.badAnswers.length + v.flood.hangs > 0 || v.flood.admitted > v.flood.bound || v.flood.limitedAfter === 0 || v.readFrom.inRecovery);
   process.exit(bad ? 1 : 0);
 }
 

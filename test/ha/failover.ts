@@ -24,6 +24,8 @@ export const FLOOD_TENANT = '7a1e0c4e-5b1d-4c36-9f0e-3a6b8f1d2c02';
 export const TENANT_HEADERS = { 'content-type': 'application/json', 'x-queen-tenant': TENANT };
 /** Every tenant's KV read limit (a second of it is the burst); the load reads nothing, the flood only reads. */
 export const FLOOD_READS_PER_SEC = 50;
+/** Loops of the flooding tenant: enough to offer over its rate on a loaded 2-core machine (two offered 35 a second there). */
+const FLOODERS = 4;
 
 export interface Cell {
   base: string;
@@ -76,6 +78,7 @@ export interface Refusal {
   code: string | undefined;
   retryAfter: string | null;
   at: number;
+  path?: string;
 }
 
 export interface Verdict {
@@ -104,6 +107,10 @@ export interface Verdict {
   socketErrors: number;
   /** From the fault until the first acknowledged call that began after the last refusal. */
   servingAgainMs: number | undefined;
+  /** Refusals with a code other than the database's (kv_unavailable allowed on calls that use the KV). */
+  refusalsMisnamed: Refusal[];
+  /** The node the verdict read its counts from (Patroni's primary at the time), for a run that loses writes. */
+  readFrom: { node: string; port: number; inRecovery: boolean; timeline: number };
   /** The API's and the sweeper's processes are the ones started before the fault. */
   processesKept: boolean;
   /** Listeners (switches, log wake-ups, the sweeper's) that lost their LISTEN connection in the fault; each must say 'LISTEN restored' after. */
@@ -147,7 +154,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     } catch {
       code = undefined;
     }
-    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now() });
+    refusals.push({ status: res.status, code, retryAfter: res.headers.get('retry-after'), at: Date.now(), path: new URL(res.url).pathname });
   };
   const acks: { began: number; at: number }[] = [];
   let hangs = 0;
@@ -254,7 +261,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     }
   };
 
-  // The flood: another tenant's KV reads, two at a time with no regard for Retry-After (a misbehaving
+  // The flood: another tenant's KV reads, four at a time with no regard for Retry-After (a misbehaving
   // client, several times its limit), through the fault and after it.
   const flood = { offered: 0, admitted: 0, limited: [] as number[], badAnswers: [] as Refusal[], hangs: 0, began: Date.now(), ended: Date.now() };
   const flooder = async () => {
@@ -279,7 +286,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const lastLoadRefusal = () => (refusals.length > 0 ? refusals[refusals.length - 1].at : faultAt);
   let lastRefusal = faultAt;
 
-  const running = Promise.all([...Array.from({ length: writers }, (_, w) => writer(w)), consumer(), flooder(), flooder()]);
+  const running = Promise.all([...Array.from({ length: writers }, (_, w) => writer(w)), consumer(), ...Array.from({ length: FLOODERS }, flooder)]);
   let failure: unknown;
   running.catch((err) => (failure = err));
   const ok = () => {
@@ -318,8 +325,14 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   const restored = (x: (typeof lost)[number]) => x.lines.some((l) => l.time >= x.line.time && l.listener === x.line.listener && l.pid === x.line.pid && /LISTEN restored/.test(l.msg ?? ''));
   await waitFor(() => lost.every(restored), { what: 'every LISTEN connection the fault cut restored', timeoutMs: 20_000 }).catch(() => undefined);
 
-  const db = new Client({ connectionString: cluster.url(DATABASE) });
+  // The verdict reads the node Patroni calls the primary, straight (not through HAProxy, which
+  // may still hold a thawed old primary for a check or two), and says which node and timeline it read.
+  const readNode = await cluster.untilPrimary();
+  const db = new Client({ connectionString: readNode.url(DATABASE) });
   await db.connect();
+  const readFrom = (
+    await db.query(`SELECT inet_server_port() AS port, pg_is_in_recovery() AS "inRecovery", (SELECT timeline_id FROM pg_control_checkpoint()) AS timeline`)
+  ).rows[0] as { port: number; inRecovery: boolean; timeline: number };
   let kv: { key: string; value: unknown }[];
   let logged: { transaction_id: string; n: number }[];
   let fired: { transaction_id: string; n: number; early: number }[];
@@ -373,6 +386,7 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
   for (const r of refusals) refusalCodes[`${r.status} ${r.code}`] = (refusalCodes[`${r.status} ${r.code}`] ?? 0) + 1;
   return {
     fault: name,
+    readFrom: { node: readNode.name, ...readFrom },
     putsAcknowledged: puts.size,
     pushesAcknowledged: pushes.size,
     putsLost: [...puts].filter(([k, v]) => stored.get(k) !== JSON.stringify(v)).length,
@@ -387,6 +401,9 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     refusals: refusals.length,
     refusalCodes,
     badRefusals: refusals.filter((r) => r.status !== 503 || !r.retryAfter),
+    // The database's state is db_unavailable; a call that uses the KV may also find its dedicated
+    // pool's acquire timeout first (kv_unavailable, docs/errors.md). Anything else is named here.
+    refusalsMisnamed: refusals.filter((r) => r.code !== 'db_unavailable' && !(r.code === 'kv_unavailable' && /^\/api\/v1\/(kv\/|transaction$)/.test(r.path ?? ''))),
     hangs,
     socketErrors,
     servingAgainMs: back ? back.at - faultAt : undefined,
