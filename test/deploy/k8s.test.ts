@@ -222,3 +222,45 @@ test('kubectl kustomize deploy/k8s renders: every object in the namespace, the i
   }
   expect(rendered.find((d) => d.kind === 'Deployment' && d.metadata.name === 'api').spec.replicas).toBeUndefined();
 });
+
+test('every pod runs as the queen-kv ServiceAccount with no API token mounted', () => {
+  const account = find('ServiceAccount', 'queen-kv');
+  expect(account.automountServiceAccountToken).toBe(false);
+  for (const [kind, name] of WORKLOADS) {
+    const pod = find(kind, name).spec.template.spec;
+    expect({ workload: `${kind}/${name}`, serviceAccountName: pod.serviceAccountName, automount: pod.automountServiceAccountToken }).toEqual({
+      workload: `${kind}/${name}`,
+      serviceAccountName: 'queen-kv',
+      automount: false,
+    });
+  }
+});
+
+test('NetworkPolicies: every pod denied by default, the API port open, the sweeper metrics port from Prometheus only, egress only to PostgreSQL and DNS', () => {
+  const policies = docs.filter((d) => d.kind === 'NetworkPolicy');
+  const labelsOf = (kind: string, name: string) => find(kind, name).spec.template.metadata.labels as Record<string, string>;
+  const selects = (p: any, labels: Record<string, string>) => Object.entries(p.spec.podSelector.matchLabels ?? {}).every(([k, v]) => labels[k] === v);
+  const podPort = (kind: string, name: string) => find(kind, name).spec.template.spec.containers[0].ports?.[0]?.containerPort;
+  for (const [kind, name] of WORKLOADS) {
+    const labels = labelsOf(kind, name);
+    const mine = policies.filter((p) => selects(p, labels));
+    // Denied both ways unless allowed: a policy with both types and no rule selects the pod.
+    expect(mine.some((p) => p.spec.policyTypes.includes('Ingress') && p.spec.policyTypes.includes('Egress') && !p.spec.ingress && !p.spec.egress)).toBe(true);
+    const ingress = mine.flatMap((p) => p.spec.ingress ?? []);
+    const egress = mine.flatMap((p) => p.spec.egress ?? []);
+    // Egress: TCP 5432 (PostgreSQL) to any address, and port 53 only to the cluster's DNS pods.
+    expect(egress.flatMap((r: any) => r.ports.map((x: any) => `${x.protocol}/${x.port}`)).sort()).toEqual(['TCP/53', 'TCP/5432', 'UDP/53']);
+    for (const r of egress.filter((r: any) => r.ports.some((x: any) => x.port === 53))) expect(r.to.every((t: any) => t.podSelector?.matchLabels?.['k8s-app'] === 'kube-dns')).toBe(true);
+    if (name === 'api') {
+      // The cell's clients come from anywhere, on the API port only (its /metrics included).
+      expect(ingress).toEqual([{ ports: [{ protocol: 'TCP', port: podPort(kind, name) }] }]);
+    } else if (name === 'sweeper') {
+      // The metrics port, from Prometheus's pods only.
+      expect(ingress).toHaveLength(1);
+      expect(ingress[0].ports).toEqual([{ protocol: 'TCP', port: podPort(kind, name) }]);
+      expect(ingress[0].from).toEqual([{ namespaceSelector: { matchLabels: expect.any(Object) }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }]);
+    } else {
+      expect(ingress).toEqual([]);
+    }
+  }
+});
