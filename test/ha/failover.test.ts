@@ -21,8 +21,8 @@ function expectClean(v: Verdict, cluster: HaCluster) {
     expect({ putsLost: v.putsLost, pushesLost: v.pushesLost, pushesDoubled: v.pushesDoubled, timersLost: v.timersLost, timersDoubled: v.timersDoubled, timersEarly: v.timersEarly })
       .toEqual({ putsLost: 0, pushesLost: 0, pushesDoubled: 0, timersLost: 0, timersDoubled: 0, timersEarly: 0 });
     expect(v.badRefusals).toEqual([]);
-    // The database's state, named as such (db_unavailable); a call that uses the KV may meet its
-    // dedicated pool's acquire timeout first (kv_unavailable), both retryable 503s.
+    // The database's state, named as such (db_unavailable); a call on the KV's dedicated pool may
+    // meet its acquire timeout first (kv_unavailable, timers_unavailable), all retryable 503s.
     expect(v.refusalsMisnamed.slice(0, 5)).toEqual([]);
     expect({ hangs: v.hangs, socketErrors: v.socketErrors, processesKept: v.processesKept }).toEqual({ hangs: 0, socketErrors: 0, processesKept: true });
     expect(v.servingAgainMs).toBeDefined();

@@ -107,7 +107,7 @@ export interface Verdict {
   socketErrors: number;
   /** From the fault until the first acknowledged call that began after the last refusal. */
   servingAgainMs: number | undefined;
-  /** Refusals with a code other than the database's (kv_unavailable allowed on calls that use the KV). */
+  /** Refusals with a code other than the database's or the KV pool's for the call's surface. */
   refusalsMisnamed: Refusal[];
   /** The node the verdict read its counts from (Patroni's primary at the time), for a run that loses writes. */
   readFrom: { node: string; port: number; inRecovery: boolean; timeline: number };
@@ -134,6 +134,13 @@ export interface Flood {
   /** Answers that were neither admitted, nor a 429 rate_limited, nor a 503, each with Retry-After. */
   badAnswers: Refusal[];
   hangs: number;
+}
+
+/** The KV pool's refusal a call on `path` names (docs/errors.md), or undefined off that pool. */
+function poolRefusalFor(path: string | undefined): string | undefined {
+  if (/^\/api\/v1\/timers/.test(path ?? '')) return 'timers_unavailable';
+  if (/^\/api\/v1\/(kv\/|transaction$)/.test(path ?? '')) return 'kv_unavailable';
+  return undefined;
 }
 
 type Op = { kind: 'put'; key: string; value: unknown } | { kind: 'push'; txid: string; payload: unknown } | { kind: 'timer'; timerKey: string; payload: unknown };
@@ -401,9 +408,10 @@ export async function failoverUnderLoad(cluster: HaCluster, cell: Cell, name: st
     refusals: refusals.length,
     refusalCodes,
     badRefusals: refusals.filter((r) => r.status !== 503 || !r.retryAfter),
-    // The database's state is db_unavailable; a call that uses the KV may also find its dedicated
-    // pool's acquire timeout first (kv_unavailable, docs/errors.md). Anything else is named here.
-    refusalsMisnamed: refusals.filter((r) => r.code !== 'db_unavailable' && !(r.code === 'kv_unavailable' && /^\/api\/v1\/(kv\/|transaction$)/.test(r.path ?? ''))),
+    // The database's state is db_unavailable; a call on the KV's dedicated pool may find its
+    // acquire timeout first, named for its surface (docs/errors.md): kv_unavailable on the KV and
+    // the transaction wire, timers_unavailable on the timer routes. Anything else is named here.
+    refusalsMisnamed: refusals.filter((r) => r.code !== 'db_unavailable' && r.code !== poolRefusalFor(r.path)),
     hangs,
     socketErrors,
     servingAgainMs: back ? back.at - faultAt : undefined,
