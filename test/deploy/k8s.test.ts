@@ -6,6 +6,7 @@
 // (QUEEN_REQUIRE_KUBECTL=1 makes a missing kubectl a failure). No cluster here: structure, not scheduling.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { loadConfig } from '../../shared/config';
@@ -33,7 +34,16 @@ const WORKLOADS: [string, string][] = [
   ['Deployment', 'sweeper'],
   ['Job', 'migrate'],
 ];
-const configMap = () => find('ConfigMap', 'queen-config');
+/** deploy/k8s/config.env as kustomize reads it: KEY=value lines, `#` comments and blank lines skipped. */
+const configMap = () => ({
+  data: Object.fromEntries(
+    fs
+      .readFileSync(path.join(DIR, 'config.env'), 'utf8')
+      .split('\n')
+      .filter((l) => l.trim() !== '' && !l.startsWith('#'))
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  ) as Record<string, string>,
+});
 
 test('the kustomization lists every manifest, and every manifest has an apiVersion, a kind and a name', () => {
   const kustomization = docs.find((d) => d.kind === 'Kustomization')!;
@@ -208,9 +218,11 @@ test('kubectl kustomize deploy/k8s renders: every object in the namespace, the i
   expect(r.status).toBe(0);
   const rendered = parseAllDocuments(r.stdout).map((d) => d.toJS());
   const k = kustomization();
+  const generated = rendered.find((d) => d.kind === 'ConfigMap');
   expect(rendered.map((d) => `${d.kind}/${d.metadata.name}`).sort()).toEqual(
-    docs.filter((d) => d.kind !== 'Kustomization').map((d) => `${d.kind}/${d.metadata.name}`).sort(),
+    [...docs.filter((d) => d.kind !== 'Kustomization').map((d) => `${d.kind}/${d.metadata.name}`), `ConfigMap/${generated?.metadata.name}`].sort(),
   );
+  expect(generated.data).toEqual(configMap().data);
   for (const d of rendered) {
     if (d.kind === 'Namespace') expect(d.metadata.name).toBe(k.namespace);
     else expect(d.metadata.namespace).toBe(k.namespace);
@@ -262,5 +274,40 @@ test('NetworkPolicies: every pod denied by default, the API port open, the sweep
     } else {
       expect(ingress).toEqual([]);
     }
+  }
+});
+
+test('a changed setting renames the ConfigMap and so changes every pod template that reads it: apply -k rolls the pods', () => {
+  // Without kubectl, the generator's shape: content-hashed names (no disableNameSuffixHash).
+  const generator = kustomization().configMapGenerator;
+  expect(generator).toEqual([{ name: 'queen-config', envs: ['config.env'], options: { labels: { 'app.kubernetes.io/name': 'queen-kv' } } }]);
+  expect(docs.filter((d) => d.kind === 'ConfigMap')).toEqual([]);
+  if (!KUBECTL) {
+    if (process.env.QUEEN_REQUIRE_KUBECTL === '1') throw new Error('QUEEN_REQUIRE_KUBECTL=1 but kubectl is not installed');
+    console.warn('kubectl is not installed: the ConfigMap hash was not rendered');
+    return;
+  }
+  const render = (dir: string) => {
+    const r = spawnSync(KUBECTL, ['kustomize', dir], { encoding: 'utf8', timeout: 60_000 });
+    expect(r.status).toBe(0);
+    const objects = parseAllDocuments(r.stdout).map((d) => d.toJS());
+    const templates = Object.fromEntries(
+      WORKLOADS.map(([kind, name]) => [`${kind}/${name}`, objects.find((d) => d.kind === kind && d.metadata.name === name).spec.template.spec.containers[0].envFrom]),
+    );
+    return { name: objects.find((d) => d.kind === 'ConfigMap').metadata.name as string, templates };
+  };
+  const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'k8s-'));
+  try {
+    fs.cpSync(DIR, copy, { recursive: true });
+    const before = render(copy);
+    expect(before.name).toMatch(/^queen-config-[a-z0-9]+$/);
+    for (const envFrom of Object.values(before.templates)) expect(envFrom).toEqual([{ configMapRef: { name: before.name } }]);
+    const env = path.join(copy, 'config.env');
+    fs.writeFileSync(env, fs.readFileSync(env, 'utf8').replace(/^LOG_LEVEL=.*$/m, 'LOG_LEVEL=debug'));
+    const after = render(copy);
+    expect(after.name).not.toBe(before.name);
+    for (const envFrom of Object.values(after.templates)) expect(envFrom).toEqual([{ configMapRef: { name: after.name } }]);
+  } finally {
+    fs.rmSync(copy, { recursive: true, force: true });
   }
 });
