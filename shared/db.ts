@@ -6,6 +6,7 @@ import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { answerTimeLimit, ApiError, isConnectionFailure, SQLSTATE } from './errors';
 import { migrate, MigrateOptions, MigrateResult } from './migrations';
+import { activeTracer, endStatementSpan, startStatementSpan } from './tracing';
 
 export interface Pools {
   message: Pool;
@@ -43,6 +44,8 @@ export function createPools(config: Config, sizes: PoolSizes, applicationName: s
   // (8.5 s): their sum is its routes' bound; wrapped like the message pool it shed bursts the
   // semaphore used to queue (test/ops/pool.test.ts), not understood yet.
   boundCalls(message, queryTimeoutMs(config.dbStatementTimeoutMs), 'QUEEN_DB_STATEMENT_TIMEOUT_MS');
+  traceStatements(message, 'message');
+  traceStatements(kv, 'kv');
   // An idle client that loses its connection emits on the pool; without a listener it would crash
   // the process. A checked-out client emits on itself: a connection the client-side query timeout
   // dropped (a frozen server) ends later, between queries, and that unhandled 'error' killed the
@@ -234,6 +237,32 @@ function boundCalls(pool: Pool, boundMs: number, variable: string): void {
     return Promise.race([sent, bound]).finally(() => clearTimeout(timer));
   };
   (pool as unknown as { query: typeof bounded }).query = bounded;
+}
+
+/**
+ * With tracing on (shared/tracing.ts), one span per `pool.query`, the pool's wait included, named
+ * by the statement's prepared name. Outermost, so a span's time is the caller's. Off, the pool is
+ * left as it is.
+ */
+export function traceStatements(pool: Pool, label: string): void {
+  const tracer = activeTracer();
+  if (tracer === undefined) return;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
+  const traced = (first: unknown, ...rest: unknown[]): Promise<unknown> => {
+    const name = typeof first === 'object' && first !== null ? (first as { name?: unknown }).name : undefined;
+    const span = startStatementSpan(tracer, label, typeof name === 'string' ? name : 'statement');
+    return query(first, ...rest).then(
+      (result) => {
+        endStatementSpan(span);
+        return result;
+      },
+      (err: unknown) => {
+        endStatementSpan(span, err);
+        throw err;
+      },
+    );
+  };
+  (pool as unknown as { query: typeof traced }).query = traced;
 }
 
 /**

@@ -15,6 +15,7 @@ import { LEASE_SECONDS, LEASE_TTL_MS } from './rate/lease';
 import { ownRateLimitsInPrimary } from './rate/owner';
 import { RateStore } from './rate/store';
 import { usage } from '../../shared/usage';
+import { startTracing, stopTracing, tracingOffReason } from '../../shared/tracing';
 
 function logKvTimersConfig(config: Config, log: Logger, rates: RateStore): void {
   const sizes = poolSizesPerWorker(config);
@@ -226,8 +227,10 @@ function stopListening(w: Worker): Promise<void> {
 async function worker(): Promise<void> {
   const config = loadConfigOrExit('api');
   const log = createLogger('api', config.logLevel);
+  // Before the pools: their statement spans are wired as they are made (shared/db.ts).
+  const tracing = startTracing('queen-kv-api');
   const server = await startApiServer(config, log, poolSizesPerWorker(config));
-  log.info({ port: server.port }, 'API worker listening');
+  log.info({ port: server.port, tracing: tracing ? 'on' : `off (${tracingOffReason()})` }, 'API worker listening');
   let stopping = false;
   const stop = async () => {
     // The primary's SIGTERM and a process-group SIGTERM (nf, a terminal) both arrive: drain once.
@@ -240,6 +243,7 @@ async function worker(): Promise<void> {
       process.exit(1);
     }, Math.floor(config.shutdownTimeoutMs * 0.95)).unref();
     await server.close();
+    await stopTracing();
     log.info('worker drained');
     process.exit(0);
   };

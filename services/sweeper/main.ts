@@ -5,7 +5,8 @@
 import { Pool } from 'pg';
 import { applySchemaLogged, loadConfigOrExit } from '../../shared/boot';
 import { directUrl } from '../../shared/config';
-import { createPool } from '../../shared/db';
+import { createPool, traceStatements } from '../../shared/db';
+import { startTracing, stopTracing, tracingOffReason } from '../../shared/tracing';
 import { createLogger } from '../../shared/log';
 import client from 'prom-client';
 import { createSweeperMetrics, primeSweeperMetrics } from '../../shared/metrics';
@@ -39,6 +40,7 @@ async function main(): Promise<void> {
     }, config.shutdownTimeoutMs);
     await sweeper?.stop();
     await pool?.end().catch(() => undefined);
+    await stopTracing();
     await metricsServer.close();
     clearTimeout(deadline);
     log.info('stopped');
@@ -57,8 +59,10 @@ async function main(): Promise<void> {
   }
 
   await applySchemaLogged(config, log);
+  const tracing = startTracing('queen-kv-sweeper');
   // One connection for the passes, one for the rollup and gauges between them, one spare.
   pool = createPool(config, { connectionString: config.databaseUrl, max: 3, application_name: 'queen-sweeper' });
+  traceStatements(pool, 'sweeper');
   pool.on('error', (err) => log.warn({ err: { message: err.message } }, 'idle sweeper connection lost'));
   sweeper = new Sweeper({
     pool,
@@ -86,6 +90,7 @@ async function main(): Promise<void> {
       phases: ['fire', 'prune', 'usage'],
       dbPooling: config.dbPooling,
       shedOrder: ['prune', 'usage'],
+      tracing: tracing ? 'on' : `off (${tracingOffReason()})`,
     },
     'config: sweeper',
   );

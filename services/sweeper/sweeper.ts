@@ -21,6 +21,7 @@ import type { Logger } from '../../shared/log';
 import type { SweeperMetrics } from '../../shared/metrics';
 import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, rollupUsageSlice, runPass } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
+import { inSpan } from '../../shared/tracing';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
 export const DEFAULT_SHARDS_PER_PASS = 8;
@@ -223,7 +224,7 @@ export class Sweeper extends EventEmitter {
       let sleepMs = this.pressure.sleepMs;
       this.inCycle = true;
       try {
-        const report = await this.cycle();
+        const report = await inSpan('sweeper cycle', () => this.cycle(), (r) => ({ 'queen.fired': r.fired, 'queen.pruned': r.pruned, 'queen.removed': r.removed, 'queen.passes': r.passes.length }));
         const backlog = report.passes.some((p) => p.fireFull || p.pruneFull || p.retainFull);
         const nextDue = report.nextDueInMs;
         sleepMs = backlog

@@ -36,26 +36,26 @@ export interface KvRouteDeps {
 type Call = 'batch' | 'get' | 'put' | 'delete';
 type Route = { call: Call; ns: string; key: string } | { call: 'keyRequired' };
 
-const BATCH = '/api/v1/kv';
-const PATH = '/api/v1/kv/';
+export const KV_BATCH = '/api/v1/kv';
+export const KV_PATH = '/api/v1/kv/';
 const PATH_CALLS: Record<string, Call | undefined> = { GET: 'get', HEAD: 'get', PUT: 'put', DELETE: 'delete' };
 
 /** The routes this listener answers (app.ts `routes()`), from the constants that route them. */
 export const KV_ROUTES: ReadonlyArray<{ method: string; path: string }> = [
-  { method: 'POST', path: BATCH },
-  ...Object.keys(PATH_CALLS).map((method) => ({ method, path: `${PATH}:ns/*key` })),
+  { method: 'POST', path: KV_BATCH },
+  ...Object.keys(PATH_CALLS).map((method) => ({ method, path: `${KV_PATH}:ns/*key` })),
 ];
 
 /** Which KV call a request is, or undefined when it is not one (Express answers it: 404 not_found). */
 function routeOf(method: string | undefined, path: string): Route | undefined {
-  if (path === BATCH || path === PATH) return method === 'POST' ? { call: 'batch', ns: '', key: '' } : undefined;
-  if (!path.startsWith(PATH)) return undefined;
-  const slash = path.indexOf('/', PATH.length);
-  if (slash === PATH.length) return undefined;
+  if (path === KV_BATCH || path === KV_PATH) return method === 'POST' ? { call: 'batch', ns: '', key: '' } : undefined;
+  if (!path.startsWith(KV_PATH)) return undefined;
+  const slash = path.indexOf('/', KV_PATH.length);
+  if (slash === KV_PATH.length) return undefined;
   // A namespace with no key: say what is missing rather than "no route", whatever the method.
   if (slash < 0 || slash === path.length - 1) return { call: 'keyRequired' };
   const call = PATH_CALLS[method ?? ''];
-  return call ? { call, ns: path.slice(PATH.length, slash), key: path.slice(slash + 1) } : undefined;
+  return call ? { call, ns: path.slice(KV_PATH.length, slash), key: path.slice(slash + 1) } : undefined;
 }
 
 /**
@@ -180,7 +180,7 @@ export function kvRoutes({ config, kvPool, metrics, log, guards, logRequest }: K
 
   return (req, res) => {
     const url = req.url ?? '';
-    if (!url.startsWith(BATCH)) return false;
+    if (!url.startsWith(KV_BATCH)) return false;
     const query = url.indexOf('?');
     const route = routeOf(req.method, query < 0 ? url : url.slice(0, query));
     if (!route) return false;

@@ -1,0 +1,174 @@
+// Traces (shared/tracing.ts): the API and the sweeper, spawned as an operator runs them with the
+// standard OTEL_* variables, export over OTLP/HTTP to a collector this test runs on loopback. What
+// is held: one server span per request named by its route template, one span per statement as
+// its child, a caller's traceparent continued, the sweeper's cycles with their statements, and not
+// one key, value, prefix, payload or namespace in any span name, attribute or resource. Off (no
+// endpoint), nothing is exported and the processes say why.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Queen } from '@queen-kv/client';
+import { freePort } from '../../shared/embeddedPostgres';
+import { createTestDatabase } from '../support/database';
+import { spawnApi, spawnSweeper, Spawned, untilHealthy } from '../support/processes';
+import { UNLIMITED_RATES } from '../support/api';
+import { waitFor } from '../support/wait';
+
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes?: Array<{ key: string; value: Record<string, unknown> }>;
+}
+interface Exported {
+  service: string;
+  span: OtlpSpan;
+  attrs: Record<string, unknown>;
+}
+
+/** An OTLP/HTTP JSON receiver: every span posted to /v1/traces, with its service's name. */
+async function startCollector(): Promise<{ url: string; spans: Exported[]; bodies: string[]; close(): Promise<void> }> {
+  const spans: Exported[] = [];
+  const bodies: string[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      bodies.push(text);
+      if (req.url === '/v1/traces') {
+        const body = JSON.parse(text) as { resourceSpans: Array<{ resource: { attributes: OtlpSpan['attributes'] }; scopeSpans: Array<{ spans: OtlpSpan[] }> }> };
+        for (const rs of body.resourceSpans) {
+          const service = String(rs.resource.attributes?.find((a) => a.key === 'service.name')?.value.stringValue);
+          for (const ss of rs.scopeSpans) {
+            for (const span of ss.spans) {
+              const attrs = Object.fromEntries((span.attributes ?? []).map((a) => [a.key, Object.values(a.value)[0]]));
+              spans.push({ service, span, attrs });
+            }
+          }
+        }
+      }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    spans,
+    bodies,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+// What the calls below send; none of it may leave the database.
+const SECRET = {
+  ns: 'ns-7f3a91',
+  key: 'key-c0ffee-42',
+  value: 'value-d1e5e1-99',
+  prefix: 'pref-b16b00',
+  payload: 'payload-5eed-77',
+  queue: 'orders-9q1',
+  timerKey: 'timer-a11ce-5',
+};
+
+let db: { url: string; drop(): Promise<void> };
+const started: Spawned[] = [];
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterEach(async () => {
+  await Promise.all(started.splice(0).map((p) => p.stop()));
+});
+afterAll(() => db.drop());
+
+const OTEL = (collector: string) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: collector, OTEL_TRACES_SAMPLER: 'always_on' });
+
+test('with OTEL_EXPORTER_OTLP_ENDPOINT set, requests and their statements come out as spans, continuing a caller trace, and none carries a key, value, prefix or payload', async () => {
+  const collector = await startCollector();
+  try {
+    const port = await freePort();
+    const api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', ...UNLIMITED_RATES, ...OTEL(collector.url) });
+    started.push(api);
+    await untilHealthy(api, port);
+    expect(api.lines.find((l) => l.msg === 'API worker listening')?.tracing).toBe('on');
+    const sweeper = await spawnSweeper(db.url, OTEL(collector.url));
+    started.push(sweeper);
+    const queen = new Queen({ url: `http://127.0.0.1:${port}` });
+
+    await queen.kv.put(SECRET.ns, SECRET.key, { v: SECRET.value }, { ttlSeconds: 600 });
+    expect((await queen.kv.get(SECRET.ns, SECRET.key)).found).toBe(true);
+    for await (const page of queen.kv.getPrefix(SECRET.ns, SECRET.prefix, { limit: 10 })) expect(page.rows).toEqual([]);
+    await queen.queue(SECRET.queue).push([{ data: { p: SECRET.payload } }]);
+    const [message] = await queen.queue(SECRET.queue).group('g').pop<{ p: string }>();
+    expect(message.data.p).toBe(SECRET.payload);
+    await queen.transaction().ack(message).kv({ op: 'put', ns: SECRET.ns, key: `${SECRET.key}-2`, value: SECRET.value, ttlSeconds: 600 }).commit();
+    await queen.timers.schedule({ queue: SECRET.queue, data: { p: SECRET.payload }, delaySeconds: 1, timerKey: SECRET.timerKey });
+    // A refusal: its span says the code.
+    const refused = await fetch(`http://127.0.0.1:${port}/api/v1/kv/${SECRET.ns}/${SECRET.key}`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: '{"value": 1}' });
+    expect(refused.status).toBe(400);
+    // A caller's trace, continued: its server span has the caller's trace id and span as parent.
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const parent = '00f067aa0ba902b7';
+    const traced = await fetch(`http://127.0.0.1:${port}/api/v1/kv/${SECRET.ns}/${SECRET.key}`, { headers: { traceparent: `00-${traceId}-${parent}-01` } });
+    expect(traced.status).toBe(200);
+
+    const names = () => new Set(collector.spans.map((s) => `${s.service} ${s.span.name}`));
+    await waitFor(
+      () =>
+        ['GET /api/v1/kv/:ns/*key', 'PUT /api/v1/kv/:ns/*key', 'POST /api/v1/push', 'POST /api/v1/transaction', 'POST /api/v1/timers', 'POST /api/v1/kv'].every((n) => names().has(`queen-kv-api ${n}`)) &&
+        names().has('queen-kv-sweeper sweeper cycle') &&
+        collector.spans.some((s) => s.span.traceId === traceId && s.span.kind === 2),
+      { what: 'the spans of every call, and a sweeper cycle', timeoutMs: 20_000, everyMs: 100 },
+    );
+
+    const servers = collector.spans.filter((s) => s.span.kind === 2);
+    // The client's put (the batch route): the statement it ran is a child of its request.
+    const put = servers.find((s) => s.span.name === 'POST /api/v1/kv')!;
+    expect(put.attrs).toMatchObject({ 'http.route': '/api/v1/kv', 'http.request.method': 'POST', 'http.response.status_code': 200 });
+    const statement = collector.spans.find((s) => s.span.parentSpanId === put.span.spanId)!;
+    expect(statement.span.name).toMatch(/^pg kv_apply_/);
+    expect(statement.span.traceId).toBe(put.span.traceId);
+    expect(statement.attrs).toMatchObject({ 'db.system.name': 'postgresql', 'queen.pool': 'kv' });
+    const push = servers.find((s) => s.span.name === 'POST /api/v1/push')!;
+    expect(collector.spans.some((s) => s.span.parentSpanId === push.span.spanId && s.span.name.startsWith('pg log_push') && s.attrs['queen.pool'] === 'message')).toBe(true);
+    // The refusal names its code; the continued trace has the caller's span as parent.
+    expect(servers.find((s) => s.attrs['http.response.status_code'] === 400)?.attrs['queen.error']).toMatch(/^kv_/);
+    const continued = servers.find((s) => s.span.traceId === traceId)!;
+    expect(continued.span.parentSpanId).toBe(parent);
+    // A path route is named by its template: the namespace and the key are in no name.
+    expect(continued.span.name).toBe('GET /api/v1/kv/:ns/*key');
+    // The sweeper's cycles are parents of its statements.
+    const cycle = collector.spans.find((s) => s.service === 'queen-kv-sweeper' && s.span.name === 'sweeper cycle' && collector.spans.some((c) => c.span.parentSpanId === s.span.spanId))!;
+    expect(cycle).toBeDefined();
+    expect(typeof cycle.attrs['queen.fired']).toBe('number');
+
+    // Nothing a client sent: not in a span name, an attribute, a resource, anywhere in what was posted.
+    const exported = collector.bodies.join('\n');
+    for (const [what, text] of Object.entries(SECRET)) expect({ what, found: exported.includes(text) }).toEqual({ what, found: false });
+  } finally {
+    await collector.close();
+  }
+});
+
+test('without an endpoint, tracing is off: nothing is exported, and each process says why', async () => {
+  const collector = await startCollector();
+  try {
+    const port = await freePort();
+    // The collector's address is in the environment, under a name the SDK does not read: a process
+    // that traced anyway would have nowhere else to send, so an empty collector means off.
+    const api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', OTEL_TRACES_SAMPLER: 'always_on' });
+    started.push(api);
+    await untilHealthy(api, port);
+    expect(api.lines.find((l) => l.msg === 'API worker listening')?.tracing).toBe('off (no OTEL_EXPORTER_OTLP_ENDPOINT)');
+    const sweeper = await spawnSweeper(db.url, { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_SDK_DISABLED: 'true' });
+    started.push(sweeper);
+    expect(sweeper.lines.find((l) => l.msg === 'config: sweeper')?.tracing).toBe('off (OTEL_SDK_DISABLED=true)');
+    const queen = new Queen({ url: `http://127.0.0.1:${port}` });
+    await queen.kv.put(SECRET.ns, SECRET.key, { v: SECRET.value }, { ttlSeconds: 600 });
+    await new Promise((r) => setTimeout(r, 2500)); // past the exporter's 1 s batch delay
+    expect(collector.bodies).toEqual([]);
+  } finally {
+    await collector.close();
+  }
+});
