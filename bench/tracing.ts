@@ -1,0 +1,142 @@
+// npm run bench:tracing: what traces cost. Three cells on one embedded PostgreSQL, started alike
+// but for tracing: off, on at 1 % (parentbased_traceidratio 0.01) and on at 100 %, the two traced
+// ones exporting to an OTLP/HTTP sink in this process (it reads and drops; its CPU is this
+// process's, not the cells'). Workloads: a KV get (path route), a KV put (batch route) and a
+// transaction-wire bundle (a KV put and a push in one commit). Each round runs every workload on
+// every cell in a rotated order, a closed loop of N clients for D seconds; the table has medians
+// and each traced cell's ops/s as a ratio of the untraced one's in the same round.
+// Options: --duration=5 (BENCH_DURATION_S), --rounds=3 (BENCH_ROUNDS), --clients=16 (BENCH_CLIENTS),
+// --workers=1 (QUEEN_WORKERS).
+import { spawn, ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { applySchema } from '../shared/db';
+import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { closedLoop, rawClient, HttpClient } from './lib/load';
+import { cellEnv, loadAverage, machineLine, stopChild, waitReady } from './lib/procs';
+
+const argv = process.argv.slice(2);
+const opt = (name: string, envName: string, fallback: number): number => {
+  const flag = argv.find((a) => a.startsWith(`--${name}=`));
+  const n = Number(flag ? flag.slice(name.length + 3) : (process.env[envName] ?? fallback));
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+  return n;
+};
+const DURATION_S = opt('duration', 'BENCH_DURATION_S', 5);
+const ROUNDS = opt('rounds', 'BENCH_ROUNDS', 3);
+const CLIENTS = opt('clients', 'BENCH_CLIENTS', 16);
+const WORKERS = opt('workers', 'QUEEN_WORKERS', 1);
+
+const MODES = [
+  { name: 'off', env: {} as Record<string, string> },
+  { name: '1 %', env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.01' } },
+  { name: '100 %', env: { OTEL_TRACES_SAMPLER: 'always_on' } },
+];
+
+interface Workload {
+  name: string;
+  request(client: number, i: number): { method: string; path: string; body?: string };
+}
+const KEYS = 100;
+const WORKLOADS: Workload[] = [
+  { name: 'KV get (path)', request: (_c, i) => ({ method: 'GET', path: `/api/v1/kv/bench/k${i % KEYS}` }) },
+  {
+    name: 'KV put (batch)',
+    request: (c, i) => ({ method: 'POST', path: '/api/v1/kv', body: JSON.stringify({ operations: [{ op: 'put', ns: 'bench', key: `p${c}-${i % 1000}`, value: { i }, ttlSeconds: 600 }] }) }),
+  },
+  {
+    name: 'bundle (KV put + push)',
+    request: (c, i) => ({
+      method: 'POST',
+      path: '/api/v1/transaction',
+      body: JSON.stringify({ operations: [{ type: 'push', items: [{ queue: 'bench', payload: { i } }] }], kv: [{ op: 'put', ns: 'bench', key: `t${c}-${i % 1000}`, value: { i }, ttlSeconds: 600 }] }),
+    }),
+  },
+];
+
+/** An OTLP/HTTP sink: reads every export, counts its bytes, answers 200. */
+async function startSink(): Promise<{ url: string; bytes: () => number; close(): void }> {
+  let bytes = 0;
+  const server = http.createServer((req, res) => {
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bytes: () => bytes, close: () => server.close() };
+}
+
+async function startCell(databaseUrl: string, env: Record<string, string>): Promise<{ port: number; proc: ChildProcess }> {
+  const port = await freePort();
+  const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
+    env: { ...cellEnv(databaseUrl, port, WORKERS), DB_POOL_SIZE: '40', ...env },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  await waitReady(port, '/ready');
+  return { port, proc };
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main(): Promise<void> {
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-tracing-'));
+  // Walkable, so that as root the postgres user reaches the data folder where we put it.
+  fs.chmodSync(scratch, 0o755);
+  const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
+  const sink = await startSink();
+  const cells: Array<{ port: number; proc: ChildProcess }> = [];
+  try {
+    await applySchema(pg.url);
+    for (const m of MODES) cells.push(await startCell(pg.url, m.name === 'off' ? m.env : { ...m.env, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url }));
+    process.stdout.write(`bench:tracing: ${machineLine('embedded PostgreSQL')}; load ${loadAverage()}; ${ROUNDS} rounds of ${DURATION_S} s, ${CLIENTS} clients, ${WORKERS} worker(s) a cell\n`);
+    // The keys the gets read, on every cell's database (one database: once).
+    const seed = rawClient('127.0.0.1', cells[0].port);
+    for (let k = 0; k < KEYS; k++) await seed.request('POST', '/api/v1/kv', JSON.stringify({ operations: [{ op: 'put', ns: 'bench', key: `k${k}`, value: { k }, ttlSeconds: 3600 }] }));
+    seed.close();
+
+    const results = new Map<string, Array<{ ops: number; p50: number; p99: number; errors: number }>>();
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const w of WORKLOADS) {
+        const order = MODES.map((_, i) => (i + round) % MODES.length);
+        for (const mi of order) {
+          const clients: HttpClient[] = Array.from({ length: CLIENTS }, () => rawClient('127.0.0.1', cells[mi].port));
+          const seq = new Array(CLIENTS).fill(0);
+          const r = await closedLoop(CLIENTS, DURATION_S * 1000, (c) => async () => {
+            const q = w.request(c, seq[c]++);
+            const a = await clients[c].request(q.method, q.path, q.body);
+            return a.status < 300 ? 1 : 0;
+          });
+          for (const c of clients) c.close();
+          const key = `${w.name}|${mi}`;
+          results.set(key, [...(results.get(key) ?? []), { ops: r.ops / r.seconds, p50: r.p50Us / 1000, p99: r.p99Us / 1000, errors: r.errors }]);
+        }
+      }
+    }
+
+    process.stdout.write('\n| workload | tracing | ops/s | ÷ off | p50 ms | p99 ms | errors |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n');
+    for (const w of WORKLOADS) {
+      const off = results.get(`${w.name}|0`)!;
+      MODES.forEach((m, mi) => {
+        const rs = results.get(`${w.name}|${mi}`)!;
+        // The ratio per round (the same minutes of the machine), then their median.
+        const ratio = median(rs.map((r, i) => r.ops / off[i].ops));
+        process.stdout.write(
+          `| ${w.name} | ${m.name} | ${median(rs.map((r) => r.ops)).toFixed(0)} | ${mi === 0 ? '' : ratio.toFixed(3)} | ${median(rs.map((r) => r.p50)).toFixed(2)} | ${median(rs.map((r) => r.p99)).toFixed(2)} | ${rs.reduce((a, r) => a + r.errors, 0)} |\n`,
+        );
+      });
+    }
+    process.stdout.write(`\nexported to the sink: ${(sink.bytes() / 1e6).toFixed(1)} MB; load at the end ${loadAverage()}\n`);
+  } finally {
+    for (const c of cells) await stopChild(c.proc);
+    sink.close();
+    await pg.stop();
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:tracing failed: ${(err as Error).stack ?? err}\n`);
+  process.exit(1);
+});
