@@ -71,8 +71,8 @@ function runtime(socket: string, command: string): Promise<string> {
       .replaceAll('/var/run/haproxy/admin.sock', socket)
       .replaceAll('/etc/haproxy/placement.map', map)
       .replace('bind :6632', `bind 127.0.0.1:${port}`)
-      .replace('cell-a-api:6632', hostPort(cellA.url))
-      .replace('cell-b-api:6632', hostPort(cellB.url))
+      .replace('api.queen-cell-a.svc.cluster.local:6632', hostPort(cellA.url))
+      .replace('api.queen-cell-b.svc.cluster.local:6632', hostPort(cellB.url))
       .replace('log stdout format raw local0 info', '');
     fs.writeFileSync(path.join(dir, 'haproxy.cfg'), cfg);
     const check = spawnSync(HAPROXY!, ['-c', '-f', path.join(dir, 'haproxy.cfg')], { encoding: 'utf8' });
