@@ -68,7 +68,9 @@ export interface HttpClient {
  * One keep-alive connection speaking just enough HTTP/1.1: a request built as one string, an
  * answer read by Content-Length. No pipelining: one request in flight per client, like a caller.
  */
-export function rawClient(host: string, port: number): HttpClient {
+export function rawClient(host: string, port: number, headers: Record<string, string> = {}): HttpClient {
+  // Headers every request carries (a tenant's), written once.
+  const extra = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
   let socket: net.Socket | undefined;
   let buf: Buffer = Buffer.alloc(0);
   let pending: { resolve: (a: HttpAnswer) => void; reject: (e: Error) => void } | undefined;
@@ -111,8 +113,8 @@ export function rawClient(host: string, port: number): HttpClient {
       socket ??= connect();
       const head =
         body === undefined
-          ? `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n\r\n`
-          : `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+          ? `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n${extra}\r\n`
+          : `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n${extra}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
       return new Promise((resolve, reject) => {
         pending = { resolve, reject };
         socket!.write(head);

@@ -1,0 +1,144 @@
+// npm run bench:router: what the router (deploy/router, HAProxy routing by tenant) costs a call.
+// Two cells, each on its own database of one embedded PostgreSQL and with tenancy on, and the
+// shipped router in front of them. Two tenants, one placed on each cell, call in a closed loop of
+// N clients (half each): straight to their cell (`direct`), then through the router (`routed`),
+// rotated each round. Per lane: calls a second, p50/p99, and CPU per call of the cells' processes
+// and of HAProxy, from /proc. One machine cannot show two machines' throughput, so the figure
+// that carries over is the CPU: the router's µs per call says how many calls a router core routes,
+// and the model printed at the end puts that beside the per-cell rate.
+// Options: --duration=5 (BENCH_DURATION_S), --rounds=3 (BENCH_ROUNDS), --clients=16 (BENCH_CLIENTS).
+import { spawn, ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from 'pg';
+import { applySchema } from '../shared/db';
+import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { HAPROXY_MISSING, startRouter } from '../test/support/router';
+import { closedLoop, HttpClient, rawClient } from './lib/load';
+import { cellEnv, loadAverage, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
+
+const argv = process.argv.slice(2);
+const opt = (name: string, envName: string, fallback: number): number => {
+  const flag = argv.find((a) => a.startsWith(`--${name}=`));
+  const n = Number(flag ? flag.slice(name.length + 3) : (process.env[envName] ?? fallback));
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
+  return n;
+};
+const DURATION_S = opt('duration', 'BENCH_DURATION_S', 5);
+const ROUNDS = opt('rounds', 'BENCH_ROUNDS', 3);
+const CLIENTS = opt('clients', 'BENCH_CLIENTS', 16);
+
+// The two tenants deploy/router/placement.map places, one on each cell.
+const TENANTS = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000b'];
+const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'bench-router', QUEEN_KV_REQUIRE_GRANT: '0' };
+
+/** A raw keep-alive client that calls as `tenant`. */
+const tenantClient = (port: number, tenant: string): HttpClient => rawClient('127.0.0.1', port, { 'x-queen-tenant': tenant });
+
+const WORKLOADS: Array<{ name: string; request(c: number, i: number): { method: string; path: string; body?: string } }> = [
+  { name: 'KV get (path)', request: (_c, i) => ({ method: 'GET', path: `/api/v1/kv/bench/k${i % 100}` }) },
+  {
+    name: 'KV put (batch)',
+    request: (c, i) => ({ method: 'POST', path: '/api/v1/kv', body: JSON.stringify({ operations: [{ op: 'put', ns: 'bench', key: `p${c}-${i % 1000}`, value: { i }, ttlSeconds: 600 }] }) }),
+  },
+];
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+async function main(): Promise<void> {
+  if (HAPROXY_MISSING) {
+    process.stdout.write(`bench:router not run: ${HAPROXY_MISSING}\n`);
+    process.exit(2);
+  }
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-router-'));
+  fs.chmodSync(scratch, 0o755);
+  const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
+  const cells: Array<{ port: number; proc: ChildProcess }> = [];
+  let router: Awaited<ReturnType<typeof startRouter>> | undefined;
+  try {
+    for (const name of ['cell_a', 'cell_b']) {
+      const admin = new Client({ connectionString: pg.url });
+      await admin.connect();
+      await admin.query(`CREATE DATABASE ${name}`);
+      await admin.end();
+      const url = pg.url.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
+      await applySchema(url);
+      const port = await freePort();
+      const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
+        env: { ...cellEnv(url, port, 1), DB_POOL_SIZE: '40', ...TENANCY },
+        stdio: ['ignore', 'inherit', 'inherit'],
+      });
+      cells.push({ port, proc });
+      await waitReady(port, '/ready');
+    }
+    router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
+    process.stdout.write(`bench:router: ${machineLine('embedded PostgreSQL')}; load ${loadAverage()}; ${ROUNDS} rounds of ${DURATION_S} s, ${CLIENTS} clients (half a tenant), one API worker a cell\n`);
+    for (const [i, tenant] of TENANTS.entries()) {
+      const seed = tenantClient(cells[i].port, tenant);
+      for (let k = 0; k < 100; k++) await seed.request('POST', '/api/v1/kv', JSON.stringify({ operations: [{ op: 'put', ns: 'bench', key: `k${k}`, value: { k }, ttlSeconds: 3600 }] }));
+      seed.close();
+    }
+
+    const routerPid = router.proc.pid!;
+    const lanes = ['direct', 'routed'] as const;
+    const results = new Map<string, Array<{ ops: number; p50: number; p99: number; cellUs: number; routerUs: number; errors: number }>>();
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const w of WORKLOADS) {
+        for (const lane of round % 2 === 0 ? lanes : [...lanes].reverse()) {
+          // Client c calls as tenant c % 2, to its cell or to the router.
+          const routerPort = Number(new URL(router.url).port);
+          const clients = Array.from({ length: CLIENTS }, (_, c) => tenantClient(lane === 'direct' ? cells[c % 2].port : routerPort, TENANTS[c % 2]));
+          const seq = new Array(CLIENTS).fill(0);
+          const cellCpu = new TreeCpu(() => cells.map((x) => x.proc.pid!));
+          const routerCpu = new TreeCpu(() => [routerPid]);
+          cellCpu.start();
+          routerCpu.start();
+          const r = await closedLoop(CLIENTS, DURATION_S * 1000, (c) => async () => {
+            const q = w.request(c, seq[c]++);
+            const a = await clients[c].request(q.method, q.path, q.body);
+            return a.status < 300 ? 1 : 0;
+          });
+          const cellUs = cellCpu.stop();
+          const routerUs = routerCpu.stop();
+          for (const c of clients) c.close();
+          const key = `${w.name}|${lane}`;
+          results.set(key, [...(results.get(key) ?? []), { ops: r.ops / r.seconds, p50: r.p50Us / 1000, p99: r.p99Us / 1000, cellUs: cellUs / Math.max(1, r.ops), routerUs: routerUs / Math.max(1, r.ops), errors: r.errors }]);
+        }
+      }
+    }
+
+    process.stdout.write('\n| workload | lane | calls/s | ÷ direct | p50 ms | p99 ms | cells CPU µs/call | router CPU µs/call | errors |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n');
+    let routerUsPerCall = 0;
+    let cellUsPerCall = 0;
+    for (const w of WORKLOADS) {
+      const direct = results.get(`${w.name}|direct`)!;
+      for (const lane of lanes) {
+        const rs = results.get(`${w.name}|${lane}`)!;
+        const ratio = median(rs.map((r, i) => r.ops / direct[i].ops));
+        if (lane === 'routed') routerUsPerCall = Math.max(routerUsPerCall, median(rs.map((r) => r.routerUs)));
+        if (lane === 'direct') cellUsPerCall = Math.max(cellUsPerCall, median(rs.map((r) => r.cellUs)));
+        process.stdout.write(
+          `| ${w.name} | ${lane} | ${median(rs.map((r) => r.ops)).toFixed(0)} | ${lane === 'direct' ? '' : ratio.toFixed(3)} | ${median(rs.map((r) => r.p50)).toFixed(2)} | ${median(rs.map((r) => r.p99)).toFixed(2)} | ${median(rs.map((r) => r.cellUs)).toFixed(0)} | ${lane === 'direct' ? '' : median(rs.map((r) => r.routerUs)).toFixed(1)} | ${rs.reduce((a, r) => a + r.errors, 0)} |\n`,
+        );
+      }
+    }
+    const perRouterCore = 1e6 / Math.max(1, routerUsPerCall);
+    process.stdout.write(
+      `\nmodel: a router core routes about ${perRouterCore.toFixed(0)} calls/s (${routerUsPerCall.toFixed(1)} µs a call, the costlier workload); ` +
+        `an API core serves about ${(1e6 / Math.max(1, cellUsPerCall)).toFixed(0)} (${cellUsPerCall.toFixed(0)} µs a call, PostgreSQL not counted); ` +
+        `so throughput at N cells is min(N × one cell's, router cores × ${perRouterCore.toFixed(0)})\n`,
+    );
+    process.stdout.write(`load at the end ${loadAverage()}\n`);
+  } finally {
+    await router?.stop();
+    for (const c of cells) await stopChild(c.proc);
+    await pg.stop();
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:router failed: ${(err as Error).stack ?? err}\n`);
+  process.exit(1);
+});
