@@ -238,7 +238,6 @@ CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT sealed_messages.sealed_messages_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT sealed_messages.sealed_messages_pkey PRIMARY KEY (partition_id, seq)
 CONSTRAINT sealed_timers.sealed_timers_pkey PRIMARY KEY (timer_id)
-CONSTRAINT sealed_timers.sealed_timers_timer_id_fkey FOREIGN KEY (timer_id) REFERENCES queen.log_timers(timer_id) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
@@ -4115,7 +4114,9 @@ BEGIN
        AND q.name = ANY (ARRAY(SELECT DISTINCT e ->> 'queue' FROM jsonb_array_elements(p_ops) e WHERE queen.timers_sealable_v1(e)));
   END IF;
   IF v_encrypted IS NULL THEN
-    RETURN queen.timers_apply_v1(p_tenant, p_ops);
+    v_out := queen.timers_apply_v1(p_tenant, p_ops);
+    PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+    RETURN v_out;
   END IF;
   -- v1's checks, in its order, on the request as given: a bad request is refused before any seal.
   PERFORM queen.array_length_v1(p_ops, 'timers_operations_required', 'timers must be a non-empty array of operations.', NULL,
@@ -4143,6 +4144,7 @@ BEGIN
    WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
      AND v_out -> (k::int - 1) -> 'created' = 'true'::jsonb
   ON CONFLICT DO NOTHING;
+  PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
   RETURN v_out;
 END $function$
 CREATE OR REPLACE FUNCTION queen.timers_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
@@ -4366,10 +4368,14 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
+  ), unsealed AS (
+    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
+    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
+    RETURNING s.timer_id
   ), marked AS (
     -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
     INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT f.pid, f.seq FROM fresh f JOIN queen.sealed_timers s ON s.timer_id = f.timer_id
+    SELECT f.pid, f.seq FROM fresh f JOIN unsealed u ON u.timer_id = f.timer_id
   ), bumped AS (
     UPDATE queen.partitions p SET last_seq = n.top
     FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
@@ -4497,6 +4503,17 @@ AS $function$
   SELECT jsonb_typeof(p_op) = 'object' AND p_op -> 'op' = '"schedule"'::jsonb
      AND jsonb_typeof(p_op -> 'queue') = 'string' AND p_op ? 'payload'
 $function$
+CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops jsonb, p_results jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_path_exists(p_ops, '$[*] ? (@.op == "cancel")') THEN
+    DELETE FROM queen.sealed_timers s
+     WHERE s.timer_id IN (SELECT (r ->> 'timerId')::uuid FROM jsonb_array_elements(p_results) r
+                           WHERE r -> 'cancelled' = 'true'::jsonb);
+  END IF;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value jsonb, p_index integer)
  RETURNS uuid
  LANGUAGE plpgsql

@@ -119,9 +119,9 @@ END $$;
 
 -- Fire since encrypted timers: queen.timers_fire_v1, and each message stored from a sealed timer
 -- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
--- queen.sealed_messages in the same statement, so the pop opens it. No key is needed here. The mark
--- is a join of the batch against queen.sealed_timers' primary key; the timers' delete then takes
--- their sealed_timers rows with them (ON DELETE CASCADE).
+-- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
+-- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
+-- (its message already stored) marks nothing again.
 CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
@@ -183,10 +183,14 @@ BEGIN
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
+  ), unsealed AS (
+    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
+    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
+    RETURNING s.timer_id
   ), marked AS (
     -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
     INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT f.pid, f.seq FROM fresh f JOIN queen.sealed_timers s ON s.timer_id = f.timer_id
+    SELECT f.pid, f.seq FROM fresh f JOIN unsealed u ON u.timer_id = f.timer_id
   ), bumped AS (
     UPDATE queen.partitions p SET last_seq = n.top
     FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n

@@ -396,6 +396,18 @@ LANGUAGE sql IMMUTABLE AS $$
     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS t (e, k)
 $$;
 
+-- A cancelled timer's row of queen.sealed_timers goes with it (no foreign key: migration 054 says
+-- why). Nothing to do, and no statement run, for a request without a cancel.
+CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops JSONB, p_results JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_path_exists(p_ops, '$[*] ? (@.op == "cancel")') THEN
+    DELETE FROM queen.sealed_timers s
+     WHERE s.timer_id IN (SELECT (r ->> 'timerId')::uuid FROM jsonb_array_elements(p_results) r
+                           WHERE r -> 'cancelled' = 'true'::jsonb);
+  END IF;
+END $$;
+
 -- The timer routes' and the transaction wire's entry since encrypted timers: queen.timers_apply_v1
 -- with the sealing rule of a push (queen.log_check_sealed_v1). `p_sealed` is aligned with the
 -- operations: the sealed text of a schedule's payload, or null. A request none of whose schedules
@@ -425,7 +437,9 @@ BEGIN
        AND q.name = ANY (ARRAY(SELECT DISTINCT e ->> 'queue' FROM jsonb_array_elements(p_ops) e WHERE queen.timers_sealable_v1(e)));
   END IF;
   IF v_encrypted IS NULL THEN
-    RETURN queen.timers_apply_v1(p_tenant, p_ops);
+    v_out := queen.timers_apply_v1(p_tenant, p_ops);
+    PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+    RETURN v_out;
   END IF;
   -- v1's checks, in its order, on the request as given: a bad request is refused before any seal.
   PERFORM queen.array_length_v1(p_ops, 'timers_operations_required', 'timers must be a non-empty array of operations.', NULL,
@@ -453,6 +467,7 @@ BEGIN
    WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
      AND v_out -> (k::int - 1) -> 'created' = 'true'::jsonb
   ON CONFLICT DO NOTHING;
+  PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
   RETURN v_out;
 END $$;
 

@@ -87,7 +87,7 @@ export function timerRoutes({ config, pool, metrics, log, guards }: TimerRouteDe
       try {
         return (await pool.query({ ...TIMERS_APPLY_ONE, values: [...values, sealAll(config.encryptionKeys!, texts)] })).rows[0];
       } catch (again) {
-        // The queue became encrypted again in between (turned off and on): rare; the client retries.
+        // Not expected (the sealed text covers the queue just named); said as a retry, never a 500.
         if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'The queue of this timer changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });
         throw again;
       }
