@@ -12,7 +12,10 @@
 //             timers_fire_v2 of sealed timers (each message marked, each sealed_timers row deleted).
 // A first version of 054 gave sealed_timers a foreign key to log_timers (ON DELETE CASCADE): its
 // trigger ran for every timer a fire deleted, and the fire of clear timers measured about 0.7x.
-// DATABASE_URL to use your own server; otherwise an embedded PostgreSQL in a temporary folder.
+// Each case's timers a second (wall clock) and the backend's CPU µs a timer (/proc/<backend>/schedstat:
+// the figure to compare on a shared machine). Needs the server on this machine: the embedded
+// PostgreSQL in a temporary folder, or DATABASE_URL to a local server.
+import fs from 'node:fs';
 import os from 'node:os';
 import { Client, Pool } from 'pg';
 import { applySchema } from '../shared/db';
@@ -35,21 +38,29 @@ const out = (line = '') => process.stdout.write(`${line}\n`);
 const SEALED = `qk1:0a1b2c3d:${Buffer.alloc(12, 1).toString('base64')}:${Buffer.alloc(16, 2).toString('base64')}:${Buffer.alloc(100, 3).toString('base64')}`;
 const PAYLOAD = { order: 'ord_8812', note: 'x'.repeat(80) };
 
+/** Nanoseconds a backend has run on a CPU (the server is local): commit waits and neighbours do not count. */
+function cpuNs(pid: number): number {
+  return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]);
+}
+interface Figure { rate: number; cpuUs: number }
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)];
 }
 
-async function schedule(pool: Pool, name: string, text: string, queue: string, sealed: boolean): Promise<number> {
+async function schedule(pool: Pool, name: string, text: string, queue: string, sealed: boolean): Promise<Figure> {
   const c = await pool.connect();
   try {
+    const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+    const c0 = cpuNs(pid);
     const statement = { name, text };
     const op = JSON.stringify([{ op: 'schedule', queue, payload: PAYLOAD, delaySeconds: 3600 }]);
     const t0 = performance.now();
     for (let i = 0; i < SCHEDULE_N; i++) {
       await c.query({ ...statement, values: sealed ? [TENANT, op, JSON.stringify([SEALED])] : [TENANT, op] });
     }
-    return SCHEDULE_N / ((performance.now() - t0) / 1000);
+    return { rate: SCHEDULE_N / ((performance.now() - t0) / 1000), cpuUs: (cpuNs(pid) - c0) / 1000 / SCHEDULE_N };
   } finally {
     c.release();
   }
@@ -68,16 +79,23 @@ async function fill(pool: Pool, queue: string, sealed: boolean): Promise<void> {
   await pool.query('VACUUM ANALYZE queen.log_timers');
 }
 
-async function drain(pool: Pool, fn: string): Promise<number> {
-  const t0 = performance.now();
-  let fired = 0;
-  while (fired < FIRE_N) {
-    const { rows } = await pool.query(`SELECT queen.${fn}($1::int) AS r`, [BATCH]);
-    const n = Number(rows[0].r.fired);
-    if (n === 0) throw new Error(`${fn} fired ${fired} of ${FIRE_N}`);
-    fired += n;
+async function drain(pool: Pool, fn: string): Promise<Figure> {
+  const c = await pool.connect();
+  try {
+    const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
+    const c0 = cpuNs(pid);
+    const t0 = performance.now();
+    let fired = 0;
+    while (fired < FIRE_N) {
+      const { rows } = await c.query(`SELECT queen.${fn}($1::int) AS r`, [BATCH]);
+      const n = Number(rows[0].r.fired);
+      if (n === 0) throw new Error(`${fn} fired ${fired} of ${FIRE_N}`);
+      fired += n;
+    }
+    return { rate: FIRE_N / ((performance.now() - t0) / 1000), cpuUs: (cpuNs(pid) - c0) / 1000 / FIRE_N };
+  } finally {
+    c.release();
   }
-  return FIRE_N / ((performance.now() - t0) / 1000);
 }
 
 async function main(): Promise<void> {
@@ -99,7 +117,7 @@ async function main(): Promise<void> {
     }
     out(`# bench/sealedTimers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, load average ${loadAverage()}`);
     out(`# schedule: ${SCHEDULE_N} one-timer calls, 1 connection; fire: ${FIRE_N} due timers over 16 partitions, batch ${BATCH}, 1 connection; ${ROUNDS} rounds, medians`);
-    const cases: Array<[string, () => Promise<number>]> = [
+    const cases: Array<[string, () => Promise<Figure>]> = [
       ['schedule  timers_apply_v1, clear queue', () => schedule(pool, 'bench_apply_v1', 'SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, clear queue', () => schedule(pool, 'bench_apply_v2', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, encrypted queue, sealed', () => schedule(pool, 'bench_apply_v2_sealed', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb, $3::jsonb)', 'enc', true)],
@@ -108,13 +126,15 @@ async function main(): Promise<void> {
       ['fire      timers_fire_v2', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v2'); }],
       ['fire      timers_fire_v2, sealed timers', async () => { await fill(pool, 'fire', true); return drain(pool, 'timers_fire_v2'); }],
     ];
-    const rates = new Map<string, number[]>(cases.map(([name]) => [name, []]));
+    const rates = new Map<string, Figure[]>(cases.map(([name]) => [name, []]));
     for (let r = 0; r < ROUNDS; r++) {
       for (const [name, run] of cases) rates.get(name)!.push(await run());
       await pool.query('DELETE FROM queen.log_timers');
     }
+    out(`${'case'.padEnd(52)} ${'timers/s'.padStart(9)} ${'backend CPU µs a timer'.padStart(24)}`);
     for (const [name, xs] of rates) {
-      out(`${name.padEnd(52)} ${median(xs).toFixed(0).padStart(7)}/s   (${xs.map((x) => x.toFixed(0)).join(', ')})`);
+      const cpu = xs.map((x) => x.cpuUs);
+      out(`${name.padEnd(52)} ${median(xs.map((x) => x.rate)).toFixed(0).padStart(9)} ${median(cpu).toFixed(1).padStart(24)}   (${cpu.map((x) => x.toFixed(1)).join(', ')})`);
     }
     out(`load average at the end ${loadAverage()}`);
   } finally {

@@ -136,9 +136,13 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
               ({ rows } = await run(null, null));
             } else {
               const queues = [...encrypted];
-              const pushTexts = operations.length > 0 ? (await messagePool.query({ ...TX_SEAL_TEXTS, values: [text, queues] })).rows[0].texts : [];
-              const timerTexts = timers.length > 0 ? (await messagePool.query({ ...TX_TIMERS_SEAL_TEXTS, values: [text, queues] })).rows[0].texts : [];
-              ({ rows } = await run(sealAll(config.encryptionKeys!, pushTexts), sealAll(config.encryptionKeys!, timerTexts)));
+              // Each array's payloads to those queues, sealed; NULL (its ordinary path) where it has none.
+              const sealedOf = async (statement: { name: string; text: string }, n: number): Promise<string | null> => {
+                if (n === 0) return null;
+                const texts: Array<string | null> = (await messagePool.query({ ...statement, values: [text, queues] })).rows[0].texts;
+                return texts.some((t) => t !== null) ? sealAll(config.encryptionKeys!, texts) : null;
+              };
+              ({ rows } = await run(await sealedOf(TX_SEAL_TEXTS, operations.length), await sealedOf(TX_TIMERS_SEAL_TEXTS, timers.length)));
             }
             break;
           } catch (err) {
