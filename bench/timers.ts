@@ -1,6 +1,6 @@
 // npm run bench:timers — our timers against pg-boss 10 on the same PostgreSQL, in one run:
 //   (a) scheduling rate: queen.timers_apply_v1 (one timer per call, the statement behind
-//       POST /api/v1/timers) against boss.send(name, data, {startAfter}), the same number of
+//       POST /api/v1/timers until sealed timers; its v2 costs about 1.2x, bench/sealedTimers.ts) against boss.send(name, data, {startAfter}), the same number of
 //       concurrent callers; and the batched forms (100 a call) of each;
 //   (b) draining BENCH_DRAIN_N (20,000) timers that fall due at one instant: ours with 1, 2 and 4
 //       sweeper processes (node dist/services/sweeper/main.js, its defaults, already idle), pg-boss

@@ -24,6 +24,7 @@ TABLE queues
 TABLE schema_definitions
 TABLE schema_migrations
 TABLE sealed_messages
+TABLE sealed_timers
 TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
@@ -170,6 +171,7 @@ COLUMN schema_migrations.checksum text NOT NULL
 COLUMN schema_migrations.applied_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN sealed_messages.partition_id uuid NOT NULL
 COLUMN sealed_messages.seq bigint NOT NULL
+COLUMN sealed_timers.timer_id uuid NOT NULL
 COLUMN shared_leases.partition_id uuid NOT NULL
 COLUMN shared_leases.consumer_group text COLLATE "C" NOT NULL
 COLUMN shared_leases.shared_id uuid NOT NULL
@@ -235,6 +237,7 @@ CONSTRAINT schema_definitions.schema_definitions_pkey PRIMARY KEY (name)
 CONSTRAINT schema_migrations.schema_migrations_pkey PRIMARY KEY (version)
 CONSTRAINT sealed_messages.sealed_messages_partition_id_seq_fkey FOREIGN KEY (partition_id, seq) REFERENCES queen.messages(partition_id, seq) ON DELETE CASCADE
 CONSTRAINT sealed_messages.sealed_messages_pkey PRIMARY KEY (partition_id, seq)
+CONSTRAINT sealed_timers.sealed_timers_pkey PRIMARY KEY (timer_id)
 CONSTRAINT shared_leases.shared_leases_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
@@ -279,6 +282,7 @@ CREATE UNIQUE INDEX queues_tenant_id_name_key ON queen.queues USING btree (tenan
 CREATE UNIQUE INDEX schema_definitions_pkey ON queen.schema_definitions USING btree (name)
 CREATE UNIQUE INDEX schema_migrations_pkey ON queen.schema_migrations USING btree (version)
 CREATE UNIQUE INDEX sealed_messages_pkey ON queen.sealed_messages USING btree (partition_id, seq)
+CREATE UNIQUE INDEX sealed_timers_pkey ON queen.sealed_timers USING btree (timer_id)
 CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
@@ -3852,6 +3856,91 @@ BEGIN
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
     'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
 END $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_since TIMESTAMPTZ := coalesce(p_since, now());
+  v_shards SMALLINT[];
+  v_claimed_at TIMESTAMPTZ;
+  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
+  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
+  v_fired INT;
+  v_pruned INT := 0;
+  v_prune_full BOOLEAN := false;
+  v_fired_at TIMESTAMPTZ;
+  v_next TIMESTAMPTZ;
+  v_n INT;
+  v_s SMALLINT;
+  v_retain JSONB;
+  v_removed INT := 0;
+  v_unfinished INT := 0;
+  v_removed_bytes BIGINT := 0;
+  v_retain_full BOOLEAN := false;
+  v_retain_queues JSONB := '[]';
+  v_retained_at TIMESTAMPTZ;
+BEGIN
+  IF p_prune THEN
+    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
+      SELECT s.shard FROM queen.sweeper_shards s
+      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
+      ORDER BY s.last_swept_at NULLS FIRST, s.shard
+      LIMIT p_shard_count
+      FOR UPDATE SKIP LOCKED) c;
+  END IF;
+  v_claimed_at := clock_timestamp();
+  IF v_fire_on THEN
+    v_fire := queen.timers_fire_v2(p_fire_limit);
+  END IF;
+  v_fired := (v_fire ->> 'fired')::int;
+  v_fired_at := clock_timestamp();
+  IF v_shards IS NOT NULL THEN
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
+      v_pruned := v_pruned + v_n;
+      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
+    END LOOP;
+    v_retained_at := clock_timestamp();
+    FOREACH v_s IN ARRAY v_shards LOOP
+      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+      v_removed := v_removed + (v_retain ->> 'removed')::int;
+      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+    END LOOP;
+    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
+  END IF;
+  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
+    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
+    -- idx_log_timers_due).
+    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
+      ORDER BY t.deliver_at LIMIT 1;
+  END IF;
+  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
+  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
+  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
+  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
+  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  IF v_fired = 0 AND v_pruned = 0 AND v_removed = 0 THEN
+    SET LOCAL synchronous_commit = off;
+  END IF;
+  RETURN jsonb_build_object(
+    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
+    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
+    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
+    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
+    'pruned', v_pruned, 'pruneFull', v_prune_full,
+    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
+    'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
+    'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
+    'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4005,6 +4094,58 @@ BEGIN
     RAISE EXCEPTION 'timers_apply_v1 left operation % unanswered', array_position(v_results, NULL) - 1;
   END IF;
   RETURN to_jsonb(v_results);
+END $function$
+CREATE OR REPLACE FUNCTION queen.timers_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_encrypted TEXT[];
+  v_ops JSONB;
+  v_out JSONB;
+  v_ceiling TEXT;
+  v_now TIMESTAMPTZ := now();
+  v_i INT;
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' THEN
+    SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
+      FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND o.encryption_enabled
+       AND q.name = ANY (ARRAY(SELECT DISTINCT e ->> 'queue' FROM jsonb_array_elements(p_ops) e WHERE queen.timers_sealable_v1(e)));
+  END IF;
+  IF v_encrypted IS NULL THEN
+    v_out := queen.timers_apply_v1(p_tenant, p_ops);
+    PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+    RETURN v_out;
+  END IF;
+  -- v1's checks, in its order, on the request as given: a bad request is refused before any seal.
+  PERFORM queen.array_length_v1(p_ops, 'timers_operations_required', 'timers must be a non-empty array of operations.', NULL,
+    queen.limit_v1('kv_max_batch'), 'timers_batch_too_large', 'At most %2$s timer operations in one request.');
+  FOR v_i IN 0 .. jsonb_array_length(p_ops) - 1 LOOP
+    PERFORM queen.timers_check_op_v1(p_ops -> v_i, v_i, v_now);
+  END LOOP;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k)
+              WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+                AND jsonb_typeof(p_sealed -> (k::int - 1)) IS DISTINCT FROM 'string') THEN
+    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_encrypted)::text;
+  END IF;
+  SELECT jsonb_agg(CASE WHEN queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+                        THEN e || jsonb_build_object('payload', p_sealed -> (k::int - 1)) ELSE e END ORDER BY k)
+    INTO v_ops FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k);
+  -- The payload ceiling was held to the plaintext above; the sealed text is longer (base64 and its
+  -- header), so v1's own check of it is lifted for this call alone (a transaction-local setting,
+  -- put back after; undone with the transaction or the subtransaction if v1 raises).
+  v_ceiling := coalesce(current_setting('queen.timers_max_payload_bytes', true), '');
+  PERFORM set_config('queen.timers_max_payload_bytes', '9223372036854775807', true);
+  v_out := queen.timers_apply_v1(p_tenant, v_ops);
+  PERFORM set_config('queen.timers_max_payload_bytes', v_ceiling, true);
+  INSERT INTO queen.sealed_timers (timer_id)
+  SELECT (v_out -> (k::int - 1) ->> 'timerId')::uuid FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k)
+   WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+     AND v_out -> (k::int - 1) -> 'created' = 'true'::jsonb
+  ON CONFLICT DO NOTHING;
+  PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+  RETURN v_out;
 END $function$
 CREATE OR REPLACE FUNCTION queen.timers_check_op_v1(p_op jsonb, p_index integer, p_now timestamp with time zone)
  RETURNS timestamp with time zone
@@ -4162,6 +4303,95 @@ BEGIN
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+DECLARE
+  v_claimed queen.log_timers[];
+  r RECORD;
+  v_ids RECORD;
+  v_last BIGINT;
+  v_tenants UUID[] := '{}';
+  v_queues TEXT[] := '{}';
+  v_parts TEXT[] := '{}';
+  v_pids UUID[] := '{}';
+  v_lasts BIGINT[] := '{}';
+  v_hit UUID[];
+  v_fired INT;
+  v_stored INT;
+BEGIN
+  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
+    SELECT t FROM queen.log_timers t
+    WHERE t.deliver_at <= now()
+    ORDER BY t.deliver_at, t.timer_id
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED) c;
+  IF v_claimed IS NULL THEN
+    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  END IF;
+  v_fired := cardinality(v_claimed);
+  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
+  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
+  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
+  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
+  FOR r IN
+    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
+    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
+  LOOP
+    -- The log's own name rules, once per partition (a schedule checked them already).
+    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
+    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
+    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    v_tenants := v_tenants || r.tenant_id;
+    v_queues := v_queues || r.queue;
+    v_parts := v_parts || r.partition;
+    v_pids := v_pids || v_ids.p_id;
+    v_lasts := v_lasts || v_last;
+  END LOOP;
+  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
+  -- that already happened, so nothing is stored twice), the messages numbered per partition after
+  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
+  WITH k AS (
+    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
+  ), c AS (
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
+    FROM unnest(v_claimed) AS t
+    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
+  ), fresh AS (
+    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
+  ), ins AS (
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
+    RETURNING partition_id, seq
+  ), unsealed AS (
+    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
+    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
+    RETURNING s.timer_id
+  ), marked AS (
+    -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
+    INSERT INTO queen.sealed_messages (partition_id, seq)
+    SELECT f.pid, f.seq FROM fresh f JOIN unsealed u ON u.timer_id = f.timer_id
+  ), bumped AS (
+    UPDATE queen.partitions p SET last_seq = n.top
+    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
+    WHERE p.id = n.partition_id
+    RETURNING p.id
+  )
+  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
+  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
+  -- (services/api/push/signal.ts).
+  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
+  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
+        WHERE k.pid = ANY (v_hit)) x;
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
+  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_after text, p_limit integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4210,6 +4440,23 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('timers', v_rows, 'next', NULL);
 END $function$
+CREATE OR REPLACE FUNCTION queen.timers_list_v2(p_tenant uuid, p_queue text, p_after text, p_limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
+                                       FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k)))
+    FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_mark_sealed_v1(p_timer jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM queen.sealed_timers s WHERE s.timer_id = (p_timer ->> 'timerId')::uuid)
+              THEN p_timer || '{"sealed": true}'::jsonb ELSE p_timer END
+$function$
 CREATE OR REPLACE FUNCTION queen.timers_peek_v1(p_tenant uuid, p_timer_id uuid)
  RETURNS jsonb
  LANGUAGE sql
@@ -4219,6 +4466,14 @@ AS $function$
     (SELECT jsonb_build_object('found', true, 'timer', queen.timers_row_json_v1(t))
        FROM queen.log_timers t WHERE t.timer_id = p_timer_id AND t.tenant_id = p_tenant),
     '{"found": false}'::jsonb)
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_peek_v2(p_tenant uuid, p_timer_id uuid)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END
+    FROM (SELECT queen.timers_peek_v1(p_tenant, p_timer_id) AS r) p
 $function$
 CREATE OR REPLACE FUNCTION queen.timers_row_json_v1(r queen.log_timers)
  RETURNS jsonb
@@ -4231,6 +4486,34 @@ AS $function$
     'createdAt', queen.ts_v1(r.created_at))
     || CASE WHEN r.timer_key IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('timerKey', r.timer_key) END
 $function$
+CREATE OR REPLACE FUNCTION queen.timers_seal_texts_v1(p_ops jsonb, p_queues text[])
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT coalesce(array_agg(CASE WHEN queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (p_queues)
+                                 THEN (e -> 'payload')::text END ORDER BY k), '{}')
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS t (e, k)
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_sealable_v1(p_op jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+  SELECT jsonb_typeof(p_op) = 'object' AND p_op -> 'op' = '"schedule"'::jsonb
+     AND jsonb_typeof(p_op -> 'queue') = 'string' AND p_op ? 'payload'
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops jsonb, p_results jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_path_exists(p_ops, '$[*] ? (@.op == "cancel")') THEN
+    DELETE FROM queen.sealed_timers s
+     WHERE s.timer_id IN (SELECT (r ->> 'timerId')::uuid FROM jsonb_array_elements(p_results) r
+                           WHERE r -> 'cancelled' = 'true'::jsonb);
+  END IF;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_uuid_v1(p_value jsonb, p_index integer)
  RETURNS uuid
  LANGUAGE plpgsql

@@ -292,6 +292,10 @@ export interface Timer<T = unknown> {
   payload: T;
   createdAt: string;
   timerKey?: string;
+  /** The timer is stored sealed (its queue has encryptionEnabled); `payload` is opened by the cell. */
+  sealed?: true;
+  /** No key of the API process opened the sealed payload: `payload` is null. */
+  sealedUnreadable?: true;
 }
 
 export interface TimerScheduleResult {

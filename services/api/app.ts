@@ -101,7 +101,7 @@ export function createApp(deps: AppDeps): App {
   app.use(openapiRoutes());
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), { timeoutMs: config.healthTimeoutMs, toleranceMs: config.readyToleranceMs }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
-  app.use(timerRoutes({ config, pool: pools.kv, metrics, guards: ops.guards }));
+  app.use(timerRoutes({ config, pool: pools.kv, metrics, log, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });
   app.use(logSurface.router);
   app.use(transactionRoutes({ config, messagePool: pools.message, metrics, guards: ops.guards }));

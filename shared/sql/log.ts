@@ -117,9 +117,10 @@ export const LOG_EXTEND_LEASE = {
 /**
  * The transaction wire's arguments, named once for every lock space's expression: the tenant, the
  * body (parsed to jsonb once), where each array's answers start in the flat results array, and the
- * sealed payloads of the push items (NULL but for a bundle pushing to an encrypted queue).
+ * sealed payloads of the push items and of the timers' schedules (NULL but for a bundle writing to
+ * an encrypted queue).
  */
-export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset, $5::jsonb AS sealed`;
+export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset, $5::jsonb AS sealed, $6::jsonb AS timers_sealed`;
 
 /** The wire's per-space expressions, composed in lock order by shared/lockOrder.ts. */
 export const TX_EXPR = {

@@ -1,4 +1,4 @@
-// The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v1 claims,
+// The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v3 claims,
 // fires, prunes and marks in one transaction).
 
 /**
@@ -6,8 +6,8 @@
  * batch (also the log retention's, per shard), $6 prune on, $7 the cell's default log retention in seconds.
  */
 export const SWEEPER_PASS = {
-  name: 'sweeper_pass_v2',
-  text: `SELECT queen.sweeper_pass_v2($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean, $7::int) AS pass`,
+  name: 'sweeper_pass_v3',
+  text: `SELECT queen.sweeper_pass_v3($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean, $7::int) AS pass`,
 };
 
 export const SWEEPER_GAUGES = {

@@ -1,40 +1,54 @@
 // The statements the API sends for timers. Named, so each is parsed and planned once per connection;
-// never built per request. Every rule is inside queen.timers_apply_v1 and its neighbours (sql/functions/timers.sql).
+// never built per request. Every rule is inside queen.timers_apply_v2 and its neighbours (sql/functions/timers.sql).
 
-/** The wire's `timers` array and any batch of timer operations: answers aligned to the request. */
+/** Any batch of timer operations: answers aligned to the request. */
 export const TIMERS_APPLY = {
-  name: 'timers_apply_v1',
-  text: `SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)::text AS results`,
+  name: 'timers_apply_v2',
+  text: `SELECT queen.timers_apply_v2($1::uuid, $2::jsonb)::text AS results`,
 };
 
 /**
  * One operation from a route: the body's text goes in as is (a payload's numbers are never
  * narrowed) with the route's own fields laid over it ($3, a JSON object); the answer comes back
- * without the batch bookkeeping (index, op), plus the outcome flags the route counts.
+ * without the batch bookkeeping (index, op), plus the outcome flags the route counts. $4: NULL, or
+ * after a QK428 (a schedule into an encrypted queue) the one-element array of its sealed payload.
  */
 export const TIMERS_APPLY_ONE = {
-  name: 'timers_apply_one_v1',
+  name: 'timers_apply_one_v2',
   text: `SELECT (r - 'index' - 'op')::text AS body,
                 coalesce((r ->> 'created')::boolean, false) AS created,
                 coalesce((r ->> 'cancelled')::boolean, false) AS cancelled,
                 coalesce((r ->> 'rescheduled')::boolean, false) AS rescheduled
-         FROM (SELECT queen.timers_apply_v1($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb)) -> 0 AS r) s`,
+         FROM (SELECT queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb) -> 0 AS r) s`,
+};
+
+/** After a QK428 on one operation from a route: $1 the body, $2 the route's fields, $3 the encrypted queues: the payload text to seal, or NULL. */
+export const TIMERS_SEAL_ONE = {
+  name: 'timers_seal_one_v1',
+  text: `SELECT queen.timers_seal_texts_v1(jsonb_build_array($1::jsonb || $2::jsonb), $3::text[]) AS texts`,
 };
 
 export const TIMERS_PEEK = {
-  name: 'timers_peek_v1',
-  text: `SELECT queen.timers_peek_v1($1::uuid, $2::uuid)::text AS body`,
+  name: 'timers_peek_v2',
+  text: `SELECT queen.timers_peek_v2($1::uuid, $2::uuid)::text AS body`,
 };
 
 export const TIMERS_LIST = {
-  name: 'timers_list_v1',
-  text: `SELECT queen.timers_list_v1($1::uuid, $2::text, $3::text, $4::int)::text AS body`,
+  name: 'timers_list_v2',
+  text: `SELECT queen.timers_list_v2($1::uuid, $2::text, $3::text, $4::int)::text AS body`,
 };
 
 /**
  * The transaction wire's `timers` array, as its lock space's expression for shared/lockOrder.ts
  * (between kv and partitions), over the wire's named arguments (shared/sql/log.ts TX_ARGS): each
- * answer's `index` is rewritten to its place in the flat results array.
+ * answer's `index` is rewritten to its place in the flat results array. `a.timers_sealed` is NULL
+ * but for a bundle scheduling into an encrypted queue: the sealed payloads, aligned with the array.
  */
 export const TX_TIMERS_EXPR = `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.timers_offset)) ORDER BY k), '[]'::jsonb)
-         FROM jsonb_array_elements(queen.timers_apply_v1(a.tenant, a.body -> 'timers')) WITH ORDINALITY AS t(e, k)`;
+         FROM jsonb_array_elements(queen.timers_apply_v2(a.tenant, a.body -> 'timers', a.timers_sealed)) WITH ORDINALITY AS t(e, k)`;
+
+/** The transaction wire's schedules to seal after a QK428: $1 the body, $2 the encrypted queues. */
+export const TX_TIMERS_SEAL_TEXTS = {
+  name: 'tx_timers_seal_texts_v1',
+  text: `SELECT queen.timers_seal_texts_v1($1::jsonb -> 'timers', $2::text[]) AS texts`,
+};

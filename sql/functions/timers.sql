@@ -374,3 +374,118 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('timers', v_rows, 'next', NULL);
 END $$;
+
+-- Encryption at rest of timers (docs/security.md#encryption-at-rest). A schedule into a queue with
+-- encryptionEnabled keeps only the sealed text the API wrote (queen.sealed_timers marks the timer),
+-- as a push to that queue does; the fire copies the sealed text into the message and marks it
+-- (queen.timers_fire_v2), and peek and list mark the timer "sealed": true for the API to open.
+
+-- A schedule that carries a payload to a named queue: what is sealed when that queue is encrypted.
+CREATE OR REPLACE FUNCTION queen.timers_sealable_v1(p_op JSONB) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT jsonb_typeof(p_op) = 'object' AND p_op -> 'op' = '"schedule"'::jsonb
+     AND jsonb_typeof(p_op -> 'queue') = 'string' AND p_op ? 'payload'
+$$;
+
+-- What the API seals after a QK428: the payload (as jsonb text: numbers exact) of each schedule to
+-- one of p_queues, NULL for the other operations, aligned with them.
+CREATE OR REPLACE FUNCTION queen.timers_seal_texts_v1(p_ops JSONB, p_queues TEXT[]) RETURNS TEXT[]
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT coalesce(array_agg(CASE WHEN queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (p_queues)
+                                 THEN (e -> 'payload')::text END ORDER BY k), '{}')
+    FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS t (e, k)
+$$;
+
+-- A cancelled timer's row of queen.sealed_timers goes with it (no foreign key: migration 054 says
+-- why). Nothing to do, and no statement run, for a request without a cancel.
+CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops JSONB, p_results JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' AND jsonb_path_exists(p_ops, '$[*] ? (@.op == "cancel")') THEN
+    DELETE FROM queen.sealed_timers s
+     WHERE s.timer_id IN (SELECT (r ->> 'timerId')::uuid FROM jsonb_array_elements(p_results) r
+                           WHERE r -> 'cancelled' = 'true'::jsonb);
+  END IF;
+END $$;
+
+-- The timer routes' and the transaction wire's entry since encrypted timers: queen.timers_apply_v1
+-- with the sealing rule of a push (queen.log_check_sealed_v1). `p_sealed` is aligned with the
+-- operations: the sealed text of a schedule's payload, or null. A request none of whose schedules
+-- names an encrypted queue of the tenant is v1's after one probe (none at all on a cell whose queues
+-- have no options rows). Otherwise every operation is checked first, on the payload as given (so the
+-- refusals, QUEEN_TIMERS_MAX_PAYLOAD_BYTES included, are those of the plaintext); then a schedule to
+-- an encrypted queue without its sealed text raises QK428 with DETAIL {"queues": [...]} before
+-- anything is written, and the API seals those payloads (queen.timers_seal_texts_v1) and sends the
+-- request again. With them, v1 stores the sealed text in place of each such payload, and the timers
+-- it created from them are marked in queen.sealed_timers (a timerKey that named an existing timer
+-- stored nothing and marks nothing). A queue turned encrypted after a timer was scheduled does not
+-- reach back: that timer stays as it was stored, in clear, and fires so.
+CREATE OR REPLACE FUNCTION queen.timers_apply_v2(p_tenant UUID, p_ops JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_encrypted TEXT[];
+  v_ops JSONB;
+  v_out JSONB;
+  v_ceiling TEXT;
+  v_now TIMESTAMPTZ := now();
+  v_i INT;
+BEGIN
+  IF jsonb_typeof(p_ops) = 'array' THEN
+    SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
+      FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND o.encryption_enabled
+       AND q.name = ANY (ARRAY(SELECT DISTINCT e ->> 'queue' FROM jsonb_array_elements(p_ops) e WHERE queen.timers_sealable_v1(e)));
+  END IF;
+  IF v_encrypted IS NULL THEN
+    v_out := queen.timers_apply_v1(p_tenant, p_ops);
+    PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+    RETURN v_out;
+  END IF;
+  -- v1's checks, in its order, on the request as given: a bad request is refused before any seal.
+  PERFORM queen.array_length_v1(p_ops, 'timers_operations_required', 'timers must be a non-empty array of operations.', NULL,
+    queen.limit_v1('kv_max_batch'), 'timers_batch_too_large', 'At most %2$s timer operations in one request.');
+  FOR v_i IN 0 .. jsonb_array_length(p_ops) - 1 LOOP
+    PERFORM queen.timers_check_op_v1(p_ops -> v_i, v_i, v_now);
+  END LOOP;
+  IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k)
+              WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+                AND jsonb_typeof(p_sealed -> (k::int - 1)) IS DISTINCT FROM 'string') THEN
+    RAISE EXCEPTION USING ERRCODE = 'QK428', MESSAGE = 'sealing_required', DETAIL = jsonb_build_object('queues', v_encrypted)::text;
+  END IF;
+  SELECT jsonb_agg(CASE WHEN queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+                        THEN e || jsonb_build_object('payload', p_sealed -> (k::int - 1)) ELSE e END ORDER BY k)
+    INTO v_ops FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k);
+  -- The payload ceiling was held to the plaintext above; the sealed text is longer (base64 and its
+  -- header), so v1's own check of it is lifted for this call alone (a transaction-local setting,
+  -- put back after; undone with the transaction or the subtransaction if v1 raises).
+  v_ceiling := coalesce(current_setting('queen.timers_max_payload_bytes', true), '');
+  PERFORM set_config('queen.timers_max_payload_bytes', '9223372036854775807', true);
+  v_out := queen.timers_apply_v1(p_tenant, v_ops);
+  PERFORM set_config('queen.timers_max_payload_bytes', v_ceiling, true);
+  INSERT INTO queen.sealed_timers (timer_id)
+  SELECT (v_out -> (k::int - 1) ->> 'timerId')::uuid FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS t (e, k)
+   WHERE queen.timers_sealable_v1(e) AND e ->> 'queue' = ANY (v_encrypted)
+     AND v_out -> (k::int - 1) -> 'created' = 'true'::jsonb
+  ON CONFLICT DO NOTHING;
+  PERFORM queen.timers_unseal_cancelled_v1(p_ops, v_out);
+  RETURN v_out;
+END $$;
+
+-- Peek and list as v1, each sealed timer (queen.sealed_timers) marked "sealed": true for the API
+-- to open (its payload is the sealed text). Each reads the marks in the same snapshot as the timers.
+CREATE OR REPLACE FUNCTION queen.timers_mark_sealed_v1(p_timer JSONB) RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN EXISTS (SELECT 1 FROM queen.sealed_timers s WHERE s.timer_id = (p_timer ->> 'timerId')::uuid)
+              THEN p_timer || '{"sealed": true}'::jsonb ELSE p_timer END
+$$;
+CREATE OR REPLACE FUNCTION queen.timers_peek_v2(p_tenant UUID, p_timer_id UUID) RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END
+    FROM (SELECT queen.timers_peek_v1(p_tenant, p_timer_id) AS r) p
+$$;
+CREATE OR REPLACE FUNCTION queen.timers_list_v2(p_tenant UUID, p_queue TEXT, p_after TEXT, p_limit INT) RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
+                                       FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k)))
+    FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
+$$;

@@ -9,13 +9,20 @@
 //  * reschedule against a fire: {rescheduled: true} (the new deliverAt holds) or
 //    {rescheduled: false, reason: "absent"} (it already fired).
 //  * two schedules with one timerKey: one {created: true}, the other the same timerId, {created: false}.
+//
+// A schedule into a queue with encryptionEnabled (docs/security.md#encryption-at-rest): PostgreSQL
+// refuses it unsealed (QK428) before writing anything; the payload is read back as jsonb text,
+// sealed here and the schedule sent again, so the timer holds only the sealed text. Peek and list
+// open sealed timers here, the only place the key is.
 import { Router, Request, Response, NextFunction } from 'express';
 import type { Pool } from 'pg';
 import { ApiError, coerceError } from '../../../shared/errors';
+import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import type { Config } from '../../../shared/config';
 import type { ApiMetrics } from '../../../shared/metrics';
-import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK } from '../../../shared/sql/timers';
+import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK, TIMERS_SEAL_ONE } from '../../../shared/sql/timers';
+import { openTimers, sealAll, sealingRequired } from '../seal/seal';
 import type { Guards } from '../admission/guards';
 import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
 import { nameRule, refuseNul } from './fields';
@@ -26,6 +33,7 @@ export interface TimerRouteDeps {
   config: Config;
   pool: Pool;
   metrics: ApiMetrics;
+  log: Logger;
   /** Schedule and reschedule pass the switch, grant, quota and rate (admission/guards.ts); cancel, peek and list never do. */
   guards: Guards;
 }
@@ -64,12 +72,30 @@ function queryString(req: Request, name: string): string | undefined {
 /** The two ceilings an operator sets (horizon, payload) are refusals by a limit: counted, by code. */
 const LIMIT_CODES = new Set(['timers_beyond_horizon', 'timers_payload_too_large']);
 
-export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): Router {
+export function timerRoutes({ config, pool, metrics, log, guards }: TimerRouteDeps): Router {
   const router = Router();
   const body = rawBody(config);
+  const unreadable = (n: number) => log.warn({ timers: n }, 'sealed timer payloads no key of this process opens were answered as payload: null (QUEEN_ENCRYPTION_KEY / _PREVIOUS)');
+  /** $1 tenant, $2 the body's text, $3 the route's fields; sealed after a QK428 (a schedule into an encrypted queue). */
+  const send = async (values: unknown[]) => {
+    try {
+      return (await pool.query({ ...TIMERS_APPLY_ONE, values: [...values, null] })).rows[0];
+    } catch (err) {
+      const queues = sealingRequired(err, config.encryptionKeys);
+      if (!queues) throw err;
+      const texts = (await pool.query({ ...TIMERS_SEAL_ONE, values: [values[1], values[2], queues] })).rows[0].texts;
+      try {
+        return (await pool.query({ ...TIMERS_APPLY_ONE, values: [...values, sealAll(config.encryptionKeys!, texts)] })).rows[0];
+      } catch (again) {
+        // Not expected (the sealed text covers the queue just named); said as a retry, never a 500.
+        if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'The queue of this timer changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });
+        throw again;
+      }
+    }
+  };
   const apply = async (values: unknown[]) => {
     try {
-      return (await pool.query({ ...TIMERS_APPLY_ONE, values })).rows[0];
+      return await send(values);
     } catch (err) {
       const verdict = coerceError(err, 'timers');
       if (verdict instanceof ApiError && LIMIT_CODES.has(verdict.code)) metrics.kvRefusals.inc({ code: verdict.code });
@@ -102,13 +128,13 @@ export function timerRoutes({ config, pool, metrics, guards }: TimerRouteDeps): 
       ...TIMERS_LIST,
       values: [tenant, queue || null, after || null, limitText === undefined ? null : Number(limitText)],
     });
-    sendJsonText(res, 200, rows[0].body);
+    sendJsonText(res, 200, openTimers(config.encryptionKeys, rows[0].body, unreadable));
   });
 
   router.get('/api/v1/timers/:id', async (req, res) => {
     const tenant = tenantOf(config, req);
     const { rows } = await pool.query({ ...TIMERS_PEEK, values: [tenant, timerIdOf(req)] });
-    sendJsonText(res, 200, rows[0].body);
+    sendJsonText(res, 200, openTimers(config.encryptionKeys, rows[0].body, unreadable));
   });
 
   router.delete('/api/v1/timers/:id', async (req, res) => {

@@ -23,7 +23,7 @@ import type { ApiMetrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
 import { TX_ARGS, TX_EXPR, TX_SEAL_TEXTS } from '../../../shared/sql/log';
 import { sealAll, sealingRequired } from '../seal/seal';
-import { TX_TIMERS_EXPR } from '../../../shared/sql/timers';
+import { TX_TIMERS_EXPR, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
 import { refuseNulKeys, refusePushItems } from './fields';
@@ -119,20 +119,38 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
       refuseUnstorable(text);
       try {
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
-        const run = (sealed: string | null) => messagePool.query({
+        const run = (sealed: string | null, timersSealed: string | null) => messagePool.query({
           ...statement,
-          values: [tenant, text, operations.length, operations.length + kv.length, sealed],
+          values: [tenant, text, operations.length, operations.length + kv.length, sealed, timersSealed],
         });
+        // A push or a timer schedule to an encrypted queue: nothing ran (QK428 comes before any
+        // write); the payloads of the push items and schedules to the queues named so far are
+        // sealed here and the bundle goes again, whole. The timers' space refuses before the
+        // partitions' (lock order), so a bundle with both to different encrypted queues can take
+        // two refusals; a third (a queue turned encrypted meanwhile) is a 503 to retry.
+        const encrypted = new Set<string>();
         let rows;
-        try {
-          ({ rows } = await run(null));
-        } catch (err) {
-          // A push to an encrypted queue: nothing ran (QK428 comes before any write); the push
-          // items' payloads are sealed here and the bundle goes again, whole.
-          const queues = sealingRequired(err, config.encryptionKeys);
-          if (!queues) throw err;
-          const texts = (await messagePool.query({ ...TX_SEAL_TEXTS, values: [text, queues] })).rows[0].texts;
-          ({ rows } = await run(sealAll(config.encryptionKeys!, texts)));
+        for (let attempt = 0; ; attempt++) {
+          try {
+            if (encrypted.size === 0) {
+              ({ rows } = await run(null, null));
+            } else {
+              const queues = [...encrypted];
+              // Each array's payloads to those queues, sealed; NULL (its ordinary path) where it has none.
+              const sealedOf = async (statement: { name: string; text: string }, n: number): Promise<string | null> => {
+                if (n === 0) return null;
+                const texts: Array<string | null> = (await messagePool.query({ ...statement, values: [text, queues] })).rows[0].texts;
+                return texts.some((t) => t !== null) ? sealAll(config.encryptionKeys!, texts) : null;
+              };
+              ({ rows } = await run(await sealedOf(TX_SEAL_TEXTS, operations.length), await sealedOf(TX_TIMERS_SEAL_TEXTS, timers.length)));
+            }
+            break;
+          } catch (err) {
+            const queues = sealingRequired(err, config.encryptionKeys);
+            if (!queues) throw err;
+            if (attempt >= 2) throw new ApiError('db_unavailable', 'A queue of this transaction changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });
+            for (const q of queues) encrypted.add(q);
+          }
         }
         const done = rows[0] as Partial<Record<LockSpace, string>>;
         // An object where the kv answers' array would be: a lost `required`, its failedIndex already

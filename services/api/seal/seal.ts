@@ -43,8 +43,14 @@ export function open(keys: EncryptionKeys | undefined, sealed: string): string |
   }
 }
 
-/** How a sealed message's `data` appears in a pop's or dead-letter read's jsonb text. */
-const SEALED_DATA = /"data": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)"/g;
+/**
+ * How a sealed message's `data` appears in a pop's or dead-letter read's jsonb text: jsonb orders
+ * an object's keys by length, so the message's `data` is followed by its `queue` (a name, no quote
+ * in it) and then by its own "sealed" mark. Only a payload so marked is opened: a message in clear
+ * whose payload merely looks sealed (a timer's, scheduled before its queue turned encrypted) beside
+ * a sealed one in the same answer is left as it is.
+ */
+const SEALED_DATA = /"data": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)", ("queue": "[A-Za-z0-9_.:-]+", "sealed": true)/g;
 
 /**
  * A pop's (or dead-letter read's) answer text with every sealed payload opened in place, the rest
@@ -55,19 +61,43 @@ const SEALED_DATA = /"data": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[
 export function openAnswer(keys: EncryptionKeys | undefined, text: string, onUnreadable: (n: number) => void = () => undefined): string {
   if (!text.includes('"sealed": true')) return text;
   let unreadable = 0;
-  const opened = text.replace(SEALED_DATA, (_match, sealed: string) => {
+  const opened = text.replace(SEALED_DATA, (_match, sealed: string, rest: string) => {
     const plain = open(keys, sealed);
-    if (plain !== undefined) return `"data": ${plain}`;
+    if (plain !== undefined) return `"data": ${plain}, ${rest}`;
     unreadable++;
-    return '"data": null, "sealedUnreadable": true';
+    return `"data": null, ${rest}, "sealedUnreadable": true`;
   });
   if (unreadable > 0) onUnreadable(unreadable);
   return opened;
 }
 
 /**
- * The encrypted queues a push named when PostgreSQL asked for its payloads sealed (QK428), or
- * undefined for any other error. Without a key here (a process started without it while another
+ * How a sealed timer's payload appears in a peek's or list's jsonb text: jsonb orders an object's
+ * keys by length, so the timer's own "sealed" mark is followed at once by its "payload".
+ */
+const SEALED_TIMER = /"sealed": true, "payload": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)"/g;
+
+/**
+ * A timer peek's or list's answer text with every sealed timer's payload opened in place, as
+ * openAnswer does for messages: one no key here opens is answered `payload: null` with
+ * `"sealedUnreadable": true`, and `onUnreadable` hears how many (never what).
+ */
+export function openTimers(keys: EncryptionKeys | undefined, text: string, onUnreadable: (n: number) => void = () => undefined): string {
+  if (!text.includes('"sealed": true')) return text;
+  let unreadable = 0;
+  const opened = text.replace(SEALED_TIMER, (_match, sealed: string) => {
+    const plain = open(keys, sealed);
+    if (plain !== undefined) return `"sealed": true, "payload": ${plain}`;
+    unreadable++;
+    return '"sealed": true, "payload": null, "sealedUnreadable": true';
+  });
+  if (unreadable > 0) onUnreadable(unreadable);
+  return opened;
+}
+
+/**
+ * The encrypted queues a push or a timer schedule named when PostgreSQL asked for its payloads
+ * sealed (QK428), or undefined for any other error. Without a key here (a process started without it while another
  * configured the queue), the push is refused as configure refuses.
  */
 export function sealingRequired(err: unknown, keys: EncryptionKeys | undefined): string[] | undefined {
