@@ -15,19 +15,13 @@ import { Client } from 'pg';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
 import { HAPROXY_MISSING, startRouter } from '../test/support/router';
+import { median, positiveOption } from './lib/options';
 import { closedLoop, HttpClient, rawClient } from './lib/load';
 import { cellEnv, loadAverage, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
 
-const argv = process.argv.slice(2);
-const opt = (name: string, envName: string, fallback: number): number => {
-  const flag = argv.find((a) => a.startsWith(`--${name}=`));
-  const n = Number(flag ? flag.slice(name.length + 3) : (process.env[envName] ?? fallback));
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
-  return n;
-};
-const DURATION_S = opt('duration', 'BENCH_DURATION_S', 5);
-const ROUNDS = opt('rounds', 'BENCH_ROUNDS', 3);
-const CLIENTS = opt('clients', 'BENCH_CLIENTS', 16);
+const DURATION_S = positiveOption('duration', 'BENCH_DURATION_S', 5);
+const ROUNDS = positiveOption('rounds', 'BENCH_ROUNDS', 3);
+const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
 
 // The two tenants deploy/router/placement.map places, one on each cell.
 const TENANTS = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000b'];
@@ -43,8 +37,6 @@ const WORKLOADS: Array<{ name: string; request(c: number, i: number): { method: 
     request: (c, i) => ({ method: 'POST', path: '/api/v1/kv', body: JSON.stringify({ operations: [{ op: 'put', ns: 'bench', key: `p${c}-${i % 1000}`, value: { i }, ttlSeconds: 600 }] }) }),
   },
 ];
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
   if (HAPROXY_MISSING) {

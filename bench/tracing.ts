@@ -15,20 +15,14 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { median, positiveOption } from './lib/options';
 import { closedLoop, rawClient, HttpClient } from './lib/load';
 import { cellEnv, loadAverage, machineLine, stopChild, waitReady } from './lib/procs';
 
-const argv = process.argv.slice(2);
-const opt = (name: string, envName: string, fallback: number): number => {
-  const flag = argv.find((a) => a.startsWith(`--${name}=`));
-  const n = Number(flag ? flag.slice(name.length + 3) : (process.env[envName] ?? fallback));
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} must be a positive number`);
-  return n;
-};
-const DURATION_S = opt('duration', 'BENCH_DURATION_S', 5);
-const ROUNDS = opt('rounds', 'BENCH_ROUNDS', 3);
-const CLIENTS = opt('clients', 'BENCH_CLIENTS', 16);
-const WORKERS = opt('workers', 'QUEEN_WORKERS', 1);
+const DURATION_S = positiveOption('duration', 'BENCH_DURATION_S', 5);
+const ROUNDS = positiveOption('rounds', 'BENCH_ROUNDS', 3);
+const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
+const WORKERS = positiveOption('workers', 'QUEEN_WORKERS', 1);
 
 const MODES = [
   { name: 'off', env: {} as Record<string, string> },
@@ -77,8 +71,6 @@ async function startCell(databaseUrl: string, env: Record<string, string>): Prom
   await waitReady(port, '/ready');
   return { port, proc };
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-tracing-'));

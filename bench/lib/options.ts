@@ -1,0 +1,13 @@
+// A benchmark's numeric options: `--name=N` on the command line, else the environment variable,
+// else the default; anything but a positive number stops the run with a line naming the flag.
+export function positiveOption(name: string, envName: string, fallback: number, argv: string[] = process.argv.slice(2)): number {
+  const flag = argv.find((a) => a.startsWith(`--${name}=`));
+  const n = Number(flag ? flag.slice(name.length + 3) : (process.env[envName] ?? fallback));
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`--${name} (${envName}) must be a positive number`);
+  return n;
+}
+
+/** The middle value (the upper one of an even count). */
+export function median(xs: number[]): number {
+  return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+}
