@@ -8,6 +8,8 @@ export type { TransactionQueue } from './transaction';
 export { Kv, kvOp } from './kv';
 export type { KvOp, PutOptions, WriteOptions, IncrOptions, OnceOptions, PrefixOptions } from './kv';
 export { Timers } from './timers';
+export { Operator } from './operator';
+export type { OperatorOptions, OperatorAnswer, PageOptions } from './operator';
 export type { ListOptions } from './timers';
 export { QueenError, QueenPrecisionError } from './errors';
 export type { RetryInfo, RetryOptions, HttpOptions } from './http';
