@@ -52,9 +52,10 @@ END $$;
 
 -- Per (partition, group) of one queue (or one partition of it): where the group stands. Counted as
 -- queen.log_backlog_v2 counts (from the partition's first retained message); a queue no group has
--- read yet shows queue mode (__QUEUE_MODE__) owing everything. oldest_at is the creation time of
+-- read yet shows queue mode (__QUEUE_MODE__) owing everything; p_group asks for that one group
+-- alone, whether or not it has read the queue. oldest_at is the creation time of
 -- the group's next unfinished message.
-CREATE OR REPLACE FUNCTION queen.operator_groups_v1(p_queue_id UUID, p_partition_id UUID)
+CREATE OR REPLACE FUNCTION queen.operator_groups_v1(p_queue_id UUID, p_partition_id UUID, p_group TEXT DEFAULT NULL)
 RETURNS TABLE (partition_id UUID, consumer_group TEXT, cursor_seq BIGINT, backlog BIGINT, oldest_at TIMESTAMPTZ,
                lease_expires_at TIMESTAMPTZ, dead_letters BIGINT)
 LANGUAGE sql STABLE AS $$
@@ -64,9 +65,12 @@ LANGUAGE sql STABLE AS $$
       FROM queen.partitions p
      WHERE p.queue_id = p_queue_id AND (p_partition_id IS NULL OR p.id = p_partition_id)
   ), groups AS (
-    SELECT DISTINCT c.consumer_group FROM queen.partition_consumers c JOIN parts ON parts.id = c.partition_id
+    SELECT DISTINCT c.consumer_group FROM queen.partition_consumers c JOIN parts ON parts.id = c.partition_id WHERE p_group IS NULL
     UNION ALL
-    SELECT '__QUEUE_MODE__' COLLATE "C" WHERE NOT EXISTS (SELECT 1 FROM queen.partition_consumers c JOIN parts ON parts.id = c.partition_id)
+    SELECT '__QUEUE_MODE__' COLLATE "C" WHERE p_group IS NULL
+       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c JOIN parts ON parts.id = c.partition_id)
+    UNION ALL
+    SELECT p_group COLLATE "C" WHERE p_group IS NOT NULL
   )
   SELECT p.id, g.consumer_group::text, coalesce(c.cursor_seq, 0),
          greatest(p.last_seq - greatest(coalesce(c.cursor_seq, 0), p.floor)
@@ -578,8 +582,8 @@ BEGIN
    WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition) AND c.consumer_group = p_group
    ORDER BY c.partition_id FOR UPDATE OF c;
   SELECT coalesce(sum(g.backlog), 0) INTO v_skipped
-    FROM queen.partitions p, queen.operator_groups_v1(v_q.id, p.id) g
-   WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition) AND g.consumer_group = p_group;
+    FROM queen.partitions p, queen.operator_groups_v1(v_q.id, p.id, p_group) g
+   WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition);
   WITH moved AS (
     INSERT INTO queen.partition_consumers AS c (partition_id, consumer_group, cursor_seq)
     SELECT p.id, p_group, p.last_seq FROM queen.partitions p

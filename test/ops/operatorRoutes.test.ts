@@ -12,6 +12,7 @@ import { sweep } from '../support/sweeper';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
+const C = 'cccccccc-cccc-4ccc-8ccc-cccccccccccc';
 const TOKEN = 'operator-test-token-51c';
 const KEY = '7f'.repeat(32);
 /** Markers that are values or payloads: none may reach a log line, and B's never an answer for A. */
@@ -87,7 +88,7 @@ describe('refusals', () => {
 
   test('without the bearer of the token every route is 401 unauthorized JSON', async () => {
     for (const [method, path] of [...READS.map((p) => ['GET', p]), ...ACTIONS]) {
-      for (const headers of [{}, { authorization: 'Bearer wrong-token-of-same-len' }]) {
+      for (const headers of [{}, { authorization: 'Bearer wrong-token-of-same-len' }] as Array<Record<string, string>>) {
         const res = await call(url, method, `${path}?tenant=${A}`, undefined, headers);
         expect([method, path, res.status, res.body?.error]).toEqual([method, path, 401, 'unauthorized']);
       }
@@ -122,7 +123,7 @@ describe('refusals', () => {
       ['GET', '/api/v1/system/tenants?after=x', undefined, 400, 'operator_invalid_cursor'],
       ['POST', `/api/v1/system/timers/not-a-uuid/cancel`, undefined, 400, 'timers_invalid_timer_id'],
       ['POST', `/api/v1/system/timers/${A}/reschedule`, { delaySeconds: -1 }, 400, 'timers_invalid_delay'],
-      ['POST', `/api/v1/system/timers/${A}/reschedule`, '[1]', 400, 'bad_request'],
+      ['POST', `/api/v1/system/timers/${A}/reschedule`, '[1]', 400, 'invalid_json'],
       ['POST', '/api/v1/system/queues/q/dead-letters/requeue', '{"colour":1}', 400, 'bad_request'],
       ['POST', '/api/v1/system/queues/q/dead-letters/requeue', '{broken', 400, 'invalid_json'],
       ['POST', '/api/v1/system/queues/q/consumer-groups/g/skip', { partition: 5 }, 400, 'log_invalid_partition'],
@@ -233,7 +234,7 @@ describe('reads, one tenant at a time', () => {
     const at = (secondsFromNow: number) => new Date(Date.now() + secondsFromNow * 1000).toISOString();
     for (const [s, q] of [[-600, 'orders'], [-5, 'orders'], [3600, 'orders'], [7200, 'other']] as Array<[number, string]>) {
       const r = await call(url, 'POST', '/api/v1/timers', { queue: q, payload: { secret: SECRET_A }, deliverAt: at(s) }, as(A));
-      expect(r.status).toBe(201);
+      expect([r.status, typeof r.body.timerId]).toEqual([200, 'string']);
     }
     await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: SECRET_B, deliverAt: at(-600) }, as(B));
     const all = await op('GET', '/api/v1/system/timers?queue=orders');
@@ -272,19 +273,21 @@ describe('reads, one tenant at a time', () => {
   });
 
   test('tenants: grants, usage and queue counts, over quota said; the rate limits of the cell', async () => {
-    await sql(db.url, `INSERT INTO queen.kv_quota (tenant_id, granted, enabled, max_rows) VALUES ($1, true, true, 10)`, [A]);
-    await sql(db.url, `INSERT INTO queen.kv_usage (tenant_id, rows, bytes) VALUES ($1, 12, 400)`, [A]);
+    // C has a grant and a measurement over it, and no queue.
+    await sql(db.url, `INSERT INTO queen.kv_quota (tenant_id, granted, enabled, max_rows) VALUES ($1, true, true, 10)`, [C]);
+    await sql(db.url, `INSERT INTO queen.kv_usage (tenant_id, rows, bytes) VALUES ($1, 12, 400)`, [C]);
     const res = await op('GET', '/api/v1/system/tenants', undefined, null);
     expect(res.status).toBe(200);
-    expect(res.body.tenants.map((t: any) => t.tenantId)).toEqual([A, B]);
-    expect(res.body.tenants[0]).toMatchObject({ grant: { granted: true, maxRows: 10 }, usage: { rows: 12 }, queues: 2, overQuota: true });
-    expect(res.body.tenants[1]).toMatchObject({ grant: null, usage: null, overQuota: false });
+    expect(res.body.tenants.map((t: any) => t.tenantId)).toEqual([A, B, C]);
+    expect(res.body.tenants[2]).toMatchObject({ grant: { granted: true, maxRows: 10 }, usage: { rows: 12 }, queues: 0, overQuota: true });
+    expect(res.body.tenants[0]).toMatchObject({ grant: null, usage: null, queues: 2, overQuota: false });
     expect(res.body.rateLimits.kvReadsPerSec).toBe(1000000);
     const onlyB = await op('GET', `/api/v1/system/tenants?tenant=${B}`, undefined, null);
     expect(onlyB.body.tenants.map((t: any) => t.tenantId)).toEqual([B]);
     const paged = await op('GET', '/api/v1/system/tenants?limit=1', undefined, null);
     expect(paged.body.next).toBe(A);
     expect((await op('GET', `/api/v1/system/tenants?limit=1&after=${A}`, undefined, null)).body.tenants.map((t: any) => t.tenantId)).toEqual([B]);
+    expect((await op('GET', `/api/v1/system/tenants?limit=5&after=${A}`, undefined, null)).body.next).toBe(null);
   });
 });
 
@@ -361,7 +364,7 @@ describe('actions, as a client then sees them', () => {
     await call(url, 'PUT', '/api/v1/kv/del/k1', { value: SECRET_B, forever: true }, as(B));
     expect((await op('DELETE', '/api/v1/system/kv/del/keys/k1')).body).toEqual({ namespace: 'del', key: 'k1', deleted: true });
     expect((await op('DELETE', '/api/v1/system/kv/del/keys/k1')).body.deleted).toBe(false);
-    expect((await call(url, 'GET', '/api/v1/kv/del/k1', undefined, as(A))).status).toBe(404);
+    expect((await call(url, 'GET', '/api/v1/kv/del/k1', undefined, as(A))).body.found).toBe(false);
     expect((await call(url, 'GET', '/api/v1/kv/del/k1', undefined, as(B))).body.value).toBe(SECRET_B);
   });
 
