@@ -1,8 +1,13 @@
 // The operator's reads and actions (/api/v1/system/..., docs/operator-routes.md) on a cell with
 // tenancy: each read's shape, paging and bounds, the admin token, one tenant's rows only, each
 // action seen by a client afterwards, and no value or payload in any log line.
+import fs from 'node:fs';
+import path from 'node:path';
 import { Writable } from 'node:stream';
+import Ajv2020 from 'ajv/dist/2020';
+import addFormats from 'ajv-formats';
 import pino from 'pino';
+import { parse } from 'yaml';
 import { loadConfig } from '../../shared/config';
 import { startApiServer, ApiServer } from '../../services/api/server';
 import { createTestDatabase, sql } from '../support/database';
@@ -50,11 +55,36 @@ afterAll(async () => {
   await db.drop();
 });
 
+// Every 200 and refusal of an operator route is checked against docs/openapi.yaml as it arrives.
+const doc = parse(fs.readFileSync(path.resolve(__dirname, '../../../docs/openapi.yaml'), 'utf8'));
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats(ajv);
+ajv.addSchema({ $id: 'https://queen-kv.invalid/openapi.json', components: doc.components } as any);
+const deref = (node: any): any => (node?.$ref ? deref(node.$ref.slice(2).split('/').reduce((at: any, k: string) => at?.[k], doc)) : node);
+const templates = Object.keys(doc.paths).filter((p) => p.startsWith('/api/v1/system/')).map((p) => ({
+  p, re: new RegExp(`^${p.replace(/\{[^}]+\}/g, '[^/]+')}$`),
+}));
+const checked = new Set<string>();
+function conforms(method: string, pathAndQuery: string, res: { status: number; body: any }): void {
+  const bare = pathAndQuery.split('?')[0];
+  const template = templates.find((t) => t.re.test(bare) && doc.paths[t.p][method.toLowerCase()]);
+  expect([bare, template !== undefined]).toEqual([bare, true]);
+  const response = deref(doc.paths[template!.p][method.toLowerCase()].responses[String(res.status)]);
+  expect([method, template!.p, res.status, response !== undefined]).toEqual([method, template!.p, res.status, true]);
+  const ref: string = response.content['application/json'].schema.$ref;
+  const validate = ajv.getSchema(`https://queen-kv.invalid/openapi.json${ref}`)!;
+  expect([method, bare, validate(res.body) ? [] : validate.errors]).toEqual([method, bare, []]);
+  if (res.status >= 400) expect(response['x-error-codes']).toContain(res.body.error);
+  checked.add(`${method} ${template!.p}`);
+}
+
 const admin = { authorization: `Bearer ${TOKEN}`, 'x-queen-operator': 'alice@oncall' };
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
-const op = (method: string, path: string, body?: unknown, tenant: string | null = A) => {
-  const sep = path.includes('?') ? '&' : '?';
-  return call(url, method, tenant === null ? path : `${path}${sep}tenant=${tenant}`, body, admin);
+const op = async (method: string, route: string, body?: unknown, tenant: string | null = A) => {
+  const sep = route.includes('?') ? '&' : '?';
+  const res = await call(url, method, tenant === null ? route : `${route}${sep}tenant=${tenant}`, body, admin);
+  conforms(method, route, res);
+  return res;
 };
 const push = (tenant: string, items: unknown[]) => call(url, 'POST', '/api/v1/push', { items }, as(tenant));
 async function pop(tenant: string, queue: string, query = ''): Promise<any[]> {
@@ -379,6 +409,55 @@ describe('actions, as a client then sees them', () => {
     expect((await pop(A, 'skip', '?consumerGroup=late')).map((m) => m.transactionId)).toEqual(['s-4']);
     expect((await op('POST', '/api/v1/system/queues/skip/consumer-groups/late/skip')).body.skipped).toBe(1);
   });
+
+  test('a requeue while the group holds a lease on the partition: the lease settles it, the next pop has it', async () => {
+    await configure(A, 'leased', { retryLimit: 0, retryDelay: 0, leaseTime: 300 });
+    await push(A, [1, 2, 3].map((i) => ({ queue: 'leased', payload: SECRET_A, transactionId: `l-${i}` })));
+    const [first, second] = await pop(A, 'leased', '?consumerGroup=w&batch=2');
+    // l-1 dead, l-2 still leased (unacked) under the same lease.
+    expect((await ackFailed(A, first, 'w')).body.deadLetter).toBe(true);
+    const res = await op('POST', `/api/v1/system/partitions/${first.partitionId}/messages/l-1/requeue`, {});
+    expect(res.body.groups).toEqual([{ consumerGroup: 'w', outcome: 'requeued' }]);
+    // The lease still holds l-2; completing it ends the lease, and l-1 comes back before l-3.
+    const done = await call(url, 'POST', '/api/v1/ack', { transactionId: second.transactionId, partitionId: second.partitionId, status: 'completed', leaseId: second.leaseId, consumerGroup: 'w' }, as(A));
+    expect(done.body.ok).toBe(true);
+    expect((await pop(A, 'leased', '?consumerGroup=w&batch=10')).map((m) => m.transactionId)).toEqual(['l-1', 'l-3']);
+  });
+
+  test('a dead letter the group has gone more than 10 000 messages past is refused as cursor_too_far, and stays listed', async () => {
+    await configure(A, 'far', { retryLimit: 0, retryDelay: 0 });
+    await push(A, [{ queue: 'far', payload: SECRET_A, transactionId: 'f-0' }]);
+    const dead = await deadLetter(A, 'far', 'w');
+    for (let start = 1; start <= 10_001; start += 1000) {
+      const items = [];
+      for (let i = start; i < Math.min(start + 1000, 10_002); i++) items.push({ queue: 'far', payload: i, transactionId: `f-${i}` });
+      expect((await push(A, items)).status).toBe(201);
+    }
+    // The group finishes all of them (the skip is the quick way to say so).
+    await op('POST', '/api/v1/system/queues/far/consumer-groups/w/skip');
+    const res = await op('POST', `/api/v1/system/partitions/${dead.partitionId}/messages/f-0/requeue`, { consumerGroup: 'w' });
+    expect(res.body.groups).toEqual([{ consumerGroup: 'w', outcome: 'cursor_too_far' }]);
+    expect((await op('POST', '/api/v1/system/queues/far/dead-letters/requeue', {})).body).toMatchObject({ requeued: 0, cursorTooFar: 1, remaining: 1 });
+    expect(await pop(A, 'far', '?consumerGroup=w')).toEqual([]);
+    expect((await call(url, 'GET', '/api/v1/dlq?queue=far', undefined, as(A))).body.messages).toHaveLength(1);
+  });
+
+  test('an ack under a lease the skip ended answers already_acked', async () => {
+    await push(A, [{ queue: 'skip2', payload: SECRET_A, transactionId: 'k-1' }]);
+    const [m] = await pop(A, 'skip2', '?consumerGroup=g');
+    expect((await op('POST', '/api/v1/system/queues/skip2/consumer-groups/g/skip', { partition: 'Default' })).body).toMatchObject({ partitions: 1, skipped: 1 });
+    const ack = await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId, consumerGroup: 'g' }, as(A));
+    expect(ack.body).toMatchObject({ ok: false, ackReason: 'already_acked' });
+    expect((await op('POST', '/api/v1/system/queues/skip2/consumer-groups/g/skip', { partition: 'nope' })).status).toBe(404);
+  });
+});
+
+test('every operator route was answered and held to docs/openapi.yaml', () => {
+  const operatorRoutes = Object.entries(doc.paths as Record<string, any>)
+    .filter(([p, item]) => p.startsWith('/api/v1/system/') && Object.values(item).some((o: any) => o?.tags?.includes('operator')))
+    .flatMap(([p, item]) => Object.keys(item).map((m) => `${m.toUpperCase()} ${p}`));
+  expect(operatorRoutes.length).toBe(16);
+  expect(operatorRoutes.filter((r) => !checked.has(r))).toEqual([]);
 });
 
 test('the log: one audit line per action (who, what), and no value or payload in any line', () => {
