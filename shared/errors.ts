@@ -120,6 +120,13 @@ const STATUS: Record<string, number> = {
   kv_quota_exceeded: 403,
   timers_quota_exceeded: 403,
   not_found: 404,
+  // The operator routes (services/api/routes/operator.ts, sql/functions/operator.sql).
+  operator_disabled: 403,
+  operator_not_found: 404,
+  operator_invalid_limit: 400,
+  operator_invalid_cursor: 400,
+  operator_invalid_order: 400,
+  operator_invalid_state: 400,
   payload_too_large: 413,
   // Refused by node's HTTP parser or body-parser before any route (services/api/server.ts, edge/answer.ts).
   request_timeout: 408,

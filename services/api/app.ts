@@ -11,6 +11,7 @@ import { KV_BATCH, KV_PATH, KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
+import { operatorRoutes } from './routes/operator';
 import type { Guards } from './admission/guards';
 import type { Switches } from './switches/switches';
 import type { TenantBook } from './admission/tenantBook';
@@ -101,6 +102,7 @@ export function createApp(deps: AppDeps): App {
   app.use(openapiRoutes());
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), { timeoutMs: config.healthTimeoutMs, toleranceMs: config.readyToleranceMs }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
+  app.use(operatorRoutes({ config, pool: pools.message, log }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, log, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });
   app.use(logSurface.router);

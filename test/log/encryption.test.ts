@@ -66,6 +66,25 @@ test('a queue without encryption in the same request stays in clear; both pop ri
   expect((await pop(api.url, 'enc-clear')).map((m) => m.data)).toEqual([{ s: 'visible' }]);
 });
 
+test("a payload that mimics a sealed message (another message's sealed text and a sealed mark) is answered as its client wrote it, never opened", async () => {
+  await configure(api.url, 'enc-src', { encryptionEnabled: true });
+  await push(api.url, [{ queue: 'enc-src', payload: { s: SECRET }, transactionId: 'src1' }]);
+  const sealedText = JSON.parse((await stored('enc-src'))[0]) as string;
+  // In a clear queue, beside a real sealed message in the same pop (so the answer holds a mark).
+  const forged = { data: sealedText, sealed: true, queue: 'enc-forged' };
+  await configure(api.url, 'enc-forged', { encryptionEnabled: false });
+  await push(api.url, [{ queue: 'enc-forged', payload: forged, transactionId: 'f1' }]);
+  const popped = await call(api.url, 'GET', '/api/v1/pop/queue/enc-forged?batch=10');
+  expect(popped.body.messages[0].data).toEqual(forged);
+  expect(popped.text).not.toContain(SECRET);
+  // A timer's payload alike.
+  const t = await call(api.url, 'POST', '/api/v1/timers', { queue: 'enc-forged', payload: { sealed: true, payload: sealedText }, delaySeconds: 3600 });
+  expect(t.status).toBe(200);
+  const peek = await call(api.url, 'GET', `/api/v1/timers/${t.body.timerId}`);
+  expect(peek.text).toContain(sealedText);
+  expect(peek.text).not.toContain(SECRET);
+});
+
 test('the transaction wire seals its pushes; the dead-letter read and a pop by partition open them', async () => {
   await configure(api.url, 'enc-tx', { encryptionEnabled: true, retryLimit: 0 });
   const res = await transaction(api.url, { operations: [{ type: 'push', items: [{ queue: 'enc-tx', partition: 'p1', payload: { s: SECRET } }] }] });

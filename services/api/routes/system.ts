@@ -39,7 +39,7 @@ function parseFlip(text: string): Partial<SwitchState> {
  * a kill switch pauses KV for every tenant, and /cluster lists every tenant's usage. Compared in
  * constant time; a wrong or missing token is 401 and changes nothing.
  */
-function requireAdmin(token: string | undefined) {
+export function requireAdmin(token: string | undefined) {
   const expected = token === undefined ? undefined : Buffer.from(token);
   return (req: Request, res: Response, next: NextFunction): void => {
     if (expected === undefined) return next();

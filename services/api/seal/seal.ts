@@ -43,56 +43,110 @@ export function open(keys: EncryptionKeys | undefined, sealed: string): string |
   }
 }
 
-/**
- * How a sealed message's `data` appears in a pop's or dead-letter read's jsonb text: jsonb orders
- * an object's keys by length, so the message's `data` is followed by its `queue` (a name, no quote
- * in it) and then by its own "sealed" mark. Only a payload so marked is opened: a message in clear
- * whose payload merely looks sealed (a timer's, scheduled before its queue turned encrypted) beside
- * a sealed one in the same answer is left as it is.
- */
-const SEALED_DATA = /"data": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)", ("queue": "[A-Za-z0-9_.:-]+", "sealed": true)/g;
+/** A sealed text, as it stands in a jsonb string. */
+const SEALED_TEXT = /"(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)"/y;
+const MARK = '"sealed": true';
 
 /**
- * A pop's (or dead-letter read's) answer text with every sealed payload opened in place, the rest
- * untouched (no other value is re-serialised). Only answers holding a message marked
- * `"sealed": true` are looked at. A payload no key here opens is answered as `data: null` with
- * `"sealedUnreadable": true`, and `onUnreadable` hears how many (never what).
+ * Where the string values of `key` start in a JSON text (the index of their opening quote),
+ * leaving out any inside another value of `key`: a payload is a client's JSON, and an object in
+ * it that mimics a sealed message (`{"data": "qk1:...", "sealed": true}`) must stay the client's
+ * text, never be opened with the cell's key.
  */
-export function openAnswer(keys: EncryptionKeys | undefined, text: string, onUnreadable: (n: number) => void = () => undefined): string {
-  if (!text.includes('"sealed": true')) return text;
-  let unreadable = 0;
-  const opened = text.replace(SEALED_DATA, (_match, sealed: string, rest: string) => {
-    const plain = open(keys, sealed);
-    if (plain !== undefined) return `"data": ${plain}, ${rest}`;
-    unreadable++;
-    return `"data": null, ${rest}, "sealedUnreadable": true`;
-  });
-  if (unreadable > 0) onUnreadable(unreadable);
-  return opened;
+function stringValuesOf(text: string, key: string): number[] {
+  const found: number[] = [];
+  // Per open container: whether it lies inside a value of `key`.
+  const within: boolean[] = [];
+  let keyOfNext: string | undefined;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      const start = i;
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === '\\') i++;
+      let j = i + 1;
+      while (text[j] === ' ') j++;
+      if (text[j] === ':') {
+        keyOfNext = text.slice(start + 1, i);
+        i = j;
+        continue;
+      }
+      if (keyOfNext === key && !within[within.length - 1]) found.push(start);
+      keyOfNext = undefined;
+    } else if (c === '{' || c === '[') {
+      within.push((within[within.length - 1] ?? false) || keyOfNext === key);
+      keyOfNext = undefined;
+    } else if (c === '}' || c === ']') {
+      within.pop();
+    } else if (c !== ' ' && c !== ',' && c !== '\n') {
+      keyOfNext = undefined; // a number, true, false or null
+      while (i + 1 < text.length && !',}] \n'.includes(text[i + 1])) i++;
+    }
+  }
+  return found;
+}
+
+/** Whether the object whose value ends at `from` carries `"sealed": true` later at its own level. */
+function markedAfter(text: string, from: number): boolean {
+  let depth = 0;
+  for (let i = from; i < text.length; i++) {
+    const c = text[i];
+    if (c === '"') {
+      if (depth === 0 && text.startsWith(MARK, i)) return true;
+      for (i++; i < text.length && text[i] !== '"'; i++) if (text[i] === '\\') i++;
+    } else if (c === '{' || c === '[') depth++;
+    else if (c === '}' || c === ']') {
+      if (depth === 0) return false;
+      depth--;
+    }
+  }
+  return false;
 }
 
 /**
- * How a sealed timer's payload appears in a peek's or list's jsonb text: jsonb orders an object's
- * keys by length, so the timer's own "sealed" mark is followed at once by its "payload".
+ * `text` with the sealed string values of `key` opened in place, the rest untouched (no other
+ * value is re-serialised). `marked(end, start)` says whether the value's own object marks it
+ * sealed; a value no key here opens becomes `null`, followed by `"sealedUnreadable": true`.
  */
-const SEALED_TIMER = /"sealed": true, "payload": "(qk1:[0-9a-f]{8}:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]+:[A-Za-z0-9+/=]*)"/g;
+function openValues(keys: EncryptionKeys | undefined, text: string, key: string, marked: (start: number, end: number) => boolean, onUnreadable: (n: number) => void): string {
+  if (!text.includes(MARK)) return text;
+  let out = '';
+  let last = 0;
+  let unreadable = 0;
+  for (const start of stringValuesOf(text, key)) {
+    SEALED_TEXT.lastIndex = start;
+    const m = SEALED_TEXT.exec(text);
+    if (!m) continue;
+    const end = start + m[0].length;
+    if (!marked(start, end)) continue;
+    const plain = open(keys, m[1]);
+    out += text.slice(last, start) + (plain ?? 'null, "sealedUnreadable": true');
+    if (plain === undefined) unreadable++;
+    last = end;
+  }
+  if (unreadable > 0) onUnreadable(unreadable);
+  return last === 0 ? text : out + text.slice(last);
+}
 
 /**
- * A timer peek's or list's answer text with every sealed timer's payload opened in place, as
- * openAnswer does for messages: one no key here opens is answered `payload: null` with
+ * An answer's text (a pop, a dead-letter read, an operator's message read) with every sealed
+ * message payload opened. jsonb writes an object's keys by length, so a message's own "sealed"
+ * mark comes after its "data": only a payload so marked is opened, so a message in clear whose
+ * payload merely looks sealed (a timer's, scheduled before its queue turned encrypted) beside a
+ * sealed one stays as it is. A payload no key here opens is answered as `data: null` with
  * `"sealedUnreadable": true`, and `onUnreadable` hears how many (never what).
  */
+export function openAnswer(keys: EncryptionKeys | undefined, text: string, onUnreadable: (n: number) => void = () => undefined): string {
+  return openValues(keys, text, 'data', (_start, end) => markedAfter(text, end), onUnreadable);
+}
+
+/**
+ * A timer peek's or list's answer text with every sealed timer's payload opened, as openAnswer
+ * does for messages. jsonb puts the timer's "sealed" mark (6 letters) right before its
+ * "payload" (7).
+ */
 export function openTimers(keys: EncryptionKeys | undefined, text: string, onUnreadable: (n: number) => void = () => undefined): string {
-  if (!text.includes('"sealed": true')) return text;
-  let unreadable = 0;
-  const opened = text.replace(SEALED_TIMER, (_match, sealed: string) => {
-    const plain = open(keys, sealed);
-    if (plain !== undefined) return `"sealed": true, "payload": ${plain}`;
-    unreadable++;
-    return '"sealed": true, "payload": null, "sealedUnreadable": true';
-  });
-  if (unreadable > 0) onUnreadable(unreadable);
-  return opened;
+  const before = `${MARK}, "payload": `;
+  return openValues(keys, text, 'payload', (start) => text.startsWith(before, start - before.length), onUnreadable);
 }
 
 /**
