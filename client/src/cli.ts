@@ -177,7 +177,7 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   switch: {
-    usage: 'switch show | switch on|off kv|timersSchedule|timersFire',
+    usage: 'switch show | switch on|off kv|timersSchedule|timersFire [--reason TEXT]',
     summary: 'the kill switches: show them, or turn one on or off for the whole cell',
     async run(ctx) {
       const [sub, name] = need(ctx, 1, 'show|on|off');
@@ -185,7 +185,7 @@ const COMMANDS: Record<string, Command> = {
       if (sub === 'show') return ctx.out(await op.switches());
       if (sub !== 'on' && sub !== 'off') throw new UsageError(`switch ${sub}: the subcommands are show, on and off`);
       if (name !== 'kv' && name !== 'timersSchedule' && name !== 'timersFire') throw new UsageError('the switches are kv, timersSchedule and timersFire');
-      ctx.out(await op.setSwitches({ [name]: sub === 'on' }));
+      ctx.out(await op.setSwitches({ [name]: sub === 'on' }, flag(ctx, 'reason')));
     },
   },
   tenants: { usage: 'tenants', summary: 'tenants with their grants, quotas, usage and rate limits', run: async (ctx) => ctx.out(await ctx.operator().tenants(page(ctx))) },
@@ -250,6 +250,7 @@ export async function main(argv: string[], env: NodeJS.ProcessEnv = process.env)
         in: { type: 'string' },
         ttl: { type: 'string' },
         forever: { type: 'boolean' },
+        reason: { type: 'string' },
       },
     });
   } catch (err) {

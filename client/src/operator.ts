@@ -64,9 +64,9 @@ export class Operator {
   switches(): Promise<OperatorAnswer> {
     return this.get('/api/v1/system/kv-timers');
   }
-  /** Flips kill switches (`{ kv: false }` pauses the KV); an omitted switch is left as it is. */
-  setSwitches(change: { kv?: boolean; timersSchedule?: boolean; timersFire?: boolean }): Promise<OperatorAnswer> {
-    return this.send('POST', '/api/v1/system/kv-timers', change);
+  /** Flips kill switches (`{ kv: false }` pauses the KV); an omitted switch is left as it is. `reason` goes in the cell's audit line. */
+  setSwitches(change: { kv?: boolean; timersSchedule?: boolean; timersFire?: boolean }, reason?: string): Promise<OperatorAnswer> {
+    return this.send('POST', '/api/v1/system/kv-timers', reason === undefined ? change : { ...change, reason });
   }
   tenants(o: PageOptions = {}): Promise<OperatorAnswer> {
     return this.get('/api/v1/system/tenants', { ...o });

@@ -101,7 +101,7 @@ export function createApp(deps: AppDeps): App {
   app.set('etag', false);
   app.use(openapiRoutes());
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), { timeoutMs: config.healthTimeoutMs, toleranceMs: config.readyToleranceMs }));
-  app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches }));
+  app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches, log }));
   app.use(operatorRoutes({ config, pool: pools.message, log }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, log, guards: ops.guards }));
   const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });

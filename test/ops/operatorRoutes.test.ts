@@ -460,13 +460,31 @@ test('every operator route was answered and held to docs/openapi.yaml', () => {
   expect(operatorRoutes.filter((r) => !checked.has(r))).toEqual([]);
 });
 
+test('a kill switch flipped with a reason: the audit line says who, what and why; a reason that is not plain short text is refused', async () => {
+  const off = await call(url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: false, reason: 'incident 42: schedules flood' }, admin);
+  expect(off.status).toBe(200);
+  expect(off.body.timersSchedule).toBe(false);
+  const on = await call(url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: true }, admin);
+  expect(on.status).toBe(200);
+  const flips = lines.filter((l) => l.msg === 'operator action' && l.audit.action === 'switch_flip').map((l) => l.audit);
+  expect(flips).toEqual([
+    expect.objectContaining({ operator: 'alice@oncall', target: { timersSchedule: false }, reason: 'incident 42: schedules flood', outcome: { mirrored: true } }),
+    expect.objectContaining({ operator: 'alice@oncall', target: { timersSchedule: true } }),
+  ]);
+  for (const reason of ['', 'x'.repeat(201), 'two\nlines', 42]) {
+    const bad = await call(url, 'POST', '/api/v1/system/kv-timers', { kv: false, reason }, admin);
+    expect({ reason, status: bad.status, error: bad.body.error }).toEqual({ reason, status: 400, error: 'bad_request' });
+  }
+  expect((await call(url, 'GET', '/api/v1/system/kv-timers', undefined, admin)).body.kv).toBe(true);
+});
+
 test('the log: one audit line per action (who, what), and no value or payload in any line', () => {
   const audits = lines.filter((l) => l.msg === 'operator action').map((l) => l.audit);
   expect(audits.map((a) => a.action)).toEqual(expect.arrayContaining([
     'dead_letter_requeue', 'dead_letter_discard', 'dead_letters_requeue', 'dead_letters_discard', 'timer_cancel', 'timer_reschedule',
     'kv_delete', 'consumer_group_skip',
   ]));
-  expect(audits.every((a) => a.operator === 'alice@oncall' && typeof a.tenant === 'string')).toBe(true);
+  expect(audits.every((a) => a.operator === 'alice@oncall' && (typeof a.tenant === 'string' || a.action === 'switch_flip'))).toBe(true);
   expect(audits.find((a) => a.action === 'kv_delete')).toMatchObject({ tenant: A, target: { namespace: 'del', key: 'k1' }, outcome: { deleted: true } });
   expect(rawLines.length).toBeGreaterThan(50);
   for (const marker of [SECRET_A, SECRET_B, VALUE_A, TOKEN]) expect(rawLines.filter((l) => l.includes(marker))).toEqual([]);

@@ -20,6 +20,7 @@ import {
 import { sendJsonText } from '../edge/answer';
 import { bodyText, parseObject, rawBody } from '../edge/body';
 import { openAnswer } from '../seal/seal';
+import { audit as auditLine } from '../edge/audit';
 import { nameRule, refuseNul } from './fields';
 import { requireAdmin } from './system';
 
@@ -30,8 +31,6 @@ export interface OperatorRouteDeps {
 }
 
 const NIL_TENANT = '00000000-0000-0000-0000-000000000000';
-/** Who is acting, as the operator's tooling names itself (x-queen-operator); anything else is not echoed. */
-const OPERATOR_NAME = /^[A-Za-z0-9._@:+-]{1,64}$/;
 
 /** One query parameter, given at most once, as a plain value; undefined when absent or empty. */
 function param(req: Request, name: string): string | undefined {
@@ -123,11 +122,7 @@ export function operatorRoutes({ config, pool, log }: OperatorRouteDeps): Router
     return rows[0].body;
   };
   /** The audit line of an action: who, on which tenant, what, and its outcome; never a value. */
-  const audit = (req: Request, tenant: string, action: string, target: Record<string, unknown>, outcome: unknown) => {
-    const named = req.headers['x-queen-operator'];
-    const operator = typeof named === 'string' && OPERATOR_NAME.test(named) ? named : null;
-    log.info({ audit: { action, tenant, operator, remote: req.socket.remoteAddress ?? null, target, outcome } }, 'operator action');
-  };
+  const audit = (req: Request, tenant: string, action: string, target: Record<string, unknown>, outcome: unknown) => auditLine(log, req, action, { tenant, target, outcome });
 
   router.get('/api/v1/system/queues', guard, async (req, res) => {
     const tenant = operatorTenant(config, req);

@@ -10,19 +10,29 @@ import { bodyText, isPlainObject, parseJson, rawBody } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { SWITCH_NAMES, SwitchState } from '../switches/state';
 import type { Switches } from '../switches/switches';
+import type { Logger } from '../../../shared/log';
+import { audit } from '../edge/audit';
 
 export interface SystemRouteDeps {
   config: Config;
   pool: Pool;
   switches: Switches;
+  log: Logger;
 }
 
-function parseFlip(text: string): Partial<SwitchState> {
+/** Why an operator flips a switch, for the audit line: plain text, short. */
+const REASON = /^[^\u0000-\u001f\u007f]{1,200}$/;
+
+function parseFlip(text: string): { change: Partial<SwitchState>; reason?: string } {
   const body = parseJson(text.trim() === '' ? '{}' : text);
   if (!isPlainObject(body)) throw new ApiError('bad_request', 'The body must be a JSON object such as {"kv": false}.');
-  const unknown = Object.keys(body).filter((k) => !(SWITCH_NAMES as readonly string[]).includes(k));
+  const unknown = Object.keys(body).filter((k) => k !== 'reason' && !(SWITCH_NAMES as readonly string[]).includes(k));
   if (unknown.length > 0) {
-    throw new ApiError('bad_request', `Unknown switch ${unknown.join(', ')}; the switches are kv, timersSchedule and timersFire.`);
+    throw new ApiError('bad_request', `Unknown switch ${unknown.join(', ')}; the switches are kv, timersSchedule and timersFire (and a reason may say why).`);
+  }
+  const reason = body.reason;
+  if (reason !== undefined && (typeof reason !== 'string' || !REASON.test(reason))) {
+    throw new ApiError('bad_request', 'reason must be text of 1 to 200 characters without control characters.');
   }
   const change: Partial<SwitchState> = {};
   for (const name of SWITCH_NAMES) {
@@ -31,7 +41,7 @@ function parseFlip(text: string): Partial<SwitchState> {
     if (typeof v !== 'boolean') throw new ApiError('bad_request', `${name} must be true or false; omit it to leave it as it is.`);
     change[name] = v;
   }
-  return change;
+  return { change, reason: reason as string | undefined };
 }
 
 /**
@@ -52,7 +62,7 @@ export function requireAdmin(token: string | undefined) {
   };
 }
 
-export function systemRoutes({ config, pool, switches }: SystemRouteDeps): Router {
+export function systemRoutes({ config, pool, switches, log }: SystemRouteDeps): Router {
   const router = Router();
   router.use('/api/v1/system', requireAdmin(config.adminToken));
 
@@ -71,8 +81,9 @@ export function systemRoutes({ config, pool, switches }: SystemRouteDeps): Route
 
   // An omitted field is left alone: pausing new timers must not also stop delivering promised ones.
   router.post('/api/v1/system/kv-timers', rawBody(config), async (req, res) => {
-    const change = parseFlip(bodyText(req));
+    const { change, reason } = parseFlip(bodyText(req));
     const { state, mirrored } = await switches.flip(change);
+    audit(log, req, 'switch_flip', { target: change, outcome: { mirrored }, reason });
     res.json({ ...state, mirrored, worker: process.pid });
   });
 
