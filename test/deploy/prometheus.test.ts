@@ -144,6 +144,7 @@ test('the Kubernetes scrape jobs keep exactly the pods and ports deploy/k8s decl
   const k8sDir = path.join(REPO, 'deploy', 'k8s');
   const deployments = fs
     .readdirSync(k8sDir)
+    .filter((f) => f.endsWith('.yaml'))
     .flatMap((f) => String(fs.readFileSync(path.join(k8sDir, f), 'utf8')).split(/^---$/m).map((d) => parse(d)))
     .filter((d) => d?.kind === 'Deployment');
   for (const job of read('prometheus.yml').scrape_configs) {
