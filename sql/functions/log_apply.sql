@@ -7,14 +7,12 @@ CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant UUID, p_items J
 LANGUAGE plpgsql AS $$
 DECLARE
   r RECORD;
-  v_ids RECORD;
 BEGIN
   FOR r IN
     SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
       FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
   LOOP
-    v_ids := queen.log_ensure_partition_v1(p_tenant, r.queue, r.partition);
-    PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    PERFORM queen.log_lock_partition_v1(p_tenant, r.queue, r.partition);
   END LOOP;
 END $$;
 
@@ -257,7 +255,9 @@ END $$;
 -- yet, so it sees only messages pushed from now on. Partitions the group already reads keep their
 -- cursor (the first pop decides, as in Queen); a partition created later is read from its
 -- beginning. Called before the pop, in its own statement; creates rows only (ON CONFLICT DO
--- NOTHING), so a concurrent pop of the group is never disturbed.
+-- NOTHING), so a concurrent pop of the group is never disturbed. Each partition read is locked FOR
+-- KEY SHARE, as the pop's own first-sight rows are (queen.log_pop_v1): a queue deleted under it is
+-- skipped rather than breaking partition_consumers_partition_id_fkey (issue #28).
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -271,6 +271,7 @@ BEGIN
   SELECT p.id, p_group, p.last_seq
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $$;
 
@@ -613,6 +614,7 @@ BEGIN
   SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $$;
 
