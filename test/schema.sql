@@ -2444,6 +2444,43 @@ BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
+  SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  FOR attempt IN 1 .. 5 LOOP
+    EXIT WHEN v_id IS NULL;
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE NOWAIT;
+      IF NOT FOUND THEN
+        -- Deleted meanwhile by another delete: it may have been created anew since.
+        SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        CONTINUE;
+      END IF;
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE NOWAIT;
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c NOWAIT;
+      DELETE FROM queen.queues q WHERE q.id = v_id;
+      RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', true);
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    -- A row was held: wait for its holder, one level at a time, each lock let go at once.
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    BEGIN
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    BEGIN
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+  END LOOP;
+  -- Not found, or five tries without every lock at once (a busy queue): as before, the cascade.
   DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;
   RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', v_id IS NOT NULL);
 END $function$

@@ -278,7 +278,20 @@ END $$;
 -- DELETE /api/v1/resources/queues/:queue: the tenant's queue and everything in it (partitions,
 -- messages, consumer groups' cursors and leases, failure counts and dead letters: ON DELETE
 -- CASCADE). Answers Queen's {deleted: true, queue, existed}; deleting a queue that does not exist
--- is not an error (existed: false). Pops in flight on it find nothing; a later push creates it anew.
+-- is not an error (existed: false). A push, pop or fire in flight on it either finishes first (the
+-- delete waits for it) or waits for the delete and then answers as for a missing queue: a push
+-- creates it anew, a pop finds nothing (issue #28, docs/log-and-transactions.md).
+-- The locks: the queue row, its partitions (in name order, as a push takes them) and their
+-- partition_consumers rows (in (partition, group) order, as an ack takes them), all FOR UPDATE,
+-- before anything is deleted. The cascade alone took them as it went, and the message path takes
+-- partitions and cursor rows in both orders (a transaction-wire bundle: partitions, then the acks'
+-- rows; a cursor row updated twice in one transaction, a pop's lapse or autoAck: the row, then its
+-- partition FOR KEY SHARE through the foreign-key check), so no one order avoids every deadlock
+-- (PostgreSQL ended one with an error, a 500 on one side). So the delete never waits while holding
+-- these locks: it takes them NOWAIT in a subtransaction; when one is held, the subtransaction is
+-- rolled back (its locks released) and the delete waits for the holder holding nothing (each level
+-- locked in a subtransaction of its own, rolled back at once), then tries again. Bounded: after five
+-- tries it waits as the cascade did. A delete is rare; the subtransactions cost it, not the path.
 CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant UUID, p_queue TEXT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -287,6 +300,43 @@ BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
+  SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  FOR attempt IN 1 .. 5 LOOP
+    EXIT WHEN v_id IS NULL;
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE NOWAIT;
+      IF NOT FOUND THEN
+        -- Deleted meanwhile by another delete: it may have been created anew since.
+        SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        CONTINUE;
+      END IF;
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE NOWAIT;
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c NOWAIT;
+      DELETE FROM queen.queues q WHERE q.id = v_id;
+      RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', true);
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    -- A row was held: wait for its holder, one level at a time, each lock let go at once.
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    BEGIN
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    BEGIN
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+  END LOOP;
+  -- Not found, or five tries without every lock at once (a busy queue): as before, the cascade.
   DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;
   RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', v_id IS NOT NULL);
 END $$;

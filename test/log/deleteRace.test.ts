@@ -11,7 +11,7 @@ import { LOG_DELETE_QUEUE } from '../../shared/sql/log';
 import { useApi } from '../support/api';
 import { sql, untilWaitingOnLock } from '../support/database';
 import { call } from '../support/http';
-import { pop, popRaw, push } from './helpers';
+import { ack, pop, popRaw, push } from './helpers';
 
 const api = useApi();
 
@@ -103,4 +103,69 @@ test('pop with subscriptionFrom=<instant> of a queue deleted under it: 204', asy
   const res = await raceDelete('race-sub-from', () =>
     call(api.url, 'GET', `/api/v1/pop/queue/race-sub-from?consumerGroup=g&subscriptionFrom=${from}`));
   expect(res.status).toBe(204);
+});
+
+/** A connection of its own, named so untilWaitingOnLock can tell it apart. */
+async function connection(applicationName: string): Promise<Client> {
+  const c = new Client({ connectionString: api.databaseUrl, application_name: applicationName });
+  await c.connect();
+  return c;
+}
+
+test('a delete meeting a pop\'s lease whose ack then records a failure: both answer, no deadlock (the delete held the partition waiting on the cursor row, the ack\'s foreign-key check wanted the partition)', async () => {
+  // The group's cursor row exists before the race (a pop that creates it holds its partition FOR
+  // KEY SHARE, and the delete would wait there, before the messages).
+  await push(api.url, [{ queue: 'race-ack', partition: 'p', payload: 0, transactionId: 'm0' }]);
+  const [m0] = await pop(api.url, 'race-ack', { consumerGroup: 'g' });
+  expect((await ack(api.url, m0)).body).toMatchObject({ success: true });
+  await push(api.url, [{ queue: 'race-ack', partition: 'p', payload: 1, transactionId: 'm1' }]);
+  const b = await connection('race-ack-b');
+  const a = await connection('race-ack-a');
+  try {
+    await b.query('BEGIN');
+    const { rows } = await b.query(`SELECT queen.log_pop_v2($1::uuid, 'race-ack', NULL, 'g', 1) AS r`, [DEFAULT_TENANT]);
+    const m = rows[0].r[0];
+    expect(m).toMatchObject({ transactionId: 'm1' });
+    const deleted = a.query({ text: LOG_DELETE_QUEUE.text, values: [DEFAULT_TENANT, 'race-ack'] });
+    deleted.catch(() => undefined);
+    await untilWaitingOnLock(api.databaseUrl, 'race-ack-a');
+    const ack = { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', consumerGroup: 'g', leaseId: m.leaseId };
+    const acked = await b.query(`SELECT queen.log_ack_batch_v2($1::uuid, jsonb_build_array($2::jsonb), false) -> 0 AS r`, [DEFAULT_TENANT, JSON.stringify(ack)]);
+    expect(acked.rows[0].r).toMatchObject({ success: true });
+    await b.query('COMMIT');
+    expect(JSON.parse((await deleted).rows[0].body)).toMatchObject({ deleted: true, existed: true });
+  } finally {
+    await Promise.all([a.end(), b.end()]);
+  }
+  expect(await contents('race-ack')).toEqual([]);
+});
+
+test('a push to two partitions of a queue, one new, meeting the queue\'s delete between them: both answer, no deadlock', async () => {
+  await push(api.url, [{ queue: 'race-two', partition: 'p1', payload: 1 }]);
+  // A pause between the push's two partitions, in this suite's database only: creating partition
+  // p2 waits on an advisory lock the test holds. The push then holds p1's lock.
+  await sql(api.databaseUrl, `
+    CREATE FUNCTION public.race_pause() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock(28028); RETURN NEW; END $$`);
+  await sql(api.databaseUrl, `CREATE TRIGGER race_pause BEFORE INSERT ON queen.partitions FOR EACH ROW WHEN (NEW.name = 'p2') EXECUTE FUNCTION public.race_pause()`);
+  const gate = await connection('race-two-gate');
+  const b = await connection('race-two-b');
+  const a = await connection('race-two-a');
+  try {
+    await gate.query('BEGIN');
+    await gate.query('SELECT pg_advisory_xact_lock(28028)');
+    const items = [{ queue: 'race-two', partition: 'p1', payload: 2 }, { queue: 'race-two', partition: 'p2', payload: 3 }];
+    const pushed = b.query(`SELECT queen.log_push_request_v2($1::uuid, $2::jsonb) AS r`, [DEFAULT_TENANT, JSON.stringify(items)]);
+    pushed.catch(() => undefined);
+    await untilWaitingOnLock(api.databaseUrl, 'race-two-b');
+    const deleted = a.query({ text: LOG_DELETE_QUEUE.text, values: [DEFAULT_TENANT, 'race-two'] });
+    deleted.catch(() => undefined);
+    await untilWaitingOnLock(api.databaseUrl, 'race-two-a');
+    await gate.query('COMMIT');
+    expect((await pushed).rows[0].r).toMatchObject([{ status: 'queued' }, { status: 'queued' }]);
+    expect(JSON.parse((await deleted).rows[0].body)).toMatchObject({ deleted: true, existed: true });
+  } finally {
+    await Promise.all([a.end(), b.end(), gate.end()]);
+    await sql(api.databaseUrl, `DROP TRIGGER race_pause ON queen.partitions; DROP FUNCTION public.race_pause()`);
+  }
+  expect(await contents('race-two')).toEqual([]);
 });
