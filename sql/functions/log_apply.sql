@@ -289,13 +289,14 @@ END $$;
 -- partition FOR KEY SHARE through the foreign-key check), so no one order avoids every deadlock
 -- (PostgreSQL ended one with an error, a 500 on one side). So the delete never waits while holding
 -- these locks: it takes them NOWAIT in a subtransaction; when one is held, the subtransaction is
--- rolled back (its locks released) and the delete waits for the holder holding nothing (each level
+-- rolled back (its locks released) and the delete waits for the holders holding nothing (each row
 -- locked in a subtransaction of its own, rolled back at once), then tries again. Bounded: after five
 -- tries it waits as the cascade did. A delete is rare; the subtransactions cost it, not the path.
 CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant UUID, p_queue TEXT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_id UUID;
+  r RECORD;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
@@ -318,23 +319,28 @@ BEGIN
     EXCEPTION WHEN lock_not_available THEN
       NULL;
     END;
-    -- A row was held: wait for its holder, one level at a time, each lock let go at once.
+    -- A row was held: wait for its holders one row at a time, each lock let go at once, so the
+    -- delete never waits holding one (a pop's first-sight rows lock partitions in scan order).
     BEGIN
       PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE;
       RAISE EXCEPTION USING ERRCODE = 'QK000';
     EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
     END;
-    BEGIN
-      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE;
-      RAISE EXCEPTION USING ERRCODE = 'QK000';
-    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
-    END;
-    BEGIN
-      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c;
-      RAISE EXCEPTION USING ERRCODE = 'QK000';
-    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
-    END;
+    FOR r IN SELECT p.id FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
+    FOR r IN SELECT c.partition_id, c.consumer_group FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+              WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partition_consumers c WHERE c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
   END LOOP;
   -- Not found, or five tries without every lock at once (a busy queue): as before, the cascade.
   DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;

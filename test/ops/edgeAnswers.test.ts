@@ -54,3 +54,13 @@ test('a log query parameter given twice: 400 with the code a bad value of it get
     expect({ line, status: res.status, error: res.body?.error }).toEqual({ line, status: 400, error: code });
   }
 });
+
+test('an instant whose day is past its month (2026-02-30): 400 log_invalid_timestamp, not the 500 PostgreSQL\'s refusal gave', async () => {
+  for (const path of ['/api/v1/pop/queue/twice?consumerGroup=g&subscriptionFrom=2026-02-30T00:00:00Z', '/api/v1/dlq?from=2026-02-30T00:00:00Z',
+    '/api/v1/dlq?to=2025-02-29T00:00:00Z', '/api/v1/dlq?from=2026-04-31T12:00:00Z']) {
+    const res = await call(api.url, 'GET', path);
+    expect({ path, status: res.status, error: res.body?.error }).toEqual({ path, status: 400, error: 'log_invalid_timestamp' });
+  }
+  // A leap day is a day.
+  expect((await call(api.url, 'GET', '/api/v1/dlq?from=2028-02-29T00:00:00Z')).status).toBe(200);
+});

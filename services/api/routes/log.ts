@@ -108,7 +108,12 @@ function wholeNumber(text: string | undefined, fallback: number, min: number, ma
  */
 function instant(text: string | undefined, name: string): string | null {
   if (text === undefined || text === '') return null;
-  if (!/^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$/i.test(text) || Number.isNaN(Date.parse(text.replace(' ', 'T')))) {
+  // Date.parse rolls a day past its month over (2026-02-30 is March 2nd); PostgreSQL refuses it
+  // (22008), which answered 500: the day is checked against its month here.
+  const [y, m, d] = text.slice(0, 10).split('-').map(Number);
+  const day = new Date(Date.UTC(y, m - 1, d));
+  if (!/^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}(:?\d{2})?)$/i.test(text) || Number.isNaN(Date.parse(text.replace(' ', 'T')))
+      || day.getUTCMonth() !== m - 1 || day.getUTCDate() !== d) {
     throw new ApiError('log_invalid_timestamp', `${name} is an ISO 8601 instant with its zone, such as 2026-12-02T14:00:00Z.`);
   }
   return text;
