@@ -754,8 +754,14 @@ export class Verdict {
 
   add(cls: FindingClass, detail: string, q?: FuzzRequest): void {
     this.byClass.set(cls, (this.byClass.get(cls) ?? 0) + 1);
-    if (this.findings.length < this.keep) this.findings.push({ cls, detail, request: q ? describe(q) : undefined });
+    // The undocumented statuses and codes, by far the most, keep the first `keep`; every other class
+    // keeps its own first `keep` besides, so a long run's few 5xx are never crowded out.
+    const mild = cls === 'undocumented_status' || cls === 'undocumented_code';
+    const kept = mild ? this.keptMild++ : this.keptSevere++;
+    if (kept < this.keep) this.findings.push({ cls, detail, request: q ? describe(q) : undefined });
   }
+  private keptMild = 0;
+  private keptSevere = 0;
 
   judge(q: FuzzRequest, o: Outcome): void {
     const row = this.statuses.get(q.route) ?? new Map<string, number>();
@@ -1027,7 +1033,7 @@ export function summary(r: FuzzReport): string {
   for (const c of classes) out.push(`| ${c} | ${r.byClass.get(c) ?? 0} |`);
   if (r.findings.length > 0) {
     out.push('');
-    out.push(`findings (the first ${r.findings.length}; replay one with --seed ${r.seed} --replay <#>):`);
+    out.push(`findings (${r.findings.length}: the first 200 undocumented statuses and codes, the first 200 of the others; replay one with --seed ${r.seed} --replay <#>):`);
     for (const f of r.findings) out.push(`  ${f.cls}: ${f.detail}${f.request ? `\n    ${f.request}` : ''}`);
   }
   return out.join('\n');

@@ -2444,10 +2444,53 @@ CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant uuid, p_queue text
 AS $function$
 DECLARE
   v_id UUID;
+  r RECORD;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
+  SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  FOR attempt IN 1 .. 5 LOOP
+    EXIT WHEN v_id IS NULL;
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE NOWAIT;
+      IF NOT FOUND THEN
+        -- Deleted meanwhile by another delete: it may have been created anew since.
+        SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        CONTINUE;
+      END IF;
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE NOWAIT;
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c NOWAIT;
+      DELETE FROM queen.queues q WHERE q.id = v_id;
+      RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', true);
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    -- A row was held: wait for its holders one row at a time, each lock let go at once, so the
+    -- delete never waits holding one (a pop's first-sight rows lock partitions in scan order).
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    FOR r IN SELECT p.id FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
+    FOR r IN SELECT c.partition_id, c.consumer_group FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+              WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partition_consumers c WHERE c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
+  END LOOP;
+  -- Not found, or five tries without every lock at once (a busy queue): as before, the cascade.
   DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;
   RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', v_id IS NOT NULL);
 END $function$
@@ -2456,16 +2499,25 @@ CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_tenant uuid, p_queue 
  LANGUAGE plpgsql
 AS $function$
 BEGIN
-  SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  IF q_id IS NULL THEN
-    INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+  FOR attempt IN 1 .. 3 LOOP
     SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  END IF;
-  SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
-  IF p_id IS NULL THEN
-    INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+    IF q_id IS NULL THEN
+      INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+      SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    END IF;
     SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
-  END IF;
+    IF p_id IS NOT NULL THEN
+      RETURN;
+    END IF;
+    PERFORM 1 FROM queen.queues q WHERE q.id = q_id FOR KEY SHARE;
+    IF FOUND THEN
+      INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+      SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
@@ -2625,20 +2677,37 @@ BEGIN
    ORDER BY c.partition_id, c.consumer_group
    FOR NO KEY UPDATE OF c;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_lock_partition_v1(p_tenant uuid, p_queue text, p_partition text, OUT q_id uuid, OUT p_id uuid, OUT last_seq bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_ids RECORD;
+BEGIN
+  FOR attempt IN 1 .. 3 LOOP
+    v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, p_partition);
+    SELECT p.last_seq INTO last_seq FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    IF FOUND THEN
+      q_id := v_ids.q_id;
+      p_id := v_ids.p_id;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant uuid, p_items jsonb)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   r RECORD;
-  v_ids RECORD;
 BEGIN
   FOR r IN
     SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
       FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
   LOOP
-    v_ids := queen.log_ensure_partition_v1(p_tenant, r.queue, r.partition);
-    PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    PERFORM queen.log_lock_partition_v1(p_tenant, r.queue, r.partition);
   END LOOP;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_mark_sealed_v1(p_results jsonb, p_sealed jsonb)
@@ -2838,11 +2907,18 @@ BEGIN
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
   END IF;
 
-  -- The group's row per partition, created on first sight.
+  -- The group's row per partition, created on first sight. Each partition a row is created for is
+  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway, and only on the rows the
+  -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
+  -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
+  -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
+  -- partition_consumers_partition_id_fkey, a 500 (issue #28); now the pop of a queue deleted under
+  -- it answers what the pop of a missing queue answers: nothing (204).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
    WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
@@ -2986,11 +3062,13 @@ BEGIN
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
   END IF;
 
-  -- The group's row per partition, created on first sight.
+  -- The group's row per partition, created on first sight; locked as in queen.log_pop_v1 (a pop
+  -- racing its queue's delete, issue #28).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
    WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
@@ -3336,10 +3414,10 @@ DECLARE
   v_status TEXT := 'queued';
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
-  v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, v_partition);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
   -- commit order, and the duplicate check below cannot race another push of the same id.
-  SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  v_ids := queen.log_lock_partition_v1(p_tenant, p_queue, v_partition);
+  v_last := v_ids.last_seq;
   SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid;
   IF v_seq IS NOT NULL THEN
     v_status := 'duplicate';
@@ -3628,6 +3706,7 @@ BEGIN
   SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue text, p_partition text, p_group text)
@@ -3645,6 +3724,7 @@ BEGIN
   SELECT p.id, p_group, p.last_seq
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_trace_max_bytes_v1()
@@ -4833,8 +4913,8 @@ BEGIN
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
-    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
+    v_last := v_ids.last_seq;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;

@@ -99,6 +99,13 @@ export function createApp(deps: AppDeps): App {
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
   app.set('etag', false);
+  // Nor is any Express answer ever "not modified": res.send asked req.fresh, which holds for any GET
+  // with `If-None-Match: *` (no ETag needed), so GET /health, /ready and /metrics answered 304 with
+  // no body to a probe or a cache that sent it. The KV's 304 is its own (edge/answer.ts notModified).
+  Object.defineProperty(app.request, 'fresh', { configurable: true, enumerable: true, get: () => false });
+  // OPTIONS is no route's method, so it gets the 404 not_found any method a path does not take gets:
+  // Express's routers answered it by themselves, 200 text/plain with the Allow list.
+  app.use((req, res, next) => (req.method === 'OPTIONS' ? notFound(req, res) : next()));
   app.use(openapiRoutes());
   app.use(healthRoutes(pools.message, deps.isReady ?? (() => true), { timeoutMs: config.healthTimeoutMs, toleranceMs: config.readyToleranceMs }));
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches, log }));

@@ -7,14 +7,12 @@ CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant UUID, p_items J
 LANGUAGE plpgsql AS $$
 DECLARE
   r RECORD;
-  v_ids RECORD;
 BEGIN
   FOR r IN
     SELECT DISTINCT it->>'queue' COLLATE "C" AS queue, coalesce(it->>'partition', 'Default') COLLATE "C" AS partition
       FROM jsonb_array_elements(p_items) it ORDER BY 1, 2
   LOOP
-    v_ids := queen.log_ensure_partition_v1(p_tenant, r.queue, r.partition);
-    PERFORM 1 FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    PERFORM queen.log_lock_partition_v1(p_tenant, r.queue, r.partition);
   END LOOP;
 END $$;
 
@@ -257,7 +255,9 @@ END $$;
 -- yet, so it sees only messages pushed from now on. Partitions the group already reads keep their
 -- cursor (the first pop decides, as in Queen); a partition created later is read from its
 -- beginning. Called before the pop, in its own statement; creates rows only (ON CONFLICT DO
--- NOTHING), so a concurrent pop of the group is never disturbed.
+-- NOTHING), so a concurrent pop of the group is never disturbed. Each partition read is locked FOR
+-- KEY SHARE, as the pop's own first-sight rows are (queen.log_pop_v1): a queue deleted under it is
+-- skipped rather than breaking partition_consumers_partition_id_fkey (issue #28).
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -271,21 +271,78 @@ BEGIN
   SELECT p.id, p_group, p.last_seq
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $$;
 
 -- DELETE /api/v1/resources/queues/:queue: the tenant's queue and everything in it (partitions,
 -- messages, consumer groups' cursors and leases, failure counts and dead letters: ON DELETE
 -- CASCADE). Answers Queen's {deleted: true, queue, existed}; deleting a queue that does not exist
--- is not an error (existed: false). Pops in flight on it find nothing; a later push creates it anew.
+-- is not an error (existed: false). A push, pop or fire in flight on it either finishes first (the
+-- delete waits for it) or waits for the delete and then answers as for a missing queue: a push
+-- creates it anew, a pop finds nothing (issue #28, docs/log-and-transactions.md).
+-- The locks: the queue row, its partitions (in name order, as a push takes them) and their
+-- partition_consumers rows (in (partition, group) order, as an ack takes them), all FOR UPDATE,
+-- before anything is deleted. The cascade alone took them as it went, and the message path takes
+-- partitions and cursor rows in both orders (a transaction-wire bundle: partitions, then the acks'
+-- rows; a cursor row updated twice in one transaction, a pop's lapse or autoAck: the row, then its
+-- partition FOR KEY SHARE through the foreign-key check), so no one order avoids every deadlock
+-- (PostgreSQL ended one with an error, a 500 on one side). So the delete never waits while holding
+-- these locks: it takes them NOWAIT in a subtransaction; when one is held, the subtransaction is
+-- rolled back (its locks released) and the delete waits for the holders holding nothing (each row
+-- locked in a subtransaction of its own, rolled back at once), then tries again. Bounded: after five
+-- tries it waits as the cascade did. A delete is rare; the subtransactions cost it, not the path.
 CREATE OR REPLACE FUNCTION queen.log_delete_queue_v1(p_tenant UUID, p_queue TEXT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_id UUID;
+  r RECORD;
 BEGIN
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
+  SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  FOR attempt IN 1 .. 5 LOOP
+    EXIT WHEN v_id IS NULL;
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE NOWAIT;
+      IF NOT FOUND THEN
+        -- Deleted meanwhile by another delete: it may have been created anew since.
+        SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+        CONTINUE;
+      END IF;
+      PERFORM 1 FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name FOR UPDATE NOWAIT;
+      PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+       WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group FOR UPDATE OF c NOWAIT;
+      DELETE FROM queen.queues q WHERE q.id = v_id;
+      RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', true);
+    EXCEPTION WHEN lock_not_available THEN
+      NULL;
+    END;
+    -- A row was held: wait for its holders one row at a time, each lock let go at once, so the
+    -- delete never waits holding one (a pop's first-sight rows lock partitions in scan order).
+    BEGIN
+      PERFORM 1 FROM queen.queues q WHERE q.id = v_id FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'QK000';
+    EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+    END;
+    FOR r IN SELECT p.id FROM queen.partitions p WHERE p.queue_id = v_id ORDER BY p.name LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
+    FOR r IN SELECT c.partition_id, c.consumer_group FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+              WHERE p.queue_id = v_id ORDER BY c.partition_id, c.consumer_group LOOP
+      BEGIN
+        PERFORM 1 FROM queen.partition_consumers c WHERE c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group FOR UPDATE;
+        RAISE EXCEPTION USING ERRCODE = 'QK000';
+      EXCEPTION WHEN SQLSTATE 'QK000' THEN NULL;
+      END;
+    END LOOP;
+  END LOOP;
+  -- Not found, or five tries without every lock at once (a busy queue): as before, the cascade.
   DELETE FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue RETURNING q.id INTO v_id;
   RETURN jsonb_build_object('ok', true, 'deleted', true, 'queue', p_queue, 'existed', v_id IS NOT NULL);
 END $$;
@@ -613,6 +670,7 @@ BEGIN
   SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $$;
 

@@ -79,19 +79,65 @@ END $$;
 
 -- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
 -- existing row, so the common case is two index probes and no lock.
+-- A queue deleted under a push (DELETE /api/v1/resources/queues/:queue, issue #28): the push reads
+-- the queue's id, the delete commits, and the partition's INSERT then broke partitions_queue_id_fkey
+-- (a 500). Before creating a partition the queue row is locked FOR KEY SHARE, the lock the foreign
+-- key's check takes anyway, so a partition's first push costs nothing more and a push to an
+-- existing partition nothing at all (rather than locking the queue row on every push, which would
+-- turn concurrent pushes into MultiXact updates of one row; rather than catching
+-- foreign_key_violation, which costs a subtransaction per call and hides the cause). Either the
+-- delete waits for the push (it deletes the queue with its messages afterwards), or the lock waits
+-- for the delete, finds the row gone, and the queue is read again, i.e. created anew: a push that
+-- met a delete is answered as one that came after it, as a push to an unknown queue always is.
+-- Each turn of the loop follows another transaction's committed delete of this very queue; three
+-- in a row within one call are answered as a lock that did not come free (503 lock_timeout, retry).
 CREATE OR REPLACE FUNCTION queen.log_ensure_partition_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, OUT q_id UUID, OUT p_id UUID)
 LANGUAGE plpgsql AS $$
 BEGIN
-  SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  IF q_id IS NULL THEN
-    INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+  FOR attempt IN 1 .. 3 LOOP
     SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  END IF;
-  SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
-  IF p_id IS NULL THEN
-    INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+    IF q_id IS NULL THEN
+      INSERT INTO queen.queues AS q (tenant_id, name) VALUES (p_tenant, p_queue) ON CONFLICT (tenant_id, name) DO NOTHING;
+      SELECT q.id INTO q_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+    END IF;
     SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
-  END IF;
+    IF p_id IS NOT NULL THEN
+      RETURN;
+    END IF;
+    PERFORM 1 FROM queen.queues q WHERE q.id = q_id FOR KEY SHARE;
+    IF FOUND THEN
+      INSERT INTO queen.partitions AS p (queue_id, name) VALUES (q_id, p_partition) ON CONFLICT (queue_id, name) DO NOTHING;
+      SELECT p.id INTO p_id FROM queen.partitions p WHERE p.queue_id = q_id AND p.name = p_partition;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
+END $$;
+
+-- The queue and partition as above, and the partition row locked FOR NO KEY UPDATE to commit (what
+-- serializes pushes to a partition: seq order is commit order), with its last_seq. When the lock
+-- waited for a queue delete and found the partition gone (its queue deleted after
+-- log_ensure_partition_v1 read it), the queue and partition are ensured again, so created anew:
+-- the push comes after the delete (issue #28; before, last_seq was NULL and the message's INSERT
+-- failed). Once the lock is held, a delete of the queue waits for this transaction. Bounded as above.
+CREATE OR REPLACE FUNCTION queen.log_lock_partition_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT,
+  OUT q_id UUID, OUT p_id UUID, OUT last_seq BIGINT)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ids RECORD;
+BEGIN
+  FOR attempt IN 1 .. 3 LOOP
+    v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, p_partition);
+    SELECT p.last_seq INTO last_seq FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    IF FOUND THEN
+      q_id := v_ids.q_id;
+      p_id := v_ids.p_id;
+      RETURN;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
 END $$;
 
 -- THE push. Public interface (the timers sweeper fires a timer through it, with the timer's tenant
@@ -111,10 +157,10 @@ DECLARE
   v_status TEXT := 'queued';
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
-  v_ids := queen.log_ensure_partition_v1(p_tenant, p_queue, v_partition);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
   -- commit order, and the duplicate check below cannot race another push of the same id.
-  SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+  v_ids := queen.log_lock_partition_v1(p_tenant, p_queue, v_partition);
+  v_last := v_ids.last_seq;
   SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid;
   IF v_seq IS NOT NULL THEN
     v_status := 'duplicate';

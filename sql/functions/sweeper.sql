@@ -75,8 +75,8 @@ BEGIN
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
-    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
+    v_last := v_ids.last_seq;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;

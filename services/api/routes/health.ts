@@ -42,6 +42,12 @@ export function healthRoutes(pool: Pool, isReady: () => boolean, { timeoutMs, to
       clearTimeout(timer);
     }
   };
+  // A probe's answer is about this moment: never stored by a cache between (If-None-Match is never
+  // answered 304 either, app.ts).
+  router.get(['/health', '/ready'], (_req, res, next) => {
+    res.setHeader('Cache-Control', 'no-store');
+    next();
+  });
   router.get('/health', (_req, res) => {
     res.json({ ok: true });
   });
