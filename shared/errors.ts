@@ -127,9 +127,6 @@ const STATUS: Record<string, number> = {
   operator_invalid_cursor: 400,
   operator_invalid_order: 400,
   operator_invalid_state: 400,
-  // The web console (services/api/console/): a page or form without a session, a form without its CSRF token.
-  console_login_required: 401,
-  console_csrf_refused: 403,
   payload_too_large: 413,
   // Refused by node's HTTP parser or body-parser before any route (services/api/server.ts, edge/answer.ts).
   request_timeout: 408,

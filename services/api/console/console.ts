@@ -45,6 +45,20 @@ const NOTICES: Record<string, string> = {
 
 const PAGE_LIMIT = 100;
 
+/**
+ * A form without its session's CSRF token: 403 csrf_refused. The console's own refusal (a page,
+ * never an API answer), so it is not among the API's codes (shared/errors.ts, docs/errors.md).
+ */
+class CsrfRefused extends ApiError {
+  constructor() {
+    super('csrf_refused', 'This form lacks its CSRF token or carries another session\'s: reload the page and try again.');
+  }
+
+  override get status(): number {
+    return 403;
+  }
+}
+
 /** A console request: its session and CSRF token once `signedIn` has passed. */
 interface Signed extends Request {
   csrf?: string;
@@ -85,11 +99,11 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
         res.redirect(303, '/console/login');
         return;
       }
-      return next(new ApiError('console_login_required', 'Sign in on /console/login first.'));
+      return next(new ApiError('unauthorized', 'Sign in on /console/login first.'));
     }
     req.csrf = sessions.csrf(session);
     if (req.method === 'POST' && !sessions.csrfMatches(session, (req.body as Record<string, unknown> | undefined)?.csrf)) {
-      return next(new ApiError('console_csrf_refused', 'This form lacks its CSRF token or carries another session\'s: reload the page and try again.'));
+      return next(new CsrfRefused());
     }
     next();
   };
