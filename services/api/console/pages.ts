@@ -64,7 +64,7 @@ export function tenantPicker(tenants: Array<Record<string, any>>): Safe {
 
 export function overview(ctx: Ctx, switches: Switches, usage: Usage, queues: { queues: Array<Record<string, any>>; next: string | null } | null, picker: Safe | null): Safe {
   const queueRows = queues === null ? '' : html`<section><h3>Queues</h3>
-${queues.queues.length === 0 ? html`<p class="none">No queues.</p>` : html`<table class="queues"><thead><tr><th>queue</th><th>partitions</th><th>consumer group</th><th>backlog</th><th>oldest unfinished</th><th>dead letters</th><th></th></tr></thead><tbody>
+${queues.queues.length === 0 ? html`<p class="none">No queues.</p>` : html`<table class="queues"><thead><tr><th>queue</th><th>partitions</th><th>consumer group</th><th>backlog</th><th>oldest unfinished</th><th>dead letters</th></tr></thead><tbody>
 ${queues.queues.map((queue) => {
     const groups: Array<Record<string, any>> = queue.groups.length ? queue.groups : [{ consumerGroup: null, backlog: 0, deadLetters: 0, oldestUnconsumedSeconds: null }];
     return groups.map((g, i) => {
@@ -73,8 +73,7 @@ ${queues.queues.map((queue) => {
 ${i === 0 ? html`<td rowspan="${groups.length}">${queueLink(ctx, queue.name)}</td><td rowspan="${groups.length}">${queue.partitions}</td>` : ''}
 <td>${g.consumerGroup ?? html`<span class="none">none</span>`}</td><td>${g.backlog}</td>
 <td>${g.oldestUnconsumedSeconds === null ? html`<span class="none">none</span>` : html`${age(g.oldestUnconsumedSeconds)}${stuck ? html` <strong class="flag">stuck</strong>` : ''}`}</td>
-<td>${g.deadLetters > 0 ? html`<a href="/console/queues/${seg(queue.name)}/dead-letters${q(ctx, { consumerGroup: g.consumerGroup })}">${g.deadLetters}</a>` : '0'}</td>
-<td></td></tr>`;
+<td>${g.deadLetters > 0 ? html`<a href="/console/queues/${seg(queue.name)}/dead-letters${q(ctx, { consumerGroup: g.consumerGroup })}">${g.deadLetters}</a>` : '0'}</td></tr>`;
     });
   })}
 </tbody></table>`}${more(queues.next ? `/console${q(ctx, { after: queues.next })}` : null)}</section>`;
