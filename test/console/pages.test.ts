@@ -272,12 +272,52 @@ describe('actions', () => {
     expect(noTenant.status).toBe(400);
   });
 
+  test('all of a queue\'s dead letters at once, requeued then discarded; a group moved to now; a key deleted', async () => {
+    await call(url, 'POST', '/api/v1/configure', { queue: 'bulk', options: { retryLimit: 0, retryDelay: 0 } }, as(A));
+    await call(url, 'POST', '/api/v1/push', { items: [1, 2, 3].map((n) => ({ queue: 'bulk', payload: { n, secret: SECRET }, transactionId: `b-${n}` })) }, as(A));
+    const failAll = async () => {
+      const ms = (await call(url, 'GET', '/api/v1/pop/queue/bulk?consumerGroup=g1&batch=10', undefined, as(A))).body.messages;
+      for (const m of ms) await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: 'boom', leaseId: m.leaseId, consumerGroup: 'g1' }, as(A));
+      return ms.length;
+    };
+    expect(await failAll()).toBe(3);
+    const list = await get(`/console/queues/bulk/dead-letters?tenant=${A}`, cookie);
+    expect(list.text).toContain('Requeue the oldest 3');
+    const csrf = csrfOf(list.text);
+    expect((await post(`/console/queues/bulk/dead-letters/requeue?tenant=${A}`, {}, cookie)).status).toBe(403);
+    const requeued = await post(`/console/queues/bulk/dead-letters/requeue?tenant=${A}`, { csrf }, cookie);
+    expect(requeued.headers.get('location')).toBe(`/console/queues/bulk/dead-letters?tenant=${A}&done=bulk`);
+    expect((await call(url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
+    expect(await failAll()).toBe(3);
+    const discarded = await post(`/console/queues/bulk/dead-letters/discard?tenant=${A}`, { csrf, consumerGroup: 'g1' }, cookie);
+    expect(discarded.headers.get('location')).toBe(`/console/queues/bulk/dead-letters?tenant=${A}&consumerGroup=g1&done=bulk`);
+    expect((await get(discarded.headers.get('location')!, cookie)).text).toContain('No dead letters.');
+    expect((await call(url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
+
+    // The stuck group audit, moved to now from its queue's page: no longer stuck, nothing to pop.
+    const queue = await get(`/console/queues/orders?tenant=${A}`, cookie);
+    expect(queue.text).toContain('Skip audit to now');
+    expect((await post(`/console/queues/orders/groups/audit/skip?tenant=${A}`, {}, cookie)).status).toBe(403);
+    const skipped = await post(`/console/queues/orders/groups/audit/skip?tenant=${A}`, { csrf: csrfOf(queue.text) }, cookie);
+    expect(skipped.headers.get('location')).toBe(`/console/queues/orders?tenant=${A}&done=skipped`);
+    expect((await get(`/console?tenant=${A}`, cookie)).text).toMatch(/<tr class="" data-queue="orders" data-group="audit">/);
+    expect(await pop('orders', 'audit')).toEqual([]);
+
+    // A key deleted from its page: the client no longer finds it.
+    const key = await get(`/console/kv/sessions/keys/user%3A1?tenant=${A}`, cookie);
+    expect((await post(`/console/kv/sessions/keys/user%3A1/delete?tenant=${A}`, {}, cookie)).status).toBe(403);
+    const deleted = await post(`/console/kv/sessions/keys/user%3A1/delete?tenant=${A}`, { csrf: csrfOf(key.text) }, cookie);
+    expect(deleted.headers.get('location')).toBe(`/console/kv/sessions?tenant=${A}&done=deleted`);
+    expect((await call(url, 'GET', '/api/v1/kv/sessions/user:1', undefined, as(A))).body.found).toBe(false);
+    expect((await get(`/console/kv/sessions/keys/user%3A1?tenant=${A}`, cookie)).status).toBe(404);
+  });
+
   test('no payload, value, error text or token in any log line; each action wrote its audit line', () => {
     const all = rawLines.join('\n');
     // (A transaction id is an id: the audit line names it, as the operator routes' do.)
     for (const secret of [SECRET, VALUE, TOKEN, 'boom']) expect([secret, all.includes(secret)]).toEqual([secret, false]);
     const actions = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action').map((l) => l.audit.action);
-    expect(actions).toEqual(expect.arrayContaining(['dead_letter_requeue', 'dead_letter_discard', 'timer_cancel']));
+    expect(actions).toEqual(expect.arrayContaining(['dead_letter_requeue', 'dead_letter_discard', 'timer_cancel', 'dead_letters_requeue', 'dead_letters_discard', 'consumer_group_skip', 'kv_delete']));
   });
 });
 

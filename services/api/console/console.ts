@@ -13,7 +13,7 @@ import { ApiError, coerceError } from '../../../shared/errors';
 import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import {
-  OPERATOR_DEAD_LETTER, OPERATOR_KV_KEY, OPERATOR_KV_KEYS, OPERATOR_MESSAGE, OPERATOR_MESSAGES, OPERATOR_PARTITIONS,
+  OPERATOR_DEAD_LETTER, OPERATOR_DEAD_LETTERS, OPERATOR_KV_DELETE, OPERATOR_SKIP, OPERATOR_KV_KEY, OPERATOR_KV_KEYS, OPERATOR_MESSAGE, OPERATOR_MESSAGES, OPERATOR_PARTITIONS,
   OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
 } from '../../../shared/sql/operator';
 import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
@@ -41,6 +41,9 @@ const NOTICES: Record<string, string> = {
   cursor_too_far: 'Not requeued: the group has finished too many messages of that partition since (discard it or push it again).',
   nothing: 'Nothing to do: it was no longer there.',
   cancelled: 'Timer cancelled.',
+  skipped: 'The group\'s cursor moved to now: it gets what is pushed from here on.',
+  deleted: 'Key deleted.',
+  bulk: 'Done for the oldest dead letters (up to 100); the count below is what is left.',
 };
 
 const PAGE_LIMIT = 100;
@@ -204,6 +207,40 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
         : `/console/messages/${encodeURIComponent(partitionId)}/${encodeURIComponent(transactionId)}${query({ tenant: t, done })}`);
     });
   }
+
+  // All of a queue's dead letters (of one group, or every group), up to 100 a press, oldest first.
+  for (const action of ['requeue', 'discard'] as const) {
+    app.post(`/console/queues/:queue/dead-letters/${action}`, form, signedIn, async (req: Signed, res) => {
+      const tenant = operatorTenant(config, req);
+      const queue = path(req, 'queue', 'log_invalid_queue', QUEUE);
+      const group = field(req, 'consumerGroup');
+      if (group !== null && group.includes('\u0000')) throw new ApiError('log_invalid_consumer_group', GROUP);
+      const out = await read(OPERATOR_DEAD_LETTERS, [tenant, action, queue, group, PAGE_LIMIT]);
+      audit(log, req, `dead_letters_${action}`, { tenant, target: { queue, consumerGroup: group, via: 'console' }, outcome: { done: out.requeued ?? out.discarded, cursorTooFar: out.cursorTooFar, remaining: out.remaining } });
+      securityHeaders(res);
+      res.redirect(303, `/console/queues/${encodeURIComponent(queue)}/dead-letters${query({ tenant: tenancy ? tenant : null, consumerGroup: group, done: (out.requeued ?? out.discarded) > 0 ? 'bulk' : 'nothing' })}`);
+    });
+  }
+
+  app.post('/console/queues/:queue/groups/:group/skip', form, signedIn, async (req: Signed, res) => {
+    const tenant = operatorTenant(config, req);
+    const queue = path(req, 'queue', 'log_invalid_queue', QUEUE);
+    const group = path(req, 'group', 'log_invalid_consumer_group', GROUP);
+    const out = await read(OPERATOR_SKIP, [tenant, queue, group, null]);
+    audit(log, req, 'consumer_group_skip', { tenant, target: { queue, consumerGroup: group, partition: null, via: 'console' }, outcome: { partitions: out.partitions, skipped: out.skipped } });
+    securityHeaders(res);
+    res.redirect(303, `/console/queues/${encodeURIComponent(queue)}${query({ tenant: tenancy ? tenant : null, done: 'skipped' })}`);
+  });
+
+  app.post('/console/kv/:ns/keys/:key/delete', form, signedIn, async (req: Signed, res) => {
+    const tenant = operatorTenant(config, req);
+    const ns = path(req, 'ns', 'kv_invalid_namespace', NAMESPACE);
+    const key = path(req, 'key', 'kv_invalid_key', 'A key may not contain U+0000.');
+    const out = await read(OPERATOR_KV_DELETE, [tenant, ns, key]);
+    audit(log, req, 'kv_delete', { tenant, target: { namespace: ns, key, via: 'console' }, outcome: { deleted: out.deleted } });
+    securityHeaders(res);
+    res.redirect(303, `/console/kv/${encodeURIComponent(ns)}${query({ tenant: tenancy ? tenant : null, done: out.deleted ? 'deleted' : 'nothing' })}`);
+  });
 
   app.get('/console/timers', signedIn, async (req: Signed, res) => {
     const tenant = tenantOf(req, true);

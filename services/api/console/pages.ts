@@ -81,7 +81,10 @@ ${i === 0 ? html`<td rowspan="${groups.length}">${queueLink(ctx, queue.name)}</t
 }
 
 export function partitions(ctx: Ctx, a: { queue: string; partitions: Array<Record<string, any>>; next: string | null }): Safe {
+  const groups = [...new Set(a.partitions.flatMap((p) => p.groups.map((g: Record<string, any>) => g.consumerGroup as string)))].sort();
   return html`<p><a href="/console/queues/${seg(a.queue)}/dead-letters${q(ctx)}">Dead letters of ${a.queue}</a></p>
+${groups.length === 0 ? '' : html`<section><h3>Move a group to now</h3><p class="hint">Counts every message stored until now as finished for the group, on every partition, and ends its leases; other groups are untouched.</p>
+<p class="groups">${groups.map((g) => html`<span data-group="${g}">${button(ctx, `/console/queues/${seg(a.queue)}/groups/${seg(g)}/skip`, `Skip ${g} to now`, {}, 'danger')} </span>`)}</p></section>`}
 ${a.partitions.length === 0 ? html`<p class="none">No partitions.</p>` : html`<table><thead><tr><th>partition</th><th>last seq</th><th>consumer group</th><th>cursor</th><th>backlog</th><th>oldest unfinished</th><th>lease until</th><th>dead letters</th></tr></thead><tbody>
 ${a.partitions.map((p) => {
     const groups: Array<Record<string, any>> = p.groups.length ? p.groups : [{ consumerGroup: null }];
@@ -116,7 +119,9 @@ ${m.groups.map((g: Record<string, any>) => html`<tr><td>${g.consumerGroup}</td><
 
 export function deadLetters(ctx: Ctx, queue: string, group: string | null, a: { messages: Array<Record<string, any>>; total: number }, offset: number, limit: number): Safe {
   const base = `/console/queues/${seg(queue)}/dead-letters`;
+  const all: Record<string, string> = group === null ? {} : { consumerGroup: group };
   return html`<p>${a.total} dead letter(s)${group ? html` for group <strong>${group}</strong> (<a href="${base}${q(ctx)}">all groups</a>)` : ''}, oldest first.</p>
+${a.total === 0 ? '' : html`<p class="bulk">${button(ctx, `${base}/requeue`, `Requeue the oldest ${Math.min(a.total, 100)}`, all)} ${button(ctx, `${base}/discard`, `Discard the oldest ${Math.min(a.total, 100)}`, all, 'danger')}</p>`}
 ${a.messages.length === 0 ? html`<p class="none">No dead letters.</p>` : html`<table class="dead-letters"><thead><tr><th>transaction id</th><th>partition</th><th>group</th><th>failures</th><th>failed at</th><th>last error</th><th></th></tr></thead><tbody>
 ${a.messages.map((d) => {
     const action = (what: string) => `/console/messages/${seg(d.partitionId)}/${seg(d.transactionId)}/${what}`;
@@ -152,7 +157,8 @@ ${a.keys.map((k) => html`<tr><td><a href="/console/kv/${seg(a.namespace)}/keys/$
 export function kvKey(ctx: Ctx, k: Record<string, any>): Safe {
   return html`<p><a href="/console/kv/${seg(k.namespace)}${q(ctx)}">Keys of ${k.namespace}</a></p>
 <dl><dt>key</dt><dd><code>${k.key}</code></dd><dt>version</dt><dd>${k.version}</dd><dt>bytes</dt><dd>${bytes(k.bytes)}</dd><dt>created</dt><dd>${when(k.createdAt)}</dd><dt>updated</dt><dd>${when(k.updatedAt)}</dd><dt>expires</dt><dd>${k.expiresAt ?? 'never'}</dd></dl>
-<h3>Value</h3><pre class="payload">${JSON.stringify(k.value, null, 2)}</pre>`;
+<h3>Value</h3><pre class="payload">${JSON.stringify(k.value, null, 2)}</pre>
+<p>${button(ctx, `/console/kv/${seg(k.namespace)}/keys/${seg(k.key)}/delete`, 'Delete this key', {}, 'danger')}</p>`;
 }
 
 export function tenants(ctx: Ctx, tenancy: boolean, a: { tenants: Array<Record<string, any>>; next: string | null; rateLimits: Record<string, number>; requireGrant: boolean }): Safe {
