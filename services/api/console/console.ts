@@ -173,7 +173,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const partitionId = path(req, 'partitionId', 'log_invalid_partition_id', 'partitionId is a partition\'s UUID.');
     const transactionId = path(req, 'transactionId', 'log_transaction_id_required', 'transactionId may not contain U+0000.');
     const { rows } = await pool.query<{ body: string }>({ ...OPERATOR_MESSAGE, values: [tenant, partitionId, transactionId] });
-    const m = JSON.parse(openAnswer(config.encryptionKeys, rows[0].body, () => undefined));
+    const m = JSON.parse(openAnswer(config.encryptionKeys, rows[0].body, (n) => log.warn({ messages: n }, 'sealed payloads no key of this process opens were shown as unreadable (QUEEN_ENCRYPTION_KEY / _PREVIOUS)')));
     render(req, res, 200, `Message ${transactionId}`, tenant, pages.message(ctxOf(req, tenant), m));
   });
 
