@@ -28,7 +28,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   const config = loadConfig({
     QUEEN_WORKERS: '1', DB_POOL_SIZE: '20', ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_TENANCY_HEADER: '1',
-    QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0',
+    QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: '7f'.repeat(32),
   });
   const stream = new Writable({
     write(chunk, _enc, done) {
@@ -189,6 +189,18 @@ describe('pages', () => {
       const res = await get(path, cookie);
       expect([path, res.text.includes(SECRET) || res.text.includes(VALUE)]).toEqual([path, false]);
     }
+  });
+
+  test('a sealed payload (an encrypted queue) is opened on its message page, as the operator read opens it, and escaped', async () => {
+    await call(url, 'POST', '/api/v1/configure', { queue: 'vault', options: { encryptionEnabled: true } }, as(A));
+    expect((await call(url, 'POST', '/api/v1/push', { items: [{ queue: 'vault', payload: { secret: SECRET, html: EVIL }, transactionId: 'v1' }] }, as(A))).status).toBe(201);
+    const list = await get(`/console/queues/vault/partitions/Default?tenant=${A}`, cookie);
+    expect(list.text).toMatch(/>v1<\/a><\/td>[\s\S]*?<td>yes<\/td>/);
+    const stored = await sql(db.url, `SELECT payload::text AS p FROM queen.messages WHERE transaction_id = 'v1'`);
+    expect(stored[0].p).not.toContain(SECRET);
+    const href = /href="(\/console\/messages\/[^"]+\/v1\?[^"]+)"/.exec(list.text)![1].replace(/&amp;/g, '&');
+    const one = await get(href, cookie);
+    expect([one.status, one.text.includes(SECRET), one.text.includes('&lt;script&gt;'), one.text.includes('<script')]).toEqual([200, true, true, false]);
   });
 
   test('bad input is a 4xx page with its code, never a 500', async () => {
