@@ -14,7 +14,7 @@ import { sweep } from '../support/sweeper';
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
 const TOKEN = 'console-test-token-31c';
-const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 const EVIL = '<script>alert("x")</script>';
 const SECRET = 'PAYLOAD-SECRET-5e1';
 const VALUE = 'VALUE-SECRET-9a2';
@@ -342,6 +342,18 @@ test('without QUEEN_ADMIN_TOKEN there is no console: /console is 404 like any un
     }
   } finally {
     await open.close();
+  }
+});
+
+test('guessing the token is bounded: past 10 wrong ones in a minute from one address, even the right one is 429 for the minute', async () => {
+  const cell = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
+  try {
+    const attempt = (token: string) => fetch(`${cell.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    for (let i = 0; i < 10; i++) expect((await attempt(`wrong-${i}`)).status).toBe(401);
+    const refused = await attempt(TOKEN);
+    expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+  } finally {
+    await cell.close();
   }
 });
 

@@ -48,6 +48,12 @@ const NOTICES: Record<string, string> = {
 
 const PAGE_LIMIT = 100;
 
+/** Wrong tokens a peer address may try in a window before the login page refuses it for the rest of the window. */
+export const LOGIN_FAILURES = 10;
+const LOGIN_WINDOW_MS = 60_000;
+/** The addresses remembered at once (a flood of addresses clears the book rather than growing it). */
+const LOGIN_BOOK = 10_000;
+
 /**
  * A form without its session's CSRF token: 403 csrf_refused. The console's own refusal (a page,
  * never an API answer), so it is not among the API's codes (shared/errors.ts, docs/errors.md).
@@ -127,9 +133,25 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
   app.get('/console/login', (req, res) => {
     send(res, 200, page({ title: 'Sign in', tenant: null, tenancy }, pages.login(null)));
   });
+  // Guessing the token is bounded per worker: past LOGIN_FAILURES wrong ones in a minute from one
+  // address, that address is refused (429, Retry-After) until the minute is over, right token or not.
+  const failures = new Map<string, { count: number; since: number }>();
   app.post('/console/login', form, (req, res) => {
+    const peer = req.socket.remoteAddress ?? '';
+    const now = Date.now();
+    let seen = failures.get(peer);
+    if (seen !== undefined && now - seen.since >= LOGIN_WINDOW_MS) {
+      failures.delete(peer);
+      seen = undefined;
+    }
+    if (seen !== undefined && seen.count >= LOGIN_FAILURES) {
+      throw new ApiError('rate_limited', 'Too many wrong tokens from this address: wait a minute and try again.', { retryAfterSeconds: Math.ceil((seen.since + LOGIN_WINDOW_MS - now) / 1000) });
+    }
     const given = (req.body as Record<string, unknown> | undefined)?.token;
     if (typeof given !== 'string' || !sessions.tokenMatches(given)) {
+      if (failures.size >= LOGIN_BOOK) failures.clear();
+      if (seen === undefined) failures.set(peer, { count: 1, since: now });
+      else seen.count += 1;
       send(res, 401, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('That is not this cell\'s admin token.')));
       return;
     }

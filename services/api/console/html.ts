@@ -45,7 +45,7 @@ export function query(entries: Record<string, string | number | null | undefined
  * The headers of every console answer: nothing from elsewhere (no inline script or style, no
  * frame, no form posted off the cell), no sniffing, nothing kept by a cache.
  */
-export const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+export const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 export function securityHeaders(res: ServerResponse): void {
   res.setHeader('Content-Security-Policy', CSP);
