@@ -55,7 +55,7 @@ export interface App {
   ServerResponse: typeof ServerResponse;
   /** Called by the server's close before it waits for requests in flight: long polls answer now. */
   close(): Promise<void>;
-  /** Every route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it). */
+  /** Every API route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it); the console's HTML pages (docs/console.md) are not API routes. */
   routes(): Array<{ method: string; path: string }>;
 }
 
