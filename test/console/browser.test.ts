@@ -21,15 +21,15 @@ const reason = 'Chromium is not installed here (Debian package `chromium`: apt-g
 if (!CHROMIUM) process.stderr.write(`test/console/browser.test.ts: not run: ${reason}\n`);
 
 (CHROMIUM ? describe : describe.skip)(CHROMIUM ? 'the console in Chromium' : `the console in Chromium: not run, ${reason}`, () => {
-  const shots = process.env.QUEEN_CONSOLE_SCREENSHOTS === 'docs'
-    ? path.resolve(__dirname, '../../../docs/console')
-    : fs.mkdtempSync(path.join(os.tmpdir(), 'queen-console-shots-'));
+  const toDocs = process.env.QUEEN_CONSOLE_SCREENSHOTS === 'docs';
+  let shots = '';
   let api: TestApi;
   let browser: Browser;
   let timerId: string;
   const as = { 'x-queen-tenant': A };
 
   beforeAll(async () => {
+    shots = toDocs ? path.resolve(__dirname, '../../../docs/console') : fs.mkdtempSync(path.join(os.tmpdir(), 'queen-console-shots-'));
     fs.mkdirSync(shots, { recursive: true });
     api = await startTestApi({ QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0' });
     const u = api.url;
@@ -59,6 +59,7 @@ if (!CHROMIUM) process.stderr.write(`test/console/browser.test.ts: not run: ${re
   afterAll(async () => {
     await browser?.close();
     await api?.close();
+    if (!toDocs && shots) fs.rmSync(shots, { recursive: true, force: true });
   });
 
   const text = () => browser.eval<string>('document.body.innerText');
