@@ -127,7 +127,12 @@ if (!CHROMIUM) process.stderr.write(`test/console/browser.test.ts: not run: ${re
     expect(await text()).toContain(A);
     await shot('tenants');
 
-    // Nothing the console does was refused by its own CSP.
+    // The CSP is in force in the browser: an inline script put into the page does not run.
+    expect(await browser.eval(`(() => { const s = document.createElement('script'); s.textContent = 'window.ranInline = 1'; document.body.append(s); return window.ranInline === undefined; })()`)).toBe(true);
+    expect(browser.log.some((l) => /Content Security Policy/.test(l))).toBe(true);
+    browser.log.length = 0;
+    await browser.goto(`${api.url}/console?tenant=${A}`);
+    // Nothing the console does itself is refused by its own CSP.
     expect(browser.log.filter((l) => /Content Security Policy|Refused/i.test(l))).toEqual([]);
   }, 120_000);
 });
