@@ -12,6 +12,7 @@ import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
 import { operatorRoutes } from './routes/operator';
+import { consoleApp } from './console/console';
 import type { Guards } from './admission/guards';
 import type { Switches } from './switches/switches';
 import type { TenantBook } from './admission/tenantBook';
@@ -54,7 +55,7 @@ export interface App {
   ServerResponse: typeof ServerResponse;
   /** Called by the server's close before it waits for requests in flight: long polls answer now. */
   close(): Promise<void>;
-  /** Every route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it). */
+  /** Every API route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it); the console's HTML pages (docs/console.md) are not API routes. */
   routes(): Array<{ method: string; path: string }>;
 }
 
@@ -95,6 +96,8 @@ export function createApp(deps: AppDeps): App {
   const logRequest = requestLog(log, metrics);
   const kv = kvRoutes({ config, kvPool: pools.kv, metrics, log, guards: ops.guards, logRequest });
   const push = pushRoute({ config, messagePool: pools.message, log, metrics, logRequest });
+  // The web console (console/console.ts): its own pages, answered before the API's routes; absent without QUEEN_ADMIN_TOKEN.
+  const consolePages = consoleApp({ config, pool: pools.message, switches: ops.switches, log });
   const app = express();
   app.disable('x-powered-by');
   // ETags are ours (the KV version on GET), never a hash of the body.
@@ -131,6 +134,7 @@ export function createApp(deps: AppDeps): App {
   const route = (req: IncomingMessage, res: ServerResponse): void => {
     if (kv(req, res) || push(req, res)) return;
     logRequest(req, res);
+    if (consolePages(req, res)) return;
     app(req, res);
   };
   return {

@@ -33,7 +33,7 @@ export interface OperatorRouteDeps {
 const NIL_TENANT = '00000000-0000-0000-0000-000000000000';
 
 /** One query parameter, given at most once, as a plain value; undefined when absent or empty. */
-function param(req: Request, name: string): string | undefined {
+export function param(req: Request, name: string): string | undefined {
   const v = (req.query as Record<string, unknown>)[name];
   if (v === undefined || v === '') return undefined;
   if (typeof v !== 'string') throw new ApiError('bad_request', `Give ${name} at most once, as a plain value.`);
@@ -41,7 +41,7 @@ function param(req: Request, name: string): string | undefined {
   return v;
 }
 
-function whole(text: string | undefined, code: string, what: string, digits = 9): number | null {
+export function whole(text: string | undefined, code: string, what: string, digits = 9): number | null {
   if (text === undefined) return null;
   if (!new RegExp(`^\\d{1,${digits}}$`).test(text)) throw new ApiError(code, `${what} is a whole number.`);
   return Number(text);
@@ -66,7 +66,7 @@ export function operatorTenant(config: Config, req: Request): string {
   return given;
 }
 
-function path(req: Request, name: string, code: string, rule: string): string {
+export function path(req: Request, name: string, code: string, rule: string): string {
   const v = String((req.params as Record<string, string>)[name]);
   refuseNul(v, code, rule);
   return v;
@@ -104,10 +104,10 @@ function requireToken(config: Config) {
   };
 }
 
-const QUEUE = nameRule('A queue name');
-const PARTITION = nameRule('A partition name');
-const GROUP = nameRule('A consumer group');
-const NAMESPACE = nameRule('A namespace');
+export const QUEUE = nameRule('A queue name');
+export const PARTITION = nameRule('A partition name');
+export const GROUP = nameRule('A consumer group');
+export const NAMESPACE = nameRule('A namespace');
 
 export function operatorRoutes({ config, pool, log }: OperatorRouteDeps): Router {
   const router = Router();

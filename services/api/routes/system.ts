@@ -44,6 +44,11 @@ function parseFlip(text: string): { change: Partial<SwitchState>; reason?: strin
   return { change, reason: reason as string | undefined };
 }
 
+/** A given token against the expected one, in constant time (a length mismatch answers false at once). */
+export function sameToken(expected: Buffer, given: Buffer): boolean {
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
 /**
  * With QUEEN_ADMIN_TOKEN set, the operator's surface answers only `Authorization: Bearer <token>`:
  * a kill switch pauses KV for every tenant, and /cluster lists every tenant's usage. Compared in
@@ -56,7 +61,7 @@ export function requireAdmin(token: string | undefined) {
     const header = req.headers.authorization ?? '';
     // The scheme is case-insensitive (RFC 9110, section 11.1); the token is not.
     const given = Buffer.from(/^bearer /i.test(header) ? header.slice(7) : '');
-    if (given.length === expected.length && timingSafeEqual(given, expected)) return next();
+    if (sameToken(expected, given)) return next();
     res.setHeader('WWW-Authenticate', 'Bearer realm="queen-system"');
     next(new ApiError('unauthorized', 'The system routes need Authorization: Bearer <QUEEN_ADMIN_TOKEN>.'));
   };
