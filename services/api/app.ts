@@ -67,6 +67,7 @@ function routeTemplate(req: IncomingMessage): string {
   if (Array.isArray(matched)) return matched.includes(path) ? path : matched[0];
   if (path === KV_BATCH || PUSH_ROUTES.some((r) => r.path === path)) return path;
   if (path.startsWith(KV_PATH)) return `${KV_PATH}:ns/*key`;
+  if (path === '/console' || path.startsWith('/console/')) return '/console/*';
   return 'unmatched';
 }
 
