@@ -20,9 +20,9 @@ interface Run {
   lines: any[];
 }
 
-function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
+function cli(args: string[], env: Record<string, string> = {}, cwd = REPO): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: { PATH: process.env.PATH ?? '', QUEEN_URL: api.url, QUEEN_ADMIN_TOKEN: TOKEN, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], { cwd, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', QUEEN_URL: api.url, QUEEN_ADMIN_TOKEN: TOKEN, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -125,4 +125,55 @@ test('a wrong token is refused (exit 1, unauthorized); a cell that is not there 
   const nowhere = await cli(['status'], { QUEEN_URL: `http://127.0.0.1:${await freePort()}` });
   expect(nowhere.code).toBe(3);
   expect(nowhere.lines[0]).toMatchObject({ error: 'network_error', status: 0 });
+});
+
+test('the reads and the rest of the actions: queues, partitions, messages (a page and one), skip, tenants, timers peek and reschedule, dlq discard --all', async () => {
+  const queen = new Queen({ url: api.url, retry: false });
+  try {
+    await queen.queue('cli-r').config({ retryLimit: 0 }).create();
+    await queen.queue('cli-r').partition('p1').push([{ data: { n: 1 } }, { data: { n: 2 } }]);
+    const queues = await cli(['queues']);
+    expect(queues.code).toBe(0);
+    expect(JSON.stringify(queues.lines[0])).toContain('cli-r');
+    const partitions = await cli(['partitions', 'cli-r']);
+    expect(JSON.stringify(partitions.lines[0])).toContain('p1');
+    const page = await cli(['messages', 'cli-r', 'p1', '--order', 'oldest', '--limit', '1']);
+    expect(page.code).toBe(0);
+    expect(page.lines[0].messages).toHaveLength(1);
+    const [m] = await queen.queue('cli-r').partition('p1').group('g').pop();
+    const one = await cli(['messages', '--id', m.partitionId, m.transactionId]);
+    expect(one.lines[0].data).toEqual({ n: 1 });
+    await queen.ack(m, false, { group: 'g' });
+    const discarded = await cli(['dlq', 'discard', '--all', 'cli-r', '--group', 'g']);
+    expect(discarded.code).toBe(0);
+    expect(discarded.lines[0]).toMatchObject({ discarded: 1, remaining: 0 });
+    // Skip: the group's backlog (message 2) counts as finished; what is pushed after comes next.
+    expect((await cli(['skip', 'cli-r', 'g'])).code).toBe(0);
+    await queen.queue('cli-r').partition('p1').push([{ data: { n: 3 } }]);
+    const [next] = await queen.queue('cli-r').partition('p1').group('g').pop();
+    expect(next.data).toEqual({ n: 3 });
+    expect((await cli(['tenants'])).code).toBe(0);
+
+    const t = await queen.timers.schedule({ queue: 'cli-r', data: { n: 4 }, delaySeconds: 3600 });
+    const peeked = await cli(['timers', 'peek', t.timerId]);
+    expect(peeked.lines[0]).toMatchObject({ found: true });
+    const moved = await cli(['timers', 'reschedule', t.timerId, '--in', '7200']);
+    expect(moved.code).toBe(0);
+    const after = await queen.timers.peek(t.timerId);
+    expect(after.found && new Date(after.timer.deliverAt).getTime() - Date.now()).toBeGreaterThan(3_700_000);
+    expect((await cli(['timers', 'reschedule', t.timerId])).code).toBe(2); // neither --at nor --in
+  } finally {
+    await queen.close();
+  }
+});
+
+test('start and migrate run the checkout\'s own processes: start -- --help prints the cell\'s usage and boots nothing; migrate applies the schema (exit 0 on an applied one); outside a checkout both are exit 2', async () => {
+  const help = await cli(['start', '--', '--help']);
+  expect(help.code).toBe(0);
+  expect(help.stdout).toMatch(/^Usage: npm start/m);
+  const migrate = await cli(['migrate'], { DATABASE_URL: api.databaseUrl });
+  expect(migrate.code).toBe(0);
+  const elsewhere = await cli(['migrate'], { DATABASE_URL: api.databaseUrl }, '/');
+  expect(elsewhere.code).toBe(2);
+  expect(elsewhere.stderr).toContain('inside a checkout of Queen KV');
 });
