@@ -24,11 +24,12 @@ const ROUNDS = positiveOption('rounds', 'BENCH_ROUNDS', 3);
 const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
 const WORKERS = positiveOption('workers', 'QUEEN_WORKERS', 1);
 
-const MODES = [
-  { name: 'off', env: {} as Record<string, string> },
-  { name: '1 %', env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '0.01' } },
-  { name: '100 %', env: { OTEL_TRACES_SAMPLER: 'always_on' } },
-];
+// --modes=off,0.01,1 (BENCH_TRACING_MODES): each a cell; a number is the sampled share of traces.
+const MODES = (process.argv.find((a) => a.startsWith('--modes='))?.slice(8) ?? process.env.BENCH_TRACING_MODES ?? 'off,0.01,1').split(',').map((m) =>
+  m === 'off'
+    ? { name: 'off', env: {} as Record<string, string> }
+    : { name: `${Number(m) * 100} %`, env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: String(Number(m)) } },
+);
 
 interface Workload {
   name: string;

@@ -6,6 +6,7 @@ import { Pool, PoolClient, PoolConfig } from 'pg';
 import { Config, kvSessionSettings, queryTimeoutMs } from './config';
 import { answerTimeLimit, ApiError, isConnectionFailure, SQLSTATE } from './errors';
 import { migrate, MigrateOptions, MigrateResult } from './migrations';
+import { trace } from '@opentelemetry/api';
 import { activeTracer, endStatementSpan, startStatementSpan } from './tracing';
 
 export interface Pools {
@@ -249,6 +250,9 @@ export function traceStatements(pool: Pool, label: string): void {
   if (tracer === undefined) return;
   const query = pool.query.bind(pool) as (...args: unknown[]) => Promise<unknown>;
   const traced = (first: unknown, ...rest: unknown[]): Promise<unknown> => {
+    // Only inside a traced request or sweeper cycle: a statement of a request the sampler left
+    // out (or of no request) would otherwise start a trace of its own.
+    if (!trace.getActiveSpan()?.isRecording()) return query(first, ...rest);
     const name = typeof first === 'object' && first !== null ? (first as { name?: unknown }).name : undefined;
     const span = startStatementSpan(tracer, label, typeof name === 'string' ? name : 'statement');
     return query(first, ...rest).then(

@@ -112,6 +112,7 @@ export function endStatementSpan(span: Span, err?: unknown): void {
 export async function inSpan<T>(name: string, fn: () => Promise<T>, describe?: (result: T) => Record<string, number | string | boolean>): Promise<T> {
   if (tracer === undefined) return fn();
   const span = tracer.startSpan(name, { kind: SpanKind.INTERNAL });
+  if (!span.isRecording()) return fn();
   try {
     const result = await withSpan(span, fn);
     if (describe !== undefined) span.setAttributes(describe(result));

@@ -74,6 +74,9 @@ function routeTemplate(req: IncomingMessage): string {
 /** Runs `route` inside a server span, its request and response bound to it so body reads stay in it. */
 function traced(tracer: Tracer, req: IncomingMessage, res: ServerResponse, route: (req: IncomingMessage, res: ServerResponse) => void): void {
   const span = startRequestSpan(tracer, req.method, req.headers);
+  // A request the sampler left out costs nothing more: no context to carry (binding the emitters
+  // and entering the context are most of tracing's cost), and its statements make no spans.
+  if (!span.isRecording()) return route(req, res);
   const ctx = trace.setSpan(context.active(), span);
   context.bind(ctx, req);
   context.bind(ctx, res);
