@@ -88,10 +88,10 @@ export class Operator {
 
   // ---- dead letters ----------------------------------------------------------------------------
   requeue(partitionId: string, transactionId: string, consumerGroup?: string): Promise<OperatorAnswer> {
-    return this.send('POST', `/api/v1/system/partitions/${encodeURIComponent(partitionId)}/messages/${encodeURIComponent(transactionId)}/requeue`, consumerGroup ? { consumerGroup } : {});
+    return this.deadLetter('requeue', partitionId, transactionId, consumerGroup);
   }
   discard(partitionId: string, transactionId: string, consumerGroup?: string): Promise<OperatorAnswer> {
-    return this.send('POST', `/api/v1/system/partitions/${encodeURIComponent(partitionId)}/messages/${encodeURIComponent(transactionId)}/discard`, consumerGroup ? { consumerGroup } : {});
+    return this.deadLetter('discard', partitionId, transactionId, consumerGroup);
   }
   /** Up to `limit` of a queue's dead letters, oldest first; call again until `remaining` is 0. */
   requeueAll(queue: string, o: { consumerGroup?: string; limit?: number } = {}): Promise<OperatorAnswer> {
@@ -99,6 +99,9 @@ export class Operator {
   }
   discardAll(queue: string, o: { consumerGroup?: string; limit?: number } = {}): Promise<OperatorAnswer> {
     return this.send('POST', `/api/v1/system/queues/${encodeURIComponent(queue)}/dead-letters/discard`, o);
+  }
+  private deadLetter(action: 'requeue' | 'discard', partitionId: string, transactionId: string, consumerGroup?: string): Promise<OperatorAnswer> {
+    return this.send('POST', `/api/v1/system/partitions/${encodeURIComponent(partitionId)}/messages/${encodeURIComponent(transactionId)}/${action}`, consumerGroup ? { consumerGroup } : {});
   }
   /** Moves a consumer group's cursor to now on every partition of the queue (or one). */
   skip(queue: string, group: string, partition?: string): Promise<OperatorAnswer> {

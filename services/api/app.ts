@@ -7,7 +7,7 @@ import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import type { ApiMetrics } from '../../shared/metrics';
 import { errorHandler, notFound } from './edge/answer';
-import { KV_BATCH, KV_PATH, KV_ROUTES, kvRoutes } from './routes/kv';
+import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
@@ -16,12 +16,9 @@ import { consoleApp } from './console/console';
 import type { Guards } from './admission/guards';
 import type { Switches } from './switches/switches';
 import type { TenantBook } from './admission/tenantBook';
-import { pathOnly, requestLog } from './edge/requestLog';
-import { answeredCode } from './edge/answer';
-import { REFUSAL_CODES } from './admission/guards';
-import { isUuid } from '../../shared/uuid';
-import { activeTracer, endRequestSpan, startRequestSpan } from '../../shared/tracing';
-import { context, trace, Tracer } from '@opentelemetry/api';
+import { requestLog } from './edge/requestLog';
+import { activeTracer } from '../../shared/tracing';
+import { traced } from './edge/requestSpan';
 import { ApiError } from '../../shared/errors';
 import { logRoutes, PUSH_ROUTES, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
@@ -57,42 +54,6 @@ export interface App {
   close(): Promise<void>;
   /** Every API route served, `{method, path}` in Express's syntax (docs/openapi.yaml is held to it); the console's HTML pages (docs/console.md) are not API routes. */
   routes(): Array<{ method: string; path: string }>;
-}
-
-/** A request's route as its span names it: a template, never the path (it holds keys) or a 404's text. */
-function routeTemplate(req: IncomingMessage): string {
-  const path = pathOnly(req.url);
-  const matched = (req as { route?: { path: string | string[] } }).route?.path;
-  if (typeof matched === 'string') return matched;
-  if (Array.isArray(matched)) return matched.includes(path) ? path : matched[0];
-  if (path === KV_BATCH || PUSH_ROUTES.some((r) => r.path === path)) return path;
-  if (path.startsWith(KV_PATH)) return `${KV_PATH}:ns/*key`;
-  if (path === '/console' || path.startsWith('/console/')) return '/console/*';
-  return 'unmatched';
-}
-
-/** Runs `route` inside a server span, its request and response bound to it so body reads stay in it. */
-function traced(tracer: Tracer, req: IncomingMessage, res: ServerResponse, route: (req: IncomingMessage, res: ServerResponse) => void): void {
-  const span = startRequestSpan(tracer, req.method, req.headers);
-  // A request the sampler left out costs nothing more: no context to carry (binding the emitters
-  // and entering the context are most of tracing's cost), and its statements make no spans.
-  if (!span.isRecording()) return route(req, res);
-  const ctx = trace.setSpan(context.active(), span);
-  context.bind(ctx, req);
-  context.bind(ctx, res);
-  res.once('close', () => {
-    const tenant = req.headers['x-queen-tenant'];
-    const code = answeredCode(res) || undefined;
-    endRequestSpan(span, {
-      method: req.method,
-      route: routeTemplate(req),
-      status: res.statusCode,
-      code,
-      tenant: typeof tenant === 'string' && isUuid(tenant) ? tenant : undefined,
-      admission: code !== undefined && (REFUSAL_CODES as readonly string[]).includes(code) ? code : undefined,
-    });
-  });
-  context.with(ctx, () => route(req, res));
 }
 
 export function createApp(deps: AppDeps): App {

@@ -20,7 +20,7 @@ import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
 import { openAnswer } from '../seal/seal';
 import { audit } from '../edge/audit';
-import { GROUP, NAMESPACE, PARTITION, QUEUE, operatorTenant, param, path, whole } from '../routes/operator';
+import { GROUP, NAMESPACE, PARTITION, QUEUE, operatorTenant, param, path, rateLimitsOf, whole } from '../routes/operator';
 import type { Switches } from '../switches/switches';
 import { page, Safe, send, securityHeaders, query } from './html';
 import * as pages from './pages';
@@ -314,11 +314,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const after = param(req, 'after')?.trim().toLowerCase() ?? null;
     if (after !== null && !isUuid(after)) throw new ApiError('operator_invalid_cursor', 'after is the next of a previous page, a tenant id.');
     const a = await read(OPERATOR_TENANTS, [null, after, PAGE_LIMIT]);
-    const rateLimits = {
-      kvReadsPerSec: config.kvReadsPerSec, kvReadsBurst: config.kvReadsBurst, kvWritesPerSec: config.kvWritesPerSec,
-      kvWritesBurst: config.kvWritesBurst, kvCellOpsPerSec: config.kvCellOpsPerSec,
-    };
-    render(req, res, 200, 'Tenants', tenant, pages.tenants(ctxOf(req, tenant), tenancy, { ...a, rateLimits, requireGrant: config.kvRequireGrant }));
+    render(req, res, 200, 'Tenants', tenant, pages.tenants(ctxOf(req, tenant), tenancy, { ...a, rateLimits: rateLimitsOf(config), requireGrant: config.kvRequireGrant }));
   });
 
   // Anything else under /console: a 404 page.

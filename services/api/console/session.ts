@@ -3,7 +3,7 @@
 // the cookie is an expiry and a nonce signed with a key derived from QUEEN_ADMIN_TOKEN, so every worker checks
 // it alike and changing the token signs everyone out. Every action (a POST form) carries a CSRF
 // token, an HMAC of the session cookie under the same key, checked in constant time.
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { sameToken } from '../routes/system';
 
@@ -56,9 +56,7 @@ export class Sessions {
 }
 
 function equal(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
+  return sameToken(Buffer.from(b), Buffer.from(a));
 }
 
 /** One cookie of the request by name (the first), or null. */

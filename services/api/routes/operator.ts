@@ -32,6 +32,14 @@ export interface OperatorRouteDeps {
 
 const NIL_TENANT = '00000000-0000-0000-0000-000000000000';
 
+/** The rate limits the tenant list shows: the cell's configuration, the same for every tenant (per tenant and scope). */
+export function rateLimitsOf(config: Config) {
+  return {
+    kvReadsPerSec: config.kvReadsPerSec, kvReadsBurst: config.kvReadsBurst, kvWritesPerSec: config.kvWritesPerSec,
+    kvWritesBurst: config.kvWritesBurst, kvCellOpsPerSec: config.kvCellOpsPerSec,
+  };
+}
+
 /** One query parameter, given at most once, as a plain value; undefined when absent or empty. */
 export function param(req: Request, name: string): string | undefined {
   const v = (req.query as Record<string, unknown>)[name];
@@ -185,12 +193,7 @@ export function operatorRoutes({ config, pool, log }: OperatorRouteDeps): Router
     if (after !== null && !isUuid(after)) throw new ApiError('operator_invalid_cursor', 'after is the next of a previous page, a tenant id.');
     const limit = whole(param(req, 'limit'), 'operator_invalid_limit', 'limit');
     const page = await answer(res, OPERATOR_TENANTS, [only, after, limit]);
-    // The rate limits are the cell's configuration, the same for every tenant (per tenant and scope).
-    const rateLimits = {
-      kvReadsPerSec: config.kvReadsPerSec, kvReadsBurst: config.kvReadsBurst, kvWritesPerSec: config.kvWritesPerSec,
-      kvWritesBurst: config.kvWritesBurst, kvCellOpsPerSec: config.kvCellOpsPerSec,
-    };
-    sendJsonText(res, 200, `${page.slice(0, -1)}, "rateLimits": ${JSON.stringify(rateLimits)}, "requireGrant": ${config.kvRequireGrant}}`);
+    sendJsonText(res, 200, `${page.slice(0, -1)}, "rateLimits": ${JSON.stringify(rateLimitsOf(config))}, "requireGrant": ${config.kvRequireGrant}}`);
   });
 
   for (const action of ['requeue', 'discard'] as const) {
