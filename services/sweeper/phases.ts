@@ -23,6 +23,9 @@ export interface PassResult {
   /** The retention's batch ran out in a shard with more to remove (a backlog: go again at once). */
   retainFull: boolean;
   retainQueues: RetainedQueue[];
+  /** Consumer-group rows the retention found stale and removed, and partitions it removed empty. */
+  removedGroups: number;
+  removedPartitions: number;
   retainSeconds: number;
   claimedAtUs: number;
   finishedAtUs: number;
@@ -72,6 +75,8 @@ export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
     removedBytes: Number(p.removedBytes ?? 0),
     retainFull: p.retainFull ?? false,
     retainQueues: (p.retainQueues ?? []).map((q: RetainedQueue) => ({ ...q, bytes: Number(q.bytes) })),
+    removedGroups: p.removedGroups ?? 0,
+    removedPartitions: p.removedPartitions ?? 0,
     retainSeconds: p.retainSeconds ?? 0,
     claimedAtUs: Number(p.claimedAtUs ?? 0),
     finishedAtUs: Number(p.finishedAtUs ?? 0),

@@ -313,6 +313,8 @@ export class Sweeper extends EventEmitter {
             metrics.logRetentionRemovedBytes.inc({ tenant: q.tenant, queue: q.queue }, q.bytes);
           }
         }
+        if (pass.removedGroups > 0) metrics.logRetentionRemovedGroups.inc(pass.removedGroups);
+        if (pass.removedPartitions > 0) metrics.logRetentionRemovedPartitions.inc(pass.removedPartitions);
         if (claimed) metrics.sweeperCycleSeconds.observe({ phase: 'retain' }, pass.retainSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);

@@ -589,6 +589,8 @@ BEGIN
     SELECT p.id, p_group, p.last_seq FROM queen.partitions p
      WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition)
      ORDER BY p.id
+     -- A partition being removed (retention, or its queue's delete) is waited for and skipped.
+     FOR KEY SHARE OF p
     ON CONFLICT (partition_id, consumer_group) DO UPDATE
        SET cursor_seq = greatest(c.cursor_seq, EXCLUDED.cursor_seq), done_seqs = '{}', lease_id = NULL, lease_expires_at = NULL,
            lease_seqs = '{}', lease_failed = '{}', updated_at = clock_timestamp()

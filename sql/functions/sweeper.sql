@@ -158,8 +158,10 @@ BEGIN
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
-    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
+    -- removed by retention) between the look-up and the lock is created anew.
+    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
+    v_last := v_ids.last_seq;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;
@@ -396,7 +398,9 @@ BEGIN
 END $$;
 
 -- One sweeper pass, as queen.sweeper_pass_v2, firing through queen.timers_fire_v2 (a sealed timer's
--- message marked sealed). The previous release's sweepers keep calling v2 during a rolling upgrade.
+-- message marked sealed) and retaining through queen.log_retain_v2 (stale consumer-group rows and
+-- empty partitions removed too). The previous release's sweepers keep calling v2 during a rolling
+-- upgrade.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
   p_retention_default INT)
@@ -422,6 +426,8 @@ DECLARE
   v_retain_full BOOLEAN := false;
   v_retain_queues JSONB := '[]';
   v_retained_at TIMESTAMPTZ;
+  v_groups INT := 0;
+  v_partitions INT := 0;
 BEGIN
   IF p_prune THEN
     SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
@@ -445,7 +451,9 @@ BEGIN
     END LOOP;
     v_retained_at := clock_timestamp();
     FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+      v_retain := queen.log_retain_v2(v_s, p_prune_limit, p_retention_default);
+      v_groups := v_groups + (v_retain ->> 'groups')::int;
+      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
       v_removed := v_removed + (v_retain ->> 'removed')::int;
       v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
       v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
@@ -478,6 +486,7 @@ BEGIN
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+    'removedGroups', v_groups, 'removedPartitions', v_partitions,
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
