@@ -6,9 +6,12 @@
 // The traffic, paced (a fixed offered rate, so a window's figures compare with another's):
 //   - producers push batches of 10 to `soak-a` (8 partitions);
 //   - consumers pop batches of 10 from `soak-a` and ack them, one in SOAK_FAIL_EVERY `failed`
-//     (retryLimit 1, so some become dead letters);
+//     (retryLimit 1, so some become dead letters; retryDelay 0, see below);
 //   - once-marker bundles: a consumer of `soak-b` pops one message and acks it in one transaction
-//     with a `putIfAbsent` marker (required, 120 s TTL), the client's `once`;
+//     with a `putIfAbsent` marker (required, 120 s TTL), the client's `once`; `soak-b`'s producer
+//     moves to a new partition every SOAK_PER_PARTITION messages (a partition per order, as Queen's
+//     users name them), so partitions come and go: retention must remove the emptied ones and their
+//     consumer-group rows, or the partitions table grows for ever;
 //   - timers scheduled 1-5 s ahead into `soak-t`, whose consumer pops and acks what they fire;
 //   - KV writes with a 60 s TTL.
 // Retention: the cell's default (QUEEN_LOG_RETENTION_SECONDS) is SOAK_RETENTION_SECONDS (90) for
@@ -16,8 +19,9 @@
 //
 // It prints, per SOAK_WINDOW_MINUTES window: throughput (messages pushed and acked a second),
 // p50/p99 of push, pop and the bundle, rows and bytes of queen.messages and of its indexes, its dead
-// tuples, autovacuum runs on it, WAL bytes per pushed message; and at the end the flat-cost verdict:
-// from the second window on, rows and bytes within 20 % of the second window's, and the last
+// tuples, autovacuum runs on it, WAL bytes per pushed message, the rows of queen.partitions and
+// queen.partition_consumers; and at the end the flat-cost verdict: from the second window on, rows
+// (messages, partitions, group rows) and bytes within 20 % of the second window's, and the last
 // window's throughput and p99s within 10 % of the second's.
 //
 // The API (one worker) and one sweeper run in this process, against a fresh embedded PostgreSQL
@@ -26,7 +30,7 @@
 //
 // Knobs: SOAK_MINUTES (25), SOAK_WINDOW_MINUTES (5), SOAK_PUSH_PER_SEC (200 messages),
 // SOAK_BUNDLES_PER_SEC (20), SOAK_TIMERS_PER_SEC (10), SOAK_KV_PER_SEC (20),
-// SOAK_RETENTION_SECONDS (90), SOAK_FAIL_EVERY (20).
+// SOAK_RETENTION_SECONDS (90), SOAK_FAIL_EVERY (20), SOAK_PER_PARTITION (20).
 import http from 'node:http';
 import os from 'node:os';
 import { Client } from 'pg';
@@ -55,6 +59,7 @@ const TIMERS_PER_SEC = envNum('SOAK_TIMERS_PER_SEC', 10);
 const KV_PER_SEC = envNum('SOAK_KV_PER_SEC', 20);
 const RETENTION = envNum('SOAK_RETENTION_SECONDS', 90);
 const FAIL_EVERY = envNum('SOAK_FAIL_EVERY', 20);
+const PER_PARTITION = envNum('SOAK_PER_PARTITION', 20);
 const PUSH_BATCH = 10;
 const PARTITIONS = 8;
 
@@ -173,6 +178,8 @@ interface Row {
   deadTuples: number;
   autovacuums: number;
   walPerMsg: number;
+  partitions: number;
+  groupRows: number;
   errors: number;
 }
 
@@ -181,11 +188,14 @@ async function tableState(c: Client) {
     SELECT (SELECT count(*) FROM queen.messages)::bigint AS rows,
            pg_table_size('queen.messages') AS table_bytes, pg_indexes_size('queen.messages') AS index_bytes,
            s.n_dead_tup AS dead, s.autovacuum_count AS autovacuums, pg_current_wal_lsn()::text AS lsn,
-           pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal
+           pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint AS wal,
+           (SELECT count(*) FROM queen.partitions)::bigint AS partitions,
+           (SELECT count(*) FROM queen.partition_consumers)::bigint AS group_rows
       FROM pg_stat_user_tables s WHERE s.relid = 'queen.messages'::regclass`);
   const r = rows[0];
   return { rows: Number(r.rows), tableBytes: Number(r.table_bytes), indexBytes: Number(r.index_bytes),
-           dead: Number(r.dead), autovacuums: Number(r.autovacuums), wal: Number(r.wal) };
+           dead: Number(r.dead), autovacuums: Number(r.autovacuums), wal: Number(r.wal),
+           partitions: Number(r.partitions), groupRows: Number(r.group_rows) };
 }
 
 async function main(): Promise<void> {
@@ -216,10 +226,13 @@ async function main(): Promise<void> {
   out(`# bench:soak — ${new Date().toISOString()}, ${machineLine(`PostgreSQL ${pgVersion}${db.embedded ? ' (embedded, durability on)' : ''}`)}`);
   out(`# ${MINUTES} min in ${WINDOW_MIN}-min windows; offered: ${PUSH_PER_SEC} msg/s pushed (batches of ${PUSH_BATCH}, ${PARTITIONS} partitions), ` +
     `${BUNDLES_PER_SEC} bundles/s, ${TIMERS_PER_SEC} timers/s, ${KV_PER_SEC} KV writes/s; retention ${RETENTION} s (cell default), ` +
-    `completedRetentionSeconds 60 on soak-a; 1 ack in ${FAIL_EVERY} failed (retryLimit 1)`);
+    `completedRetentionSeconds 60 on soak-a; 1 ack in ${FAIL_EVERY} failed (retryLimit 1); soak-b a new partition every ${PER_PARTITION} messages`);
 
   for (const [queue, options] of [
-    ['soak-a', { retryLimit: 1, completedRetentionSeconds: 60, leaseTime: 30 }],
+    // retryDelay 0: at Queen's default of 1000 ms a failed message holds its partition for the group
+    // for a second, and 1 ack in 20 failing over 8 partitions keeps them held most of the time; the
+    // consumers would fall behind, and what this measures is the tables under steady churn.
+    ['soak-a', { retryLimit: 1, completedRetentionSeconds: 60, leaseTime: 30, retryDelay: 0 }],
     ['soak-b', { leaseTime: 30 }],
     ['soak-t', { leaseTime: 30 }],
   ] as const) {
@@ -254,8 +267,9 @@ async function main(): Promise<void> {
       if (res.status !== 201 && res.status !== 200) throw new Error(`push: ${res.status} ${JSON.stringify(res.body)}`);
       win.pushed += PUSH_BATCH;
     }),
-    paced(BUNDLES_PER_SEC, until, 8, async () => {
-      const res = await call('POST', '/api/v1/push', { items: [{ queue: 'soak-b', transactionId: `b-${++seq}`, payload: { n: seq } }] });
+    paced(BUNDLES_PER_SEC, until, 8, async (i) => {
+      const partition = `order-${Math.floor(i / PER_PARTITION)}`;
+      const res = await call('POST', '/api/v1/push', { items: [{ queue: 'soak-b', partition, transactionId: `b-${++seq}`, payload: { n: seq } }] });
       if (res.status !== 201 && res.status !== 200) throw new Error(`push soak-b: ${res.status}`);
       win.pushed += 1;
     }),
@@ -290,7 +304,7 @@ async function main(): Promise<void> {
 
   const rows: Row[] = [];
   let before = await tableState(c);
-  const header = '| window | pushed/s | acked/s | push p50/p99 ms | pop p50/p99 ms | bundle p50/p99 ms | messages rows | table MB | index MB | dead tuples | autovacuums | WAL B/msg | errors |';
+  const header = '| window | pushed/s | acked/s | push p50/p99 ms | pop p50/p99 ms | bundle p50/p99 ms | messages rows | table MB | index MB | dead tuples | autovacuums | WAL B/msg | partitions | group rows | errors |';
   out('');
   out(header);
   out('|' + header.split('|').slice(1, -1).map(() => ' --- ').join('|') + '|');
@@ -314,6 +328,7 @@ async function main(): Promise<void> {
         rows: now.rows, tableMb: now.tableBytes / 2 ** 20, indexMb: now.indexBytes / 2 ** 20,
         deadTuples: now.dead, autovacuums: now.autovacuums - before.autovacuums,
         walPerMsg: cur.pushed ? (now.wal - before.wal) / cur.pushed : NaN,
+        partitions: now.partitions, groupRows: now.groupRows,
         errors: cur.errors,
       };
       before = now;
@@ -321,7 +336,7 @@ async function main(): Promise<void> {
       const f = (x: number, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : '-');
       out(`| ${w} | ${f(row.pushedPerSec)} | ${f(row.ackedPerSec)} | ${f(row.push50)} / ${f(row.push99)} | ${f(row.pop50)} / ${f(row.pop99)} | ` +
         `${f(row.bundle50)} / ${f(row.bundle99)} | ${row.rows} | ${f(row.tableMb, 2)} | ${f(row.indexMb, 2)} | ${row.deadTuples} | ${row.autovacuums} | ` +
-        `${f(row.walPerMsg, 0)} | ${row.errors}${cur.firstError ? ` (${cur.firstError.slice(0, 80)})` : ''} |`);
+        `${f(row.walPerMsg, 0)} | ${row.partitions} | ${row.groupRows} | ${row.errors}${cur.firstError ? ` (${cur.firstError.slice(0, 80)})` : ''} |`);
     }
   })();
   await Promise.all([...loads, windowing]);
@@ -335,6 +350,8 @@ async function main(): Promise<void> {
     const later = rows.slice(1);
     const checks: [string, boolean][] = [
       [`rows within 20 % of window 2's ${ref.rows}: ${later.map((r) => r.rows).join(', ')}`, later.every((r) => within(r.rows, ref.rows, 0.2))],
+      [`partitions within 20 % of window 2's ${ref.partitions}: ${later.map((r) => r.partitions).join(', ')}`, later.every((r) => within(r.partitions, ref.partitions, 0.2))],
+      [`group rows within 20 % of window 2's ${ref.groupRows}: ${later.map((r) => r.groupRows).join(', ')}`, later.every((r) => within(r.groupRows, ref.groupRows, 0.2))],
       [`table+index MB within 20 % of window 2's ${(ref.tableMb + ref.indexMb).toFixed(2)}: ${later.map((r) => (r.tableMb + r.indexMb).toFixed(2)).join(', ')}`,
         later.every((r) => within(r.tableMb + r.indexMb, ref.tableMb + ref.indexMb, 0.2))],
       [`last window's pushed/s within 10 % of window 2's (${last.pushedPerSec.toFixed(1)} vs ${ref.pushedPerSec.toFixed(1)})`, within(last.pushedPerSec, ref.pushedPerSec, 0.1)],
