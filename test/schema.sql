@@ -3533,142 +3533,6 @@ DECLARE
   v_removed INT := 0;
   v_unfinished INT := 0;
   v_total_bytes BIGINT := 0;
-  -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
-  -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
-  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
-  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
-BEGIN
-  FOR r IN
-    SELECT s.* FROM (
-      SELECT p.id, q.tenant_id, q.name AS queue, a.any_s, a.unfinished_s, a.finished_s
-        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-        LEFT JOIN queen.queue_retention t ON t.queue_id = q.id
-        CROSS JOIN LATERAL queen.log_retention_ages_v1(t.ttl, t.retention_seconds, t.completed_retention_seconds,
-          t.retention_enabled, t.max_wait_time_seconds, p_default_seconds) a
-       WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi)) s
-     WHERE coalesce(s.unfinished_s, s.finished_s) IS NOT NULL
-     ORDER BY s.id
-  LOOP
-    EXIT WHEN v_budget <= 0;
-    -- The cheap probes, no lock: the first message, and a group behind it.
-    v_first := NULL;
-    SELECT m.seq, m.created_at INTO v_first, v_first_at FROM queen.messages m
-     WHERE m.partition_id = r.id ORDER BY m.seq LIMIT 1;
-    IF v_first IS NULL THEN
-      SELECT p.last_seq INTO v_floor FROM queen.partitions p WHERE p.id = r.id;
-    ELSE
-      v_floor := v_first - 1;
-    END IF;
-    CONTINUE WHEN (v_first IS NULL OR v_first_at >= v_now - make_interval(secs => least(r.unfinished_s, r.finished_s)))
-      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_floor);
-
-    PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE SKIP LOCKED;
-    CONTINUE WHEN NOT FOUND;
-    -- Under the lock: nothing is added at the head, so the first message and the floor hold.
-    SELECT m.seq INTO v_first FROM queen.messages m WHERE m.partition_id = r.id ORDER BY m.seq LIMIT 1;
-    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = r.id;
-    v_floor := coalesce(v_first - 1, v_last);
-    SELECT min(c.cursor_seq) INTO v_minc FROM queen.partition_consumers c WHERE c.partition_id = r.id;
-
-    -- The walk, over the first messages (at most the batch left): the newest that is past keeping
-    -- by its own rule (finished by every group: finished_s; else unfinished_s). It goes with every
-    -- older message of its partition: older, so no rule wanted them longer than it (a finished
-    -- message kept for completedRetentionSeconds goes early when an unfinished newer one reached
-    -- maxWaitTimeSeconds; an unfinished one never goes by finished_s, being newer than every
-    -- finished one).
-    v_walk := NULL;
-    IF v_first IS NOT NULL THEN
-      SELECT max(n.seq) INTO v_walk FROM (
-        SELECT m.seq, m.created_at FROM queen.messages m WHERE m.partition_id = r.id AND m.seq >= v_first
-         ORDER BY m.seq LIMIT v_budget) n
-       WHERE CASE WHEN n.seq <= v_minc THEN n.created_at < v_now - make_interval(secs => r.finished_s)
-                  ELSE n.created_at < v_now - make_interval(secs => r.unfinished_s) END;
-    END IF;
-    v_target := greatest(coalesce(v_walk, v_floor), v_floor);
-
-    -- The groups behind the target, locked where free; the prefix stops at a busy group's cursor and
-    -- before a live lease's first message.
-    SELECT array_agg(x.consumer_group) INTO v_locked FROM (
-      SELECT c.consumer_group FROM queen.partition_consumers c
-       WHERE c.partition_id = r.id AND c.cursor_seq < v_target
-       ORDER BY c.consumer_group FOR NO KEY UPDATE SKIP LOCKED) x;
-    SELECT min(CASE WHEN c.consumer_group <> ALL (coalesce(v_locked, '{}')) THEN c.cursor_seq
-                    WHEN c.lease_id IS NOT NULL AND c.lease_expires_at > clock_timestamp()
-                      THEN (SELECT min(s) - 1 FROM unnest(c.lease_seqs) s WHERE s > c.cursor_seq) END)
-      INTO v_cap FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_target;
-    -- (least() skips a NULL: nothing walked is nothing to remove, whatever the cap.)
-    v_upto := CASE WHEN v_walk IS NOT NULL THEN least(v_walk, v_cap) END;
-
-    v_n := 0;
-    IF v_upto IS NOT NULL AND v_upto >= v_first THEN
-      WITH d AS (
-        DELETE FROM queen.messages m WHERE m.partition_id = r.id AND m.seq >= v_first AND m.seq <= v_upto
-        RETURNING m.seq, pg_column_size(m.payload) AS b)
-      SELECT count(*)::int, count(*) FILTER (WHERE v_minc IS NULL OR d.seq > v_minc)::int, coalesce(sum(d.b), 0)
-        INTO v_n, v_unf, v_bytes FROM d;
-      v_budget := v_budget - v_n;
-      v_removed := v_removed + v_n;
-      v_unfinished := v_unfinished + v_unf;
-      v_total_bytes := v_total_bytes + v_bytes;
-      v_key := r.tenant_id::text || '/' || r.queue;
-      v_per := jsonb_set(v_per, ARRAY[v_key], jsonb_build_object('tenant', r.tenant_id, 'queue', r.queue,
-        'removed', coalesce((v_per #>> ARRAY[v_key, 'removed'])::int, 0) + v_n,
-        'unfinished', coalesce((v_per #>> ARRAY[v_key, 'unfinished'])::int, 0) + v_unf,
-        'bytes', coalesce((v_per #>> ARRAY[v_key, 'bytes'])::bigint, 0) + v_bytes));
-      v_floor := greatest(v_floor, v_upto);
-    END IF;
-
-    -- Every locked group behind the new floor finishes what is gone: its cursor moves to the floor,
-    -- and what it had finished ahead of it folds in.
-    FOR g IN
-      SELECT c.consumer_group, c.cursor_seq, c.done_seqs FROM queen.partition_consumers c
-       WHERE c.partition_id = r.id AND c.consumer_group = ANY (coalesce(v_locked, '{}')) AND c.cursor_seq < v_floor
-    LOOP
-      v_cursor := v_floor;
-      v_done := ARRAY(SELECT s FROM unnest(g.done_seqs) s WHERE s > v_floor ORDER BY s);
-      WHILE v_cursor + 1 = ANY (v_done) LOOP
-        v_cursor := v_cursor + 1;
-        v_done := array_remove(v_done, v_cursor);
-      END LOOP;
-      UPDATE queen.partition_consumers SET cursor_seq = v_cursor, done_seqs = v_done, updated_at = v_now
-       WHERE partition_id = r.id AND consumer_group = g.consumer_group;
-    END LOOP;
-  END LOOP;
-  RETURN jsonb_build_object('removed', v_removed, 'unfinished', v_unfinished, 'bytes', v_total_bytes,
-    'full', v_budget <= 0,
-    'queues', coalesce((SELECT jsonb_agg(e.value ORDER BY e.key) FROM jsonb_each(v_per) e), '[]'::jsonb));
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_retain_v2(p_shard smallint, p_limit integer, p_default_seconds integer)
- RETURNS jsonb
- LANGUAGE plpgsql
- SET enable_bitmapscan TO 'off'
- SET plan_cache_mode TO 'force_custom_plan'
-AS $function$
-DECLARE
-  r RECORD;
-  g RECORD;
-  v_now TIMESTAMPTZ := now();
-  v_budget INT := p_limit;
-  v_first BIGINT;
-  v_first_at TIMESTAMPTZ;
-  v_last BIGINT;
-  v_floor BIGINT;
-  v_minc BIGINT;
-  v_walk BIGINT;
-  v_upto BIGINT;
-  v_cap BIGINT;
-  v_target BIGINT;
-  v_locked TEXT[];
-  v_n INT;
-  v_unf INT;
-  v_bytes BIGINT;
-  v_cursor BIGINT;
-  v_done BIGINT[];
-  v_per JSONB := '{}';
-  v_key TEXT;
-  v_removed INT := 0;
-  v_unfinished INT := 0;
-  v_total_bytes BIGINT := 0;
   v_idle_before TIMESTAMPTZ;
   v_empty BOOLEAN;
   v_g INT;
@@ -3700,12 +3564,12 @@ BEGIN
     ELSE
       v_floor := v_first - 1;
     END IF;
-    -- (v2) A group's row unused since this instant may be stale (queen.log_group_stale_v1).
+    -- A group's row unused since this instant may be stale (queen.log_group_stale_v1).
     v_idle_before := v_now - make_interval(secs => coalesce(r.unfinished_s, r.finished_s));
     CONTINUE WHEN (v_first IS NULL OR v_first_at >= v_now - make_interval(secs => least(r.unfinished_s, r.finished_s)))
       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id
                        AND (c.cursor_seq < v_floor OR queen.log_group_stale_v1(c, v_floor, v_first IS NULL, v_idle_before, v_now)))
-      -- (v2) An empty partition without groups: the partition itself goes.
+      -- An empty partition without groups: the partition itself goes.
       AND (v_first IS NOT NULL OR EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id));
 
     PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE SKIP LOCKED;
@@ -3780,7 +3644,7 @@ BEGIN
        WHERE partition_id = r.id AND consumer_group = g.consumer_group;
     END LOOP;
 
-    -- (v2) The stale rows of groups (queen.log_group_stale_v1), at most the batch left, each taken
+    -- The stale rows of groups (queen.log_group_stale_v1), at most the batch left, each taken
     -- FOR UPDATE SKIP LOCKED and judged again on the version it locked: a row a pop, an ack or a
     -- lease extend holds right now is not waited for and stays this pass. Still under the
     -- partition's lock, so no group's row can be created meanwhile (its foreign key's KEY SHARE).
@@ -3797,7 +3661,7 @@ BEGIN
     SELECT count(*)::int INTO v_g FROM gone;
     v_groups := v_groups + v_g;
     v_budget := v_budget - v_g;
-    -- (v2) An empty partition with no group row left goes, with what hangs on it (ON DELETE
+    -- An empty partition with no group row left goes, with what hangs on it (ON DELETE
     -- CASCADE: nothing but the rows just removed). No message can arrive meanwhile: a push needs
     -- the row's lock (FOR NO KEY UPDATE, queen.log_ensure_partition_v1 and the fast path's), which
     -- waits behind this pass's FOR UPDATE, finds the row gone and creates the partition anew.
@@ -4742,7 +4606,7 @@ BEGIN
     END LOOP;
     v_retained_at := clock_timestamp();
     FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v2(v_s, p_prune_limit, p_retention_default);
+      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
       v_groups := v_groups + (v_retain ->> 'groups')::int;
       v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
       v_removed := v_removed + (v_retain ->> 'removed')::int;

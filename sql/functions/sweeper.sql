@@ -398,9 +398,8 @@ BEGIN
 END $$;
 
 -- One sweeper pass, as queen.sweeper_pass_v2, firing through queen.timers_fire_v2 (a sealed timer's
--- message marked sealed) and retaining through queen.log_retain_v2 (stale consumer-group rows and
--- empty partitions removed too). The previous release's sweepers keep calling v2 during a rolling
--- upgrade.
+-- message marked sealed), and counting the consumer-group rows and partitions the retention
+-- removed. The previous release's sweepers keep calling v2 during a rolling upgrade.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
   p_retention_default INT)
@@ -451,7 +450,7 @@ BEGIN
     END LOOP;
     v_retained_at := clock_timestamp();
     FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v2(v_s, p_prune_limit, p_retention_default);
+      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
       v_groups := v_groups + (v_retain ->> 'groups')::int;
       v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
       v_removed := v_removed + (v_retain ->> 'removed')::int;

@@ -1,4 +1,4 @@
-// What meets a partition while retention removes it (sql/functions/retention.sql, queen.log_retain_v2):
+// What meets a partition while retention removes it (sql/functions/retention.sql, queen.log_retain_v1):
 // one connection holds a retention pass open, having removed an emptied partition but not yet
 // committed; a push, a pop, a timer's fire and an operator's skip arrive meanwhile on others. Each
 // must wait for the pass and then do its work on what is left: nothing lost, no 5xx. No sweeper
@@ -34,7 +34,7 @@ async function openPass(shard: number): Promise<{ result: any; commit: () => Pro
   const c = new Client({ connectionString: api.databaseUrl });
   await c.connect();
   await c.query('BEGIN');
-  const { rows } = await c.query('SELECT queen.log_retain_v2($1::smallint, 1000, 3600) AS r', [shard]);
+  const { rows } = await c.query('SELECT queen.log_retain_v1($1::smallint, 1000, 3600) AS r', [shard]);
   return { result: rows[0].r, commit: async () => { await c.query('COMMIT'); await c.end(); } };
 }
 
