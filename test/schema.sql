@@ -3538,6 +3538,13 @@ DECLARE
   v_g INT;
   v_groups INT := 0;
   v_partitions INT := 0;
+  -- What the removed rows had counted (queen.log_totals_v1 keeps it): messages pushed (a removed
+  -- partition's last_seq), and the completed and failed deliveries of removed group rows.
+  v_gone_pushed BIGINT := 0;
+  v_gone_completed BIGINT := 0;
+  v_gone_failed BIGINT := 0;
+  v_gc BIGINT;
+  v_gf BIGINT;
   -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
   -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
   v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
@@ -3657,20 +3664,32 @@ BEGIN
          ORDER BY c.consumer_group LIMIT v_budget
          FOR UPDATE OF c SKIP LOCKED) s
        WHERE d.partition_id = r.id AND d.consumer_group = s.consumer_group
-      RETURNING 1)
-    SELECT count(*)::int INTO v_g FROM gone;
+      RETURNING d.completed, d.failures)
+    SELECT count(*)::int, coalesce(sum(gone.completed), 0), coalesce(sum(gone.failures), 0) INTO v_g, v_gc, v_gf FROM gone;
     v_groups := v_groups + v_g;
+    v_gone_completed := v_gone_completed + v_gc;
+    v_gone_failed := v_gone_failed + v_gf;
     v_budget := v_budget - v_g;
     -- An empty partition with no group row left goes, with what hangs on it (ON DELETE
     -- CASCADE: nothing but the rows just removed). No message can arrive meanwhile: a push needs
     -- the row's lock (FOR NO KEY UPDATE, queen.log_ensure_partition_v1 and the fast path's), which
     -- waits behind this pass's FOR UPDATE, finds the row gone and creates the partition anew.
     IF v_empty AND v_budget > 0 AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id) THEN
-      DELETE FROM queen.partitions p WHERE p.id = r.id;
+      DELETE FROM queen.partitions p WHERE p.id = r.id RETURNING p.last_seq INTO v_last;
+      v_gone_pushed := v_gone_pushed + v_last;
       v_partitions := v_partitions + 1;
       v_budget := v_budget - 1;
     END IF;
   END LOOP;
+  -- One row per shard, which this pass holds the claim of: sweepers never wait on each other here.
+  IF v_groups > 0 OR v_partitions > 0 THEN
+    INSERT INTO queen.system_state AS s (key, value, updated_at)
+    VALUES ('log_removed_rows:' || p_shard, jsonb_build_object('pushed', v_gone_pushed, 'completed', v_gone_completed, 'failed', v_gone_failed), now())
+    ON CONFLICT (key) DO UPDATE SET updated_at = now(), value = jsonb_build_object(
+      'pushed', (s.value ->> 'pushed')::bigint + v_gone_pushed,
+      'completed', (s.value ->> 'completed')::bigint + v_gone_completed,
+      'failed', (s.value ->> 'failed')::bigint + v_gone_failed);
+  END IF;
   RETURN jsonb_build_object('removed', v_removed, 'unfinished', v_unfinished, 'bytes', v_total_bytes,
     'groups', v_groups, 'partitions', v_partitions, 'full', v_budget <= 0,
     'queues', coalesce((SELECT jsonb_agg(e.value ORDER BY e.key) FROM jsonb_each(v_per) e), '[]'::jsonb));
@@ -3775,6 +3794,17 @@ BEGIN
      FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_totals_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p) + coalesce(sum((g.value ->> 'pushed')::bigint), 0),
+    'completed', (SELECT coalesce(sum(c.completed), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'completed')::bigint), 0),
+    'failed', (SELECT coalesce(sum(c.failures), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'failed')::bigint), 0))
+  FROM queen.system_state g WHERE g.key LIKE 'log_removed_rows:%'
+$function$
 CREATE OR REPLACE FUNCTION queen.log_trace_max_bytes_v1()
  RETURNS integer
  LANGUAGE sql

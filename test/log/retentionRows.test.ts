@@ -68,6 +68,8 @@ test('a partition emptied by retention goes with its caught-up groups; a push ma
   const metric = async (name: string) => (await sweeper.metrics.register.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
   const counted = async () => [await metric('queen_log_retention_removed_group_rows_total'), await metric('queen_log_retention_removed_partitions_total')];
   const [groupsBefore, partitionsBefore] = await counted();
+  const totals = async () => (await api.pool.query('SELECT queen.log_totals_v1() AS t')).rows[0].t;
+  const totalsBefore = await totals();
   await age('empty', 7200);
   await sweepAll();
   expect(await partitions('empty')).toEqual([]);
@@ -76,6 +78,10 @@ test('a partition emptied by retention goes with its caught-up groups; a push ma
   const [groupsAfter, partitionsAfter] = await counted();
   expect(groupsAfter - groupsBefore).toBeGreaterThanOrEqual(1);
   expect(partitionsAfter - partitionsBefore).toBeGreaterThanOrEqual(1);
+  // The cell's counters (the console's throughput) keep what the removed rows had counted.
+  const totalsAfter = await totals();
+  expect(totalsAfter.pushed).toBeGreaterThanOrEqual(totalsBefore.pushed);
+  expect(totalsAfter.completed).toBeGreaterThanOrEqual(totalsBefore.completed);
 
   const again = await push(api.url, items('empty', ['e3']));
   expect([again.status, again.body[0].status]).toEqual([201, 'queued']);
