@@ -101,8 +101,11 @@ export interface FuzzRequest {
   raw?: Buffer;
   /** HTTP broken on purpose: node's parser may refuse it (400 bad_request) or the socket end. */
   broken?: boolean;
-  /** The call uses the other tenant's lease, partition or timer ids: it must change nothing. */
-  cross?: boolean;
+  /**
+   * The other tenant's ids the call uses (a message as `transactionId|partitionId`, a lease id, a
+   * timer id): it must change (or find) nothing. Empty when it uses only its own.
+   */
+  crossIds: string[];
   boundMs: number;
 }
 
@@ -175,7 +178,7 @@ interface Shape {
   path: string;
   query?: Record<string, string | string[]>;
   body?: unknown;
-  cross?: boolean;
+  crossIds?: string[];
   boundMs: number;
   /** Data routes need the tenant; system routes the token; probes neither. */
   auth: 'tenant' | 'admin' | 'none';
@@ -221,7 +224,12 @@ function pushItem(c: Ctx): Record<string, unknown> {
   return item;
 }
 
-function ackOf(c: Ctx): { ack: Record<string, unknown>; cross: boolean } {
+/** A message as the judge names it: `transactionId|partitionId`, lower case. */
+function pairOf(transactionId: unknown, partitionId: unknown): string {
+  return `${String(transactionId)}|${String(partitionId).toLowerCase()}`;
+}
+
+function ackOf(c: Ctx): { ack: Record<string, unknown>; crossIds: string[] } {
   const { r } = c;
   const { m, cross } = pickMessage(c);
   const ack: Record<string, unknown> = m
@@ -230,7 +238,7 @@ function ackOf(c: Ctx): { ack: Record<string, unknown>; cross: boolean } {
   if (m?.leaseId && r.chance(0.7)) ack.leaseId = m.leaseId;
   if (r.chance(0.2)) ack.consumerGroup = name(r, GROUPS);
   if (ack.status === 'failed' && r.chance(0.5)) ack.error = 'fuzz';
-  return { ack, cross };
+  return { ack, crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [] };
 }
 
 function timerBody(c: Ctx): Record<string, unknown> {
@@ -272,64 +280,68 @@ const ROUTES: Array<{ weight: number; make: (c: Ctx) => Shape }> = [
     return { route: 'GET /api/v1/pop', method: 'GET', path: '/api/v1/pop', query: { ...q, namespace: 'fz', ...(r.chance(0.5) ? { task: 't' } : {}) }, auth: 'tenant', boundMs: bound };
   } },
   { weight: 6, make: (c) => {
-    const { ack, cross } = ackOf(c);
-    return { route: 'POST /api/v1/ack', method: 'POST', path: '/api/v1/ack', auth: 'tenant', boundMs: MSG_BOUND, body: ack, cross };
+    const { ack, crossIds } = ackOf(c);
+    return { route: 'POST /api/v1/ack', method: 'POST', path: '/api/v1/ack', auth: 'tenant', boundMs: MSG_BOUND, body: ack, crossIds };
   } },
   { weight: 3, make: (c) => {
     const acks = Array.from({ length: c.r.int(1, 4) }, () => ackOf(c));
     return { route: 'POST /api/v1/ack/batch', method: 'POST', path: '/api/v1/ack/batch', auth: 'tenant', boundMs: MSG_BOUND,
-      body: { acknowledgments: acks.map((a) => a.ack) }, cross: acks.every((a) => a.cross) };
+      body: { acknowledgments: acks.map((a) => a.ack) }, crossIds: acks.flatMap((a) => a.crossIds) };
   } },
   { weight: 3, make: (c) => {
     const { m, cross } = pickMessage(c);
     return { route: 'POST /api/v1/lease/{leaseId}/extend', method: 'POST', path: `/api/v1/lease/${m?.leaseId ?? c.r.uuid()}/extend`, auth: 'tenant', boundMs: MSG_BOUND,
-      body: c.r.chance(0.7) ? { seconds: c.r.int(1, 600) } : undefined, cross: cross && !!m?.leaseId };
+      body: c.r.chance(0.7) ? { seconds: c.r.int(1, 600) } : undefined, crossIds: cross && m?.leaseId ? [m.leaseId.toLowerCase()] : [] };
   } },
   { weight: 1, make: (c) => ({ route: 'DELETE /api/v1/resources/queues/{queue}', method: 'DELETE', path: `/api/v1/resources/queues/${name(c.r, QUEUES)}`, auth: 'tenant', boundMs: MSG_BOUND }) },
   { weight: 2, make: (c) => ({ route: 'GET /api/v1/dlq', method: 'GET', path: '/api/v1/dlq', auth: 'tenant', boundMs: MSG_BOUND,
     query: { queue: name(c.r, QUEUES), limit: String(c.r.int(1, 100)), ...(c.r.chance(0.3) ? { from: '2026-01-01T00:00:00Z', to: new Date(Date.now() + 3600_000).toISOString() } : {}) } }) },
   { weight: 2, make: (c) => {
     const { m, cross } = pickMessage(c);
-    return { route: 'POST /api/v1/traces', method: 'POST', path: '/api/v1/traces', auth: 'tenant', boundMs: MSG_BOUND, cross: cross && !!m,
+    return { route: 'POST /api/v1/traces', method: 'POST', path: '/api/v1/traces', auth: 'tenant', boundMs: MSG_BOUND, crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [],
       body: { transactionId: m?.transactionId ?? `${c.mark}-1`, partitionId: m?.partitionId ?? c.r.uuid(), eventType: 'info', data: value(c.r, c.mark), ...(c.r.chance(0.3) ? { traceNames: ['fz'] } : {}) } };
   } },
   { weight: 2, make: (c) => {
-    const { m } = pickMessage(c);
-    return { route: 'GET /api/v1/traces/{partitionId}/{transactionId}', method: 'GET', path: `/api/v1/traces/${m?.partitionId ?? c.r.uuid()}/${pct(m?.transactionId ?? 'x')}`, auth: 'tenant', boundMs: MSG_BOUND };
+    const { m, cross } = pickMessage(c);
+    return { route: 'GET /api/v1/traces/{partitionId}/{transactionId}', method: 'GET', path: `/api/v1/traces/${m?.partitionId ?? c.r.uuid()}/${pct(m?.transactionId ?? 'x')}`, auth: 'tenant', boundMs: MSG_BOUND,
+      crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [] };
   } },
   { weight: 1, make: (c) => ({ route: 'DELETE /api/v1/consumer-groups/{group}', method: 'DELETE', path: `/api/v1/consumer-groups/${name(c.r, GROUPS)}`, auth: 'tenant', boundMs: MSG_BOUND,
     query: c.r.chance(0.5) ? { deleteMetadata: c.r.pick(['true', 'false']) } : undefined }) },
   { weight: 8, make: (c) => {
     const { r } = c;
     const body: Record<string, unknown> = {};
-    let cross = false;
+    const crossIds: string[] = [];
     if (r.chance(0.7)) {
       body.operations = Array.from({ length: r.int(1, 3) }, () => {
         if (r.chance(0.6)) return { type: 'push', items: Array.from({ length: r.int(1, 3) }, () => pushItem(c)) };
         const a = ackOf(c);
-        cross ||= a.cross;
+        crossIds.push(...a.crossIds);
         return { type: 'ack', ...a.ack };
       });
     }
     if (r.chance(0.6)) body.kv = Array.from({ length: r.int(1, 3) }, () => kvOp(c)).filter((o) => o.op !== 'getPrefix');
     if (r.chance(0.3)) body.timers = [{ op: 'schedule', ...timerBody(c) }];
     if (Object.keys(body).length === 0) body.kv = [{ op: 'get', ns: 'fz-ns1', key: 'k1' }];
-    return { route: 'POST /api/v1/transaction', method: 'POST', path: '/api/v1/transaction', auth: 'tenant', boundMs: MSG_BOUND, body, cross };
+    return { route: 'POST /api/v1/transaction', method: 'POST', path: '/api/v1/transaction', auth: 'tenant', boundMs: MSG_BOUND, body, crossIds };
   } },
   { weight: 5, make: (c) => ({ route: 'POST /api/v1/timers', method: 'POST', path: '/api/v1/timers', auth: 'tenant', boundMs: KV_BOUND, body: timerBody(c) }) },
   { weight: 2, make: (c) => ({ route: 'GET /api/v1/timers', method: 'GET', path: '/api/v1/timers', auth: 'tenant', boundMs: KV_BOUND,
     query: { ...(c.r.chance(0.5) ? { queue: name(c.r, QUEUES) } : {}), ...(c.r.chance(0.5) ? { limit: String(c.r.int(1, 100)) } : {}) } }) },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'GET /api/v1/timers/{id}', method: 'GET', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, cross };
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'GET /api/v1/timers/{id}', method: 'GET', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, crossIds };
   } },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'DELETE /api/v1/timers/{id}', method: 'DELETE', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, cross };
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'DELETE /api/v1/timers/{id}', method: 'DELETE', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, crossIds };
   } },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'POST /api/v1/timers/{id}/reschedule', method: 'POST', path: `/api/v1/timers/${id}/reschedule`, auth: 'tenant', boundMs: KV_BOUND, cross,
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'POST /api/v1/timers/{id}/reschedule', method: 'POST', path: `/api/v1/timers/${id}/reschedule`, auth: 'tenant', boundMs: KV_BOUND, crossIds,
       body: c.r.chance(0.5) ? { delaySeconds: c.r.int(0, 600) } : { deliverAt: new Date(Date.now() + c.r.int(0, 600_000)).toISOString() } };
   } },
   { weight: 1, make: () => ({ route: 'GET /api/v1/system/kv-timers', method: 'GET', path: '/api/v1/system/kv-timers', auth: 'admin', boundMs: MSG_BOUND }) },
@@ -526,7 +538,8 @@ export function generate(seed: number, index: number, learned: Record<TenantName
   headers.push(...headerExtras);
   const waitMs = /[?&]wait=(true|1)/.test(target) ? Number(/[?&]timeout=(\d{1,6})(&|$)/.exec(target)?.[1] ?? 30_000) : 0;
   return {
-    index, route: shape.route, kind, tenant, method, target, headers, body, raw, broken, cross: shape.cross && (tenant === 'A' || tenant === 'B'),
+    index, route: shape.route, kind, tenant, method, target, headers, body, raw, broken,
+    crossIds: tenant === 'A' || tenant === 'B' ? shape.crossIds ?? [] : [],
     boundMs: shape.boundMs + Math.min(waitMs, 120_000),
   };
 }
@@ -569,7 +582,7 @@ export interface Answer {
   ms: number;
 }
 
-type Outcome = { answer: Answer } | { failure: 'no_answer' | 'hang'; detail: string; ms: number };
+export type Outcome = { answer: Answer } | { failure: 'no_answer' | 'hang'; detail: string; ms: number };
 
 class Lane {
   private socket: net.Socket | undefined;
@@ -698,7 +711,7 @@ export interface Finding {
   request?: string;
 }
 
-interface Operation {
+export interface Operation {
   template: string;
   method: string;
   match: RegExp;
@@ -707,7 +720,7 @@ interface Operation {
 
 const BEFORE_ROUTING: Record<string, string[]> = { '408': ['request_timeout'], '431': ['headers_too_large'] };
 
-function loadContract(file: string): Operation[] {
+export function loadContract(file: string): Operation[] {
   const doc = JSON.parse(fs.readFileSync(file, 'utf8'));
   const deref = (node: any): any => {
     while (node && typeof node.$ref === 'string') node = node.$ref.slice(2).split('/').reduce((a: any, p: string) => a?.[p], doc);
@@ -809,31 +822,82 @@ export class Verdict {
     // Tenancy: one tenant's answer never carries the other's marker; no tenant, no data.
     if (q.tenant === 'A' || q.tenant === 'B') {
       const other = marker(this.tag, q.tenant === 'A' ? 'B' : 'A');
-      if (text.includes(other) && !wire(q).includes(other)) this.add('tenant_leak', `${a.status}: tenant ${q.tenant}'s answer carries tenant ${q.tenant === 'A' ? 'B' : 'A'}'s marker`, q);
-      if (q.cross && a.status < 300 && tookEffect(q.route, parsed)) this.add('tenant_write', `${a.status}: a call with the other tenant's ids took effect`, q);
+      if (carries(text, other, q)) this.add('tenant_leak', `${a.status}: tenant ${q.tenant}'s answer carries tenant ${q.tenant === 'A' ? 'B' : 'A'}'s marker`, q);
+      if (q.crossIds.length > 0 && a.status < 300 && tookEffect(q, parsed)) this.add('tenant_write', `${a.status}: a call with the other tenant's ids took effect`, q);
     } else {
-      if (text.includes(marker(this.tag, 'A')) || text.includes(marker(this.tag, 'B'))) this.add('tenant_leak', `${a.status}: an answer without a tenant carries a tenant's marker`, q);
+      if (carries(text, marker(this.tag, 'A'), q) || carries(text, marker(this.tag, 'B'), q)) this.add('tenant_leak', `${a.status}: an answer without a tenant carries a tenant's marker`, q);
       const open = /^(GET \/health|GET \/ready|GET \/metrics|GET \/api\/v1\/openapi\.json|other)$/.test(q.route);
       if (!open && a.status < 300 && !q.raw) this.add('tenant_bypass', `${a.status} to a call with ${q.tenant === 'none' ? 'no' : 'a garbled'} ${q.route.includes('/system/') ? 'admin token' : 'tenant'}`, q);
     }
   }
 }
 
-/** A lease extend, ack, trace or timer call with the other tenant's ids must change nothing. */
-function tookEffect(route: string, body: any): boolean {
+/** The request as the cell may have read it: its bytes as UTF-8, Latin-1 and UTF-16 (a charset it names), its target percent-decoded. */
+function sentTexts(q: FuzzRequest): string[] {
+  const bytes = wire(q);
+  const texts = [bytes.toString('utf8'), bytes.toString('latin1'), bytes.toString('utf16le'), bytes.subarray(1).toString('utf16le')];
+  try {
+    texts.push(decodeURIComponent(q.target));
+  } catch {
+    // Percent-encoding broken on purpose: the cell refuses it before it echoes anything.
+  }
+  return texts;
+}
+
+/**
+ * Whether an answer carries `mark` (a tenant's marker) other than as an echo of the request itself.
+ * A call with the other tenant's ids names them (an ack's transactionId is `<marker>-<n>`) and the
+ * cell answers with what it was given (an ack's not_found result names its transactionId; a 404
+ * names the path; a body in UTF-16 is echoed in UTF-8): each whole token of the marker the request
+ * carries (`fzB...-4544`, `fzB...-tk3`) is taken out of the answer first, so what is left is the
+ * other tenant's rows (every payload and value carries the bare marker, which no request of the
+ * tenant carries, so those are never taken out). The earlier rule, "the request's bytes hold the
+ * marker, so never a leak", hid any leak from the calls most likely to cause one (those carrying
+ * the other's ids), and still cried wolf on a UTF-16 body and on a percent-encoded path.
+ */
+function carries(text: string, mark: string, q: FuzzRequest): boolean {
+  if (!text.includes(mark)) return false;
+  const tokens = new Set<string>();
+  const token = new RegExp(`${mark}[\\w-]*`, 'g');
+  for (const t of sentTexts(q)) for (const m of t.matchAll(token)) tokens.add(m[0]);
+  let left = text;
+  for (const t of [...tokens].sort((x, y) => y.length - x.length)) left = left.replace(new RegExp(`${t}(?![\\w-])`, 'g'), '');
+  return left.includes(mark);
+}
+
+/**
+ * Whether a call with the other tenant's ids (q.crossIds) changed or found one of them: judged on
+ * the answer's own element for that id, never on the call's overall success. A transaction or a
+ * batch answers ok for the work of the caller's own ids beside them, and a near-valid or hostile
+ * call may lose the other tenant's part on the way (a renamed or garbled `operations`, `null`,
+ * `[]`, a mangled path) and then succeed on the rest: judging `ok` cried wolf on every one of those
+ * (5-6 a 100k run, all POST /api/v1/transaction whose acks the mutation had dropped).
+ */
+function tookEffect(q: FuzzRequest, body: any): boolean {
   if (!body || typeof body !== 'object') return false;
-  if (route === 'POST /api/v1/ack' || route === 'POST /api/v1/lease/{leaseId}/extend' || route === 'POST /api/v1/traces') return body.success === true;
-  if (route === 'POST /api/v1/ack/batch') return Array.isArray(body.results) && body.results.some((x: any) => x?.success === true);
-  if (route === 'POST /api/v1/transaction') return body.ok === true;
-  if (route === 'GET /api/v1/timers/{id}') return body.found === true;
-  if (route === 'DELETE /api/v1/timers/{id}') return body.cancelled === true;
-  if (route === 'POST /api/v1/timers/{id}/reschedule') return body.rescheduled === true;
-  return false;
+  const ids = new Set(q.crossIds);
+  const applied = (x: any) => x !== null && typeof x === 'object' && (x.success === true || x.ok === true) && ids.has(pairOf(x.transactionId, x.partitionId));
+  switch (q.route) {
+    case 'POST /api/v1/ack': return applied(body);
+    case 'POST /api/v1/ack/batch':
+    case 'POST /api/v1/transaction': return Array.isArray(body.results) && body.results.some(applied);
+    case 'POST /api/v1/lease/{leaseId}/extend': return body.success === true && ids.has(String(body.leaseId).toLowerCase());
+    // The answer names no message: the pair is the one the cell read (the body, in any charset it takes).
+    case 'POST /api/v1/traces': return body.success === true && [...ids].some((p) => {
+      const [tx, pid] = p.split('|');
+      return sentTexts(q).some((t) => t.includes(tx) && t.toLowerCase().includes(pid));
+    });
+    case 'GET /api/v1/traces/{partitionId}/{transactionId}': return Array.isArray(body.traces) && body.traces.some((t: any) => ids.has(pairOf(t?.transactionId, t?.partitionId)));
+    case 'GET /api/v1/timers/{id}': return body.found === true && ids.has(String(body.timer?.timerId).toLowerCase());
+    case 'DELETE /api/v1/timers/{id}': return body.cancelled === true && ids.has(String(body.timerId).toLowerCase());
+    case 'POST /api/v1/timers/{id}/reschedule': return body.rescheduled === true && ids.has(String(body.timerId).toLowerCase());
+    default: return false;
+  }
 }
 
 /** What a 2xx answer teaches the run: the ids later calls use. */
 function learn(q: FuzzRequest, a: Answer, learned: Record<TenantName, Learned>): void {
-  if ((q.tenant !== 'A' && q.tenant !== 'B') || q.cross) return;
+  if ((q.tenant !== 'A' && q.tenant !== 'B') || q.crossIds.length > 0) return;
   if (a.status !== 200 || a.body.length === 0 || a.body.length > 2_000_000) return;
   const own = learned[q.tenant];
   let body: any;
