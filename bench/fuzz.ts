@@ -718,9 +718,20 @@ export interface Operation {
   responses: Record<string, { codes: string[]; json: boolean }>;
 }
 
-const BEFORE_ROUTING: Record<string, string[]> = { '408': ['request_timeout'], '431': ['headers_too_large'] };
+/** An answer no operation lists (the document's x-unrouted): on every request, or on a path no operation takes, under a prefix. */
+export interface Unrouted {
+  status: number;
+  codes: string[];
+  on: 'every' | 'unrouted';
+  prefix: string;
+}
 
-export function loadContract(file: string): Operation[] {
+export interface Contract {
+  ops: Operation[];
+  unrouted: Unrouted[];
+}
+
+export function loadContract(file: string): Contract {
   const doc = JSON.parse(fs.readFileSync(file, 'utf8'));
   const deref = (node: any): any => {
     while (node && typeof node.$ref === 'string') node = node.$ref.slice(2).split('/').reduce((a: any, p: string) => a?.[p], doc);
@@ -740,14 +751,40 @@ export function loadContract(file: string): Operation[] {
       ops.push({ template, method: method.toUpperCase(), match: new RegExp(`^${pattern}$`), responses });
     }
   }
-  return ops;
+  return { ops, unrouted: doc['x-unrouted'] ?? [] };
+}
+
+/** The answers of x-unrouted a request may get with this status: `every` ones always, `unrouted` ones when no operation takes it. */
+function unroutedFor(contract: Contract, status: number, path: string, routed: boolean): { codes: string[]; json: boolean } | undefined {
+  const lower = path.toLowerCase();
+  const under = (prefix: string) => {
+    const p = prefix.toLowerCase();
+    return p.endsWith('/') ? lower.startsWith(p) : lower === p || lower.startsWith(`${p}/`);
+  };
+  const hits = contract.unrouted.filter((u) => u.status === status && (u.on === 'every' || !routed) && under(u.prefix));
+  return hits.length > 0 ? { codes: hits.flatMap((u) => u.codes), json: true } : undefined;
+}
+
+/**
+ * The method and target a raw request's line names (its leading empty lines skipped, as node's
+ * parser does), the target in absolute form (`http://evil/ready`) taken as its path, as RFC 9112
+ * (section 3.2.2) has a server do; undefined when the line is not one.
+ */
+function rawLine(raw: Buffer): { method: string; target: string } | undefined {
+  // Node's parser takes runs of spaces between the parts, so the judge does.
+  const m = /^(?:\r\n)*([A-Za-z-]+) +(\S+) +HTTP\/1\.[01]\r\n/.exec(raw.toString('latin1'));
+  if (!m) return undefined;
+  const absolute = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(.*)$/i.exec(m[2]);
+  return { method: m[1], target: absolute ? absolute[1] || '/' : m[2] };
 }
 
 /** The documented operation a request lands on: its path (up to the ?) and method; HEAD on a GET route is the GET. */
 function operationOf(ops: Operation[], method: string, target: string): Operation | undefined {
   const q = target.indexOf('?');
   const p0 = q < 0 ? target : target.slice(0, q);
-  const p = p0.length > 1 && p0.endsWith('/') && !p0.startsWith('/api/v1/kv') && !p0.startsWith('/api/v1/push') ? p0.slice(0, -1) : p0;
+  // A trailing slash is Express's (non-strict routing), except on the KV paths (part of the key;
+  // `/api/v1/kv/` alone is the batch, routes/kv.ts) and push (answered before Express, exactly).
+  const p = p0 === '/api/v1/kv/' || (p0.length > 1 && p0.endsWith('/') && !p0.startsWith('/api/v1/kv') && !p0.startsWith('/api/v1/push')) ? p0.slice(0, -1) : p0;
   const m = method === 'HEAD' ? ['HEAD', 'GET'] : [method];
   for (const wanted of m) {
     const op = ops.find((o) => o.method === wanted && o.match.test(p));
@@ -763,7 +800,7 @@ export class Verdict {
   readonly findings: Finding[] = [];
   readonly byClass = new Map<FindingClass, number>();
   readonly statuses = new Map<string, Map<string, number>>();
-  constructor(private ops: Operation[], private tag: string, private keep = 200) {}
+  constructor(private contract: Contract, private tag: string, private keep = 200) {}
 
   add(cls: FindingClass, detail: string, q?: FuzzRequest): void {
     this.byClass.set(cls, (this.byClass.get(cls) ?? 0) + 1);
@@ -806,8 +843,11 @@ export class Verdict {
     if (a.status >= 400 && q.method.toUpperCase() !== 'HEAD' && (!isJson || typeof parsed?.error !== 'string' || typeof parsed?.message !== 'string')) {
       this.add('non_json_error', `${a.status} with ${type || 'no content type'}, not {"error","message"}`, q);
     }
-    const op = q.raw ? undefined : operationOf(this.ops, q.method.toUpperCase(), q.target);
-    const listed = op?.responses[String(a.status)] ?? (BEFORE_ROUTING[a.status] ? { codes: BEFORE_ROUTING[a.status], json: true } : undefined);
+    // A raw request is judged by the line it sends (a request in absolute form is its path's).
+    const line = q.raw ? rawLine(q.raw) : { method: q.method, target: q.target };
+    const op = line ? operationOf(this.contract.ops, line.method.toUpperCase(), line.target) : undefined;
+    const path = (line?.target ?? '/').split('?')[0];
+    const listed = op?.responses[String(a.status)] ?? unroutedFor(this.contract, a.status, path, op !== undefined);
     // HTTP broken on purpose: refused before any route (bad_request, or a limit), in JSON.
     const brokenOk = q.broken && [400, 413, 417, 431].includes(a.status);
     const notFoundOk = (!op || q.raw) && a.status === 404 && code === 'not_found';
