@@ -13,8 +13,9 @@
 // HTTP/1.1 broken on purpose), each on a socket of its own making (raw bytes, so nothing normalises
 // the request on the way).
 //
-// The verdict on each answer (docs/openapi.yaml, built as dist/openapi.json, is the contract):
-//   undocumented_status  a status the route does not list (an unknown route or method: 404 not_found)
+// The verdict on each answer (docs/openapi.yaml, built as dist/openapi.json, is the contract: each
+// operation's responses, and its x-unrouted for what no operation lists, an unknown route's 404 say):
+//   undocumented_status  a status the route does not list (nor x-unrouted for that request)
 //   undocumented_code    an error code its response does not list
 //   server_error         a 5xx other than a documented 503 (a 500 is always one)
 //   html_body            an HTML page; stack_trace: a stack trace in a body
@@ -23,8 +24,10 @@
 //   no_answer            the connection closed or reset without an answer
 //   hang                 no answer within the route's bound (docs/security.md) + 1 s
 //   tenant_leak          an answer to one tenant carrying the other tenant's marker (every value,
-//                        payload and transactionId a tenant writes carries its own)
-//   tenant_write         a lease, ack or timer call with the other tenant's ids that took effect
+//                        payload and transactionId a tenant writes carries its own), beyond what
+//                        the request itself carried and the cell echoed (carries, below)
+//   tenant_write         a lease, ack, trace or timer call with the other tenant's ids whose answer
+//                        says one of those ids applied or was found (tookEffect, below)
 //   tenant_bypass        a data route answered 2xx without a tenant, a system route without the token
 //   worker_crash         the cell's log says a worker died; error_log: it logged an error
 //                        (an unhandled 500); value_in_log: a marker reached its log
