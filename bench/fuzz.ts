@@ -13,8 +13,9 @@
 // HTTP/1.1 broken on purpose), each on a socket of its own making (raw bytes, so nothing normalises
 // the request on the way).
 //
-// The verdict on each answer (docs/openapi.yaml, built as dist/openapi.json, is the contract):
-//   undocumented_status  a status the route does not list (an unknown route or method: 404 not_found)
+// The verdict on each answer (docs/openapi.yaml, built as dist/openapi.json, is the contract: each
+// operation's responses, and its x-unrouted for what no operation lists, an unknown route's 404 say):
+//   undocumented_status  a status the route does not list (nor x-unrouted for that request)
 //   undocumented_code    an error code its response does not list
 //   server_error         a 5xx other than a documented 503 (a 500 is always one)
 //   html_body            an HTML page; stack_trace: a stack trace in a body
@@ -23,8 +24,10 @@
 //   no_answer            the connection closed or reset without an answer
 //   hang                 no answer within the route's bound (docs/security.md) + 1 s
 //   tenant_leak          an answer to one tenant carrying the other tenant's marker (every value,
-//                        payload and transactionId a tenant writes carries its own)
-//   tenant_write         a lease, ack or timer call with the other tenant's ids that took effect
+//                        payload and transactionId a tenant writes carries its own), beyond what
+//                        the request itself carried and the cell echoed (carries, below)
+//   tenant_write         a lease, ack, trace or timer call with the other tenant's ids whose answer
+//                        says one of those ids applied or was found (tookEffect, below)
 //   tenant_bypass        a data route answered 2xx without a tenant, a system route without the token
 //   worker_crash         the cell's log says a worker died; error_log: it logged an error
 //                        (an unhandled 500); value_in_log: a marker reached its log
@@ -101,8 +104,11 @@ export interface FuzzRequest {
   raw?: Buffer;
   /** HTTP broken on purpose: node's parser may refuse it (400 bad_request) or the socket end. */
   broken?: boolean;
-  /** The call uses the other tenant's lease, partition or timer ids: it must change nothing. */
-  cross?: boolean;
+  /**
+   * The other tenant's ids the call uses (a message as `transactionId|partitionId`, a lease id, a
+   * timer id): it must change (or find) nothing. Empty when it uses only its own.
+   */
+  crossIds: string[];
   boundMs: number;
 }
 
@@ -175,7 +181,7 @@ interface Shape {
   path: string;
   query?: Record<string, string | string[]>;
   body?: unknown;
-  cross?: boolean;
+  crossIds?: string[];
   boundMs: number;
   /** Data routes need the tenant; system routes the token; probes neither. */
   auth: 'tenant' | 'admin' | 'none';
@@ -221,7 +227,12 @@ function pushItem(c: Ctx): Record<string, unknown> {
   return item;
 }
 
-function ackOf(c: Ctx): { ack: Record<string, unknown>; cross: boolean } {
+/** A message as the judge names it: `transactionId|partitionId`, lower case. */
+function pairOf(transactionId: unknown, partitionId: unknown): string {
+  return `${String(transactionId)}|${String(partitionId).toLowerCase()}`;
+}
+
+function ackOf(c: Ctx): { ack: Record<string, unknown>; crossIds: string[] } {
   const { r } = c;
   const { m, cross } = pickMessage(c);
   const ack: Record<string, unknown> = m
@@ -230,7 +241,7 @@ function ackOf(c: Ctx): { ack: Record<string, unknown>; cross: boolean } {
   if (m?.leaseId && r.chance(0.7)) ack.leaseId = m.leaseId;
   if (r.chance(0.2)) ack.consumerGroup = name(r, GROUPS);
   if (ack.status === 'failed' && r.chance(0.5)) ack.error = 'fuzz';
-  return { ack, cross };
+  return { ack, crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [] };
 }
 
 function timerBody(c: Ctx): Record<string, unknown> {
@@ -272,64 +283,68 @@ const ROUTES: Array<{ weight: number; make: (c: Ctx) => Shape }> = [
     return { route: 'GET /api/v1/pop', method: 'GET', path: '/api/v1/pop', query: { ...q, namespace: 'fz', ...(r.chance(0.5) ? { task: 't' } : {}) }, auth: 'tenant', boundMs: bound };
   } },
   { weight: 6, make: (c) => {
-    const { ack, cross } = ackOf(c);
-    return { route: 'POST /api/v1/ack', method: 'POST', path: '/api/v1/ack', auth: 'tenant', boundMs: MSG_BOUND, body: ack, cross };
+    const { ack, crossIds } = ackOf(c);
+    return { route: 'POST /api/v1/ack', method: 'POST', path: '/api/v1/ack', auth: 'tenant', boundMs: MSG_BOUND, body: ack, crossIds };
   } },
   { weight: 3, make: (c) => {
     const acks = Array.from({ length: c.r.int(1, 4) }, () => ackOf(c));
     return { route: 'POST /api/v1/ack/batch', method: 'POST', path: '/api/v1/ack/batch', auth: 'tenant', boundMs: MSG_BOUND,
-      body: { acknowledgments: acks.map((a) => a.ack) }, cross: acks.every((a) => a.cross) };
+      body: { acknowledgments: acks.map((a) => a.ack) }, crossIds: acks.flatMap((a) => a.crossIds) };
   } },
   { weight: 3, make: (c) => {
     const { m, cross } = pickMessage(c);
     return { route: 'POST /api/v1/lease/{leaseId}/extend', method: 'POST', path: `/api/v1/lease/${m?.leaseId ?? c.r.uuid()}/extend`, auth: 'tenant', boundMs: MSG_BOUND,
-      body: c.r.chance(0.7) ? { seconds: c.r.int(1, 600) } : undefined, cross: cross && !!m?.leaseId };
+      body: c.r.chance(0.7) ? { seconds: c.r.int(1, 600) } : undefined, crossIds: cross && m?.leaseId ? [m.leaseId.toLowerCase()] : [] };
   } },
   { weight: 1, make: (c) => ({ route: 'DELETE /api/v1/resources/queues/{queue}', method: 'DELETE', path: `/api/v1/resources/queues/${name(c.r, QUEUES)}`, auth: 'tenant', boundMs: MSG_BOUND }) },
   { weight: 2, make: (c) => ({ route: 'GET /api/v1/dlq', method: 'GET', path: '/api/v1/dlq', auth: 'tenant', boundMs: MSG_BOUND,
     query: { queue: name(c.r, QUEUES), limit: String(c.r.int(1, 100)), ...(c.r.chance(0.3) ? { from: '2026-01-01T00:00:00Z', to: new Date(Date.now() + 3600_000).toISOString() } : {}) } }) },
   { weight: 2, make: (c) => {
     const { m, cross } = pickMessage(c);
-    return { route: 'POST /api/v1/traces', method: 'POST', path: '/api/v1/traces', auth: 'tenant', boundMs: MSG_BOUND, cross: cross && !!m,
+    return { route: 'POST /api/v1/traces', method: 'POST', path: '/api/v1/traces', auth: 'tenant', boundMs: MSG_BOUND, crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [],
       body: { transactionId: m?.transactionId ?? `${c.mark}-1`, partitionId: m?.partitionId ?? c.r.uuid(), eventType: 'info', data: value(c.r, c.mark), ...(c.r.chance(0.3) ? { traceNames: ['fz'] } : {}) } };
   } },
   { weight: 2, make: (c) => {
-    const { m } = pickMessage(c);
-    return { route: 'GET /api/v1/traces/{partitionId}/{transactionId}', method: 'GET', path: `/api/v1/traces/${m?.partitionId ?? c.r.uuid()}/${pct(m?.transactionId ?? 'x')}`, auth: 'tenant', boundMs: MSG_BOUND };
+    const { m, cross } = pickMessage(c);
+    return { route: 'GET /api/v1/traces/{partitionId}/{transactionId}', method: 'GET', path: `/api/v1/traces/${m?.partitionId ?? c.r.uuid()}/${pct(m?.transactionId ?? 'x')}`, auth: 'tenant', boundMs: MSG_BOUND,
+      crossIds: cross && m ? [pairOf(m.transactionId, m.partitionId)] : [] };
   } },
   { weight: 1, make: (c) => ({ route: 'DELETE /api/v1/consumer-groups/{group}', method: 'DELETE', path: `/api/v1/consumer-groups/${name(c.r, GROUPS)}`, auth: 'tenant', boundMs: MSG_BOUND,
     query: c.r.chance(0.5) ? { deleteMetadata: c.r.pick(['true', 'false']) } : undefined }) },
   { weight: 8, make: (c) => {
     const { r } = c;
     const body: Record<string, unknown> = {};
-    let cross = false;
+    const crossIds: string[] = [];
     if (r.chance(0.7)) {
       body.operations = Array.from({ length: r.int(1, 3) }, () => {
         if (r.chance(0.6)) return { type: 'push', items: Array.from({ length: r.int(1, 3) }, () => pushItem(c)) };
         const a = ackOf(c);
-        cross ||= a.cross;
+        crossIds.push(...a.crossIds);
         return { type: 'ack', ...a.ack };
       });
     }
     if (r.chance(0.6)) body.kv = Array.from({ length: r.int(1, 3) }, () => kvOp(c)).filter((o) => o.op !== 'getPrefix');
     if (r.chance(0.3)) body.timers = [{ op: 'schedule', ...timerBody(c) }];
     if (Object.keys(body).length === 0) body.kv = [{ op: 'get', ns: 'fz-ns1', key: 'k1' }];
-    return { route: 'POST /api/v1/transaction', method: 'POST', path: '/api/v1/transaction', auth: 'tenant', boundMs: MSG_BOUND, body, cross };
+    return { route: 'POST /api/v1/transaction', method: 'POST', path: '/api/v1/transaction', auth: 'tenant', boundMs: MSG_BOUND, body, crossIds };
   } },
   { weight: 5, make: (c) => ({ route: 'POST /api/v1/timers', method: 'POST', path: '/api/v1/timers', auth: 'tenant', boundMs: KV_BOUND, body: timerBody(c) }) },
   { weight: 2, make: (c) => ({ route: 'GET /api/v1/timers', method: 'GET', path: '/api/v1/timers', auth: 'tenant', boundMs: KV_BOUND,
     query: { ...(c.r.chance(0.5) ? { queue: name(c.r, QUEUES) } : {}), ...(c.r.chance(0.5) ? { limit: String(c.r.int(1, 100)) } : {}) } }) },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'GET /api/v1/timers/{id}', method: 'GET', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, cross };
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'GET /api/v1/timers/{id}', method: 'GET', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, crossIds };
   } },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'DELETE /api/v1/timers/{id}', method: 'DELETE', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, cross };
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'DELETE /api/v1/timers/{id}', method: 'DELETE', path: `/api/v1/timers/${id}`, auth: 'tenant', boundMs: KV_BOUND, crossIds };
   } },
   { weight: 2, make: (c) => {
     const { id, cross } = pickTimer(c);
-    return { route: 'POST /api/v1/timers/{id}/reschedule', method: 'POST', path: `/api/v1/timers/${id}/reschedule`, auth: 'tenant', boundMs: KV_BOUND, cross,
+    const crossIds = cross ? [id.toLowerCase()] : [];
+    return { route: 'POST /api/v1/timers/{id}/reschedule', method: 'POST', path: `/api/v1/timers/${id}/reschedule`, auth: 'tenant', boundMs: KV_BOUND, crossIds,
       body: c.r.chance(0.5) ? { delaySeconds: c.r.int(0, 600) } : { deliverAt: new Date(Date.now() + c.r.int(0, 600_000)).toISOString() } };
   } },
   { weight: 1, make: () => ({ route: 'GET /api/v1/system/kv-timers', method: 'GET', path: '/api/v1/system/kv-timers', auth: 'admin', boundMs: MSG_BOUND }) },
@@ -526,7 +541,8 @@ export function generate(seed: number, index: number, learned: Record<TenantName
   headers.push(...headerExtras);
   const waitMs = /[?&]wait=(true|1)/.test(target) ? Number(/[?&]timeout=(\d{1,6})(&|$)/.exec(target)?.[1] ?? 30_000) : 0;
   return {
-    index, route: shape.route, kind, tenant, method, target, headers, body, raw, broken, cross: shape.cross && (tenant === 'A' || tenant === 'B'),
+    index, route: shape.route, kind, tenant, method, target, headers, body, raw, broken,
+    crossIds: tenant === 'A' || tenant === 'B' ? shape.crossIds ?? [] : [],
     boundMs: shape.boundMs + Math.min(waitMs, 120_000),
   };
 }
@@ -569,7 +585,7 @@ export interface Answer {
   ms: number;
 }
 
-type Outcome = { answer: Answer } | { failure: 'no_answer' | 'hang'; detail: string; ms: number };
+export type Outcome = { answer: Answer } | { failure: 'no_answer' | 'hang'; detail: string; ms: number };
 
 class Lane {
   private socket: net.Socket | undefined;
@@ -698,16 +714,27 @@ export interface Finding {
   request?: string;
 }
 
-interface Operation {
+export interface Operation {
   template: string;
   method: string;
   match: RegExp;
   responses: Record<string, { codes: string[]; json: boolean }>;
 }
 
-const BEFORE_ROUTING: Record<string, string[]> = { '408': ['request_timeout'], '431': ['headers_too_large'] };
+/** An answer no operation lists (the document's x-unrouted): on every request, or on a path no operation takes, under a prefix. */
+export interface Unrouted {
+  status: number;
+  codes: string[];
+  on: 'every' | 'unrouted';
+  prefix: string;
+}
 
-function loadContract(file: string): Operation[] {
+export interface Contract {
+  ops: Operation[];
+  unrouted: Unrouted[];
+}
+
+export function loadContract(file: string): Contract {
   const doc = JSON.parse(fs.readFileSync(file, 'utf8'));
   const deref = (node: any): any => {
     while (node && typeof node.$ref === 'string') node = node.$ref.slice(2).split('/').reduce((a: any, p: string) => a?.[p], doc);
@@ -727,14 +754,40 @@ function loadContract(file: string): Operation[] {
       ops.push({ template, method: method.toUpperCase(), match: new RegExp(`^${pattern}$`), responses });
     }
   }
-  return ops;
+  return { ops, unrouted: doc['x-unrouted'] ?? [] };
+}
+
+/** The answers of x-unrouted a request may get with this status: `every` ones always, `unrouted` ones when no operation takes it. */
+function unroutedFor(contract: Contract, status: number, path: string, routed: boolean): { codes: string[]; json: boolean } | undefined {
+  const lower = path.toLowerCase();
+  const under = (prefix: string) => {
+    const p = prefix.toLowerCase();
+    return p.endsWith('/') ? lower.startsWith(p) : lower === p || lower.startsWith(`${p}/`);
+  };
+  const hits = contract.unrouted.filter((u) => u.status === status && (u.on === 'every' || !routed) && under(u.prefix));
+  return hits.length > 0 ? { codes: hits.flatMap((u) => u.codes), json: true } : undefined;
+}
+
+/**
+ * The method and target a raw request's line names (its leading empty lines skipped, as node's
+ * parser does), the target in absolute form (`http://evil/ready`) taken as its path, as RFC 9112
+ * (section 3.2.2) has a server do; undefined when the line is not one.
+ */
+function rawLine(raw: Buffer): { method: string; target: string } | undefined {
+  // Node's parser takes runs of spaces between the parts, so the judge does.
+  const m = /^(?:\r\n)*([A-Za-z-]+) +(\S+) +HTTP\/1\.[01]\r\n/.exec(raw.toString('latin1'));
+  if (!m) return undefined;
+  const absolute = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(.*)$/i.exec(m[2]);
+  return { method: m[1], target: absolute ? absolute[1] || '/' : m[2] };
 }
 
 /** The documented operation a request lands on: its path (up to the ?) and method; HEAD on a GET route is the GET. */
 function operationOf(ops: Operation[], method: string, target: string): Operation | undefined {
   const q = target.indexOf('?');
   const p0 = q < 0 ? target : target.slice(0, q);
-  const p = p0.length > 1 && p0.endsWith('/') && !p0.startsWith('/api/v1/kv') && !p0.startsWith('/api/v1/push') ? p0.slice(0, -1) : p0;
+  // A trailing slash is Express's (non-strict routing), except on the KV paths (part of the key;
+  // `/api/v1/kv/` alone is the batch, routes/kv.ts) and push (answered before Express, exactly).
+  const p = p0 === '/api/v1/kv/' || (p0.length > 1 && p0.endsWith('/') && !p0.startsWith('/api/v1/kv') && !p0.startsWith('/api/v1/push')) ? p0.slice(0, -1) : p0;
   const m = method === 'HEAD' ? ['HEAD', 'GET'] : [method];
   for (const wanted of m) {
     const op = ops.find((o) => o.method === wanted && o.match.test(p));
@@ -750,7 +803,7 @@ export class Verdict {
   readonly findings: Finding[] = [];
   readonly byClass = new Map<FindingClass, number>();
   readonly statuses = new Map<string, Map<string, number>>();
-  constructor(private ops: Operation[], private tag: string, private keep = 200) {}
+  constructor(private contract: Contract, private tag: string, private keep = 200) {}
 
   add(cls: FindingClass, detail: string, q?: FuzzRequest): void {
     this.byClass.set(cls, (this.byClass.get(cls) ?? 0) + 1);
@@ -793,8 +846,11 @@ export class Verdict {
     if (a.status >= 400 && q.method.toUpperCase() !== 'HEAD' && (!isJson || typeof parsed?.error !== 'string' || typeof parsed?.message !== 'string')) {
       this.add('non_json_error', `${a.status} with ${type || 'no content type'}, not {"error","message"}`, q);
     }
-    const op = q.raw ? undefined : operationOf(this.ops, q.method.toUpperCase(), q.target);
-    const listed = op?.responses[String(a.status)] ?? (BEFORE_ROUTING[a.status] ? { codes: BEFORE_ROUTING[a.status], json: true } : undefined);
+    // A raw request is judged by the line it sends (a request in absolute form is its path's).
+    const line = q.raw ? rawLine(q.raw) : { method: q.method, target: q.target };
+    const op = line ? operationOf(this.contract.ops, line.method.toUpperCase(), line.target) : undefined;
+    const path = (line?.target ?? '/').split('?')[0];
+    const listed = op?.responses[String(a.status)] ?? unroutedFor(this.contract, a.status, path, op !== undefined);
     // HTTP broken on purpose: refused before any route (bad_request, or a limit), in JSON.
     const brokenOk = q.broken && [400, 413, 417, 431].includes(a.status);
     const notFoundOk = (!op || q.raw) && a.status === 404 && code === 'not_found';
@@ -809,31 +865,82 @@ export class Verdict {
     // Tenancy: one tenant's answer never carries the other's marker; no tenant, no data.
     if (q.tenant === 'A' || q.tenant === 'B') {
       const other = marker(this.tag, q.tenant === 'A' ? 'B' : 'A');
-      if (text.includes(other) && !wire(q).includes(other)) this.add('tenant_leak', `${a.status}: tenant ${q.tenant}'s answer carries tenant ${q.tenant === 'A' ? 'B' : 'A'}'s marker`, q);
-      if (q.cross && a.status < 300 && tookEffect(q.route, parsed)) this.add('tenant_write', `${a.status}: a call with the other tenant's ids took effect`, q);
+      if (carries(text, other, q)) this.add('tenant_leak', `${a.status}: tenant ${q.tenant}'s answer carries tenant ${q.tenant === 'A' ? 'B' : 'A'}'s marker`, q);
+      if (q.crossIds.length > 0 && a.status < 300 && tookEffect(q, parsed)) this.add('tenant_write', `${a.status}: a call with the other tenant's ids took effect`, q);
     } else {
-      if (text.includes(marker(this.tag, 'A')) || text.includes(marker(this.tag, 'B'))) this.add('tenant_leak', `${a.status}: an answer without a tenant carries a tenant's marker`, q);
+      if (carries(text, marker(this.tag, 'A'), q) || carries(text, marker(this.tag, 'B'), q)) this.add('tenant_leak', `${a.status}: an answer without a tenant carries a tenant's marker`, q);
       const open = /^(GET \/health|GET \/ready|GET \/metrics|GET \/api\/v1\/openapi\.json|other)$/.test(q.route);
       if (!open && a.status < 300 && !q.raw) this.add('tenant_bypass', `${a.status} to a call with ${q.tenant === 'none' ? 'no' : 'a garbled'} ${q.route.includes('/system/') ? 'admin token' : 'tenant'}`, q);
     }
   }
 }
 
-/** A lease extend, ack, trace or timer call with the other tenant's ids must change nothing. */
-function tookEffect(route: string, body: any): boolean {
+/** The request as the cell may have read it: its bytes as UTF-8, Latin-1 and UTF-16 (a charset it names), its target percent-decoded. */
+function sentTexts(q: FuzzRequest): string[] {
+  const bytes = wire(q);
+  const texts = [bytes.toString('utf8'), bytes.toString('latin1'), bytes.toString('utf16le'), bytes.subarray(1).toString('utf16le')];
+  try {
+    texts.push(decodeURIComponent(q.target));
+  } catch {
+    // Percent-encoding broken on purpose: the cell refuses it before it echoes anything.
+  }
+  return texts;
+}
+
+/**
+ * Whether an answer carries `mark` (a tenant's marker) other than as an echo of the request itself.
+ * A call with the other tenant's ids names them (an ack's transactionId is `<marker>-<n>`) and the
+ * cell answers with what it was given (an ack's not_found result names its transactionId; a 404
+ * names the path; a body in UTF-16 is echoed in UTF-8): each whole token of the marker the request
+ * carries (`fzB...-4544`, `fzB...-tk3`) is taken out of the answer first, so what is left is the
+ * other tenant's rows (every payload and value carries the bare marker, which no request of the
+ * tenant carries, so those are never taken out). The earlier rule, "the request's bytes hold the
+ * marker, so never a leak", hid any leak from the calls most likely to cause one (those carrying
+ * the other's ids), and still cried wolf on a UTF-16 body and on a percent-encoded path.
+ */
+function carries(text: string, mark: string, q: FuzzRequest): boolean {
+  if (!text.includes(mark)) return false;
+  const tokens = new Set<string>();
+  const token = new RegExp(`${mark}[\\w-]*`, 'g');
+  for (const t of sentTexts(q)) for (const m of t.matchAll(token)) tokens.add(m[0]);
+  let left = text;
+  for (const t of [...tokens].sort((x, y) => y.length - x.length)) left = left.replace(new RegExp(`${t}(?![\\w-])`, 'g'), '');
+  return left.includes(mark);
+}
+
+/**
+ * Whether a call with the other tenant's ids (q.crossIds) changed or found one of them: judged on
+ * the answer's own element for that id, never on the call's overall success. A transaction or a
+ * batch answers ok for the work of the caller's own ids beside them, and a near-valid or hostile
+ * call may lose the other tenant's part on the way (a renamed or garbled `operations`, `null`,
+ * `[]`, a mangled path) and then succeed on the rest: judging `ok` cried wolf on every one of those
+ * (5-6 a 100k run, all POST /api/v1/transaction whose acks the mutation had dropped).
+ */
+function tookEffect(q: FuzzRequest, body: any): boolean {
   if (!body || typeof body !== 'object') return false;
-  if (route === 'POST /api/v1/ack' || route === 'POST /api/v1/lease/{leaseId}/extend' || route === 'POST /api/v1/traces') return body.success === true;
-  if (route === 'POST /api/v1/ack/batch') return Array.isArray(body.results) && body.results.some((x: any) => x?.success === true);
-  if (route === 'POST /api/v1/transaction') return body.ok === true;
-  if (route === 'GET /api/v1/timers/{id}') return body.found === true;
-  if (route === 'DELETE /api/v1/timers/{id}') return body.cancelled === true;
-  if (route === 'POST /api/v1/timers/{id}/reschedule') return body.rescheduled === true;
-  return false;
+  const ids = new Set(q.crossIds);
+  const applied = (x: any) => x !== null && typeof x === 'object' && (x.success === true || x.ok === true) && ids.has(pairOf(x.transactionId, x.partitionId));
+  switch (q.route) {
+    case 'POST /api/v1/ack': return applied(body);
+    case 'POST /api/v1/ack/batch':
+    case 'POST /api/v1/transaction': return Array.isArray(body.results) && body.results.some(applied);
+    case 'POST /api/v1/lease/{leaseId}/extend': return body.success === true && ids.has(String(body.leaseId).toLowerCase());
+    // The answer names no message: the pair is the one the cell read (the body, in any charset it takes).
+    case 'POST /api/v1/traces': return body.success === true && [...ids].some((p) => {
+      const [tx, pid] = p.split('|');
+      return sentTexts(q).some((t) => t.includes(tx) && t.toLowerCase().includes(pid));
+    });
+    case 'GET /api/v1/traces/{partitionId}/{transactionId}': return Array.isArray(body.traces) && body.traces.some((t: any) => ids.has(pairOf(t?.transactionId, t?.partitionId)));
+    case 'GET /api/v1/timers/{id}': return body.found === true && ids.has(String(body.timer?.timerId).toLowerCase());
+    case 'DELETE /api/v1/timers/{id}': return body.cancelled === true && ids.has(String(body.timerId).toLowerCase());
+    case 'POST /api/v1/timers/{id}/reschedule': return body.rescheduled === true && ids.has(String(body.timerId).toLowerCase());
+    default: return false;
+  }
 }
 
 /** What a 2xx answer teaches the run: the ids later calls use. */
 function learn(q: FuzzRequest, a: Answer, learned: Record<TenantName, Learned>): void {
-  if ((q.tenant !== 'A' && q.tenant !== 'B') || q.cross) return;
+  if ((q.tenant !== 'A' && q.tenant !== 'B') || q.crossIds.length > 0) return;
   if (a.status !== 200 || a.body.length === 0 || a.body.length > 2_000_000) return;
   const own = learned[q.tenant];
   let body: any;

@@ -106,6 +106,7 @@ const STATUS: Record<string, number> = {
   tx_invalid_timers: 400,
   tx_unknown_operation: 400,
   tx_batch_too_large: 400,
+  tx_invalid_field: 400,
   // A Queen MQ option, parameter or value the cell does not implement (docs/log-and-transactions.md): named, never ignored.
   unsupported: 400,
   bad_request: 400,

@@ -110,11 +110,31 @@ describe('the document', () => {
         }
       }
     }
-    // Written by the HTTP server before routing, on any request: the document's description says so.
-    const beforeRouting = ['request_timeout', 'headers_too_large'];
-    for (const code of beforeRouting) if (!String(doc.info.description).includes(code)) problems.push(`info.description does not name ${code}`);
-    const unnamed = [...codes.keys()].filter((c) => c !== 'internal' && !beforeRouting.includes(c) && !named.has(c));
+    // The answers no operation lists (x-unrouted: before routing, or to a path no operation takes),
+    // each named in the description too.
+    for (const u of doc['x-unrouted'] as Array<{ status: number; codes: string[]; on: string; prefix: string }>) {
+      expect([u, ['every', 'unrouted'].includes(u.on), typeof u.prefix === 'string' && u.prefix.startsWith('/')]).toEqual([u, true, true]);
+      for (const code of u.codes) {
+        named.add(code);
+        if (statusOf(code) !== u.status) problems.push(`x-unrouted: ${code} is ${statusOf(code)}, listed under ${u.status}`);
+        if (!String(doc.info.description).includes(code)) problems.push(`info.description does not name ${code}`);
+      }
+    }
+    const unnamed = [...codes.keys()].filter((c) => c !== 'internal' && !named.has(c));
     expect({ problems, unnamed }).toEqual({ problems: [], unnamed: [] });
+  });
+
+  test('every operation lists what any request may meet (400 bad_request, 413, 417), and 415 where it reads a body', () => {
+    const missing: string[] = [];
+    for (const { path: p, method, op } of operations()) {
+      const codes = (status: string): string[] => deref(op.responses[status])?.['x-error-codes'] ?? [];
+      if (!codes('400').includes('bad_request')) missing.push(`${method} ${p} 400 bad_request`);
+      if (!codes('413').includes('payload_too_large')) missing.push(`${method} ${p} 413`);
+      if (!codes('417').includes('expectation_failed')) missing.push(`${method} ${p} 417`);
+      const readsBody = method === 'post' || method === 'put' || p.startsWith('/api/v1/kv');
+      if (readsBody && !codes('415').includes('unsupported_media_type')) missing.push(`${method} ${p} 415`);
+    }
+    expect(missing).toEqual([]);
   });
 });
 
@@ -203,6 +223,9 @@ describe('live answers match the schemas', () => {
     const dead = await call(url, 'GET', '/api/v1/dlq?queue=oa-q');
     expect(dead.body.messages).toHaveLength(1);
     conforms('/api/v1/dlq', 'get', dead);
+    // Documented 404 (not served): no answer of the GET's, no read.
+    const head = await call(url, 'HEAD', '/api/v1/dlq?queue=oa-q');
+    expect([head.status, head.text]).toEqual([404, '']);
     conforms('/api/v1/lease/{leaseId}/extend', 'post', await call(url, 'POST', '/api/v1/lease/00000000-0000-4000-8000-000000000000/extend'));
     conforms('/api/v1/resources/queues/{queue}', 'delete', await call(url, 'DELETE', '/api/v1/resources/queues/oa-q'));
     conforms('/api/v1/pop/queue/{queue}', 'get', await call(url, 'GET', '/api/v1/pop/queue/oa-q?batch=0'));

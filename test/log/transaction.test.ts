@@ -262,6 +262,9 @@ describe('refusals', () => {
     ['operations not an array', { operations: {} }, 'tx_invalid_operations'],
     ['kv not an array', { kv: 'put' }, 'tx_invalid_kv'],
     ['timers not an array', { timers: 1 }, 'tx_invalid_timers'],
+    // A misspelled operations beside kv: refused, not the kv committed and the acks dropped.
+    ['a field the bundle does not take', { operation: [{ type: 'push', items: [{ queue: 'q', payload: 1 }] }], kv: [{ op: 'get', ns: 'n', key: 'k' }] }, 'tx_invalid_field'],
+    ['__proto__ as a field', '{"kv":[{"op":"get","ns":"n","key":"k"}],"__proto__":{"operations":[]}}', 'tx_invalid_field'],
     ['unknown operation type', { operations: [{ type: 'pop' }] }, 'tx_unknown_operation'],
     ['operation not an object', { operations: [7] }, 'tx_unknown_operation'],
     ['push without items', { operations: [{ type: 'push' }] }, 'log_items_required'],

@@ -287,6 +287,9 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
   });
 
   // Queen's dead-letter read: ?queue, partition, consumerGroup, limit (1-1000, 100), offset.
+  // HEAD is not served (docs/openapi.yaml): registered after the GET, as it was, Express answered
+  // HEAD with the GET's handler (a 200 and a read) and this 404 never ran (found by npm run fuzz).
+  router.head('/api/v1/dlq', notFound);
   router.get('/api/v1/dlq', async (req, res) => {
     const tenant = tenantOf(config, req);
     // Queen's from/to: when the message was set aside (failedAt), each bound included.
@@ -303,7 +306,6 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
     const { rows } = await messagePool.query({ ...LOG_DEAD_LETTERS, values: [tenant, queue, partition, group, limit, offset, from, to] });
     sendJsonText(res, 200, openAnswer(config.encryptionKeys, rows[0].body, unreadable));
   });
-  router.head('/api/v1/dlq', notFound);
 
   // Queen's traces (message.trace()): stored against the message, bounded per message, gone with it.
   router.post('/api/v1/traces', body, timed(metrics, 'trace', async (req: Request, res: Response) => {

@@ -86,6 +86,20 @@ function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatemen
   return statement;
 }
 
+/**
+ * The bundle's own fields: its three arrays, and Queen's `requiredLeases` (which adds no check of its
+ * own, docs/log-and-transactions.md). Anything else was ignored, so a misspelled `operations` (or a
+ * garbled one) committed the bundle's kv and timers and dropped its pushes and acks without a word.
+ */
+const TX_FIELDS = new Set(['operations', 'kv', 'timers', 'requiredLeases']);
+
+function refuseUnknownFields(body: Record<string, unknown>): void {
+  const stray = Object.keys(body).filter((k) => !TX_FIELDS.has(k));
+  if (stray.length === 0) return;
+  const named = stray.slice(0, 5).map((k) => JSON.stringify(k.length > 64 ? `${k.slice(0, 64)}...` : k)).join(', ');
+  throw new ApiError('tx_invalid_field', `The transaction has a field it does not take: ${named}; its fields are operations, kv, timers and requiredLeases.`);
+}
+
 export function transactionRoutes({ config, messagePool, metrics, guards }: TransactionRouteDeps): Router {
   const router = Router();
 
@@ -93,6 +107,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const tenant = tenantOf(config, req);
     const text = bodyText(req);
     const body = parseObject(text, false);
+    refuseUnknownFields(body);
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
