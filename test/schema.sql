@@ -94,6 +94,8 @@ COLUMN log_timers.payload jsonb NOT NULL
 COLUMN log_timers.deliver_at timestamp with time zone NOT NULL
 COLUMN log_timers.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN log_timers.shard smallint NOT NULL GENERATED  DEFAULT ((uuid_hash_extended(timer_id, (0)::bigint) & (63)::bigint))::smallint
+COLUMN log_timers.trace_id uuid
+COLUMN log_timers.span_id bytea
 COLUMN message_failure_texts.partition_id uuid NOT NULL
 COLUMN message_failure_texts.consumer_group text COLLATE "C" NOT NULL
 COLUMN message_failure_texts.seq bigint NOT NULL
@@ -117,6 +119,8 @@ COLUMN messages.seq bigint NOT NULL
 COLUMN messages.transaction_id text COLLATE "C" NOT NULL
 COLUMN messages.payload jsonb
 COLUMN messages.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN messages.trace_id uuid
+COLUMN messages.span_id bytea
 COLUMN partition_consumers.partition_id uuid NOT NULL
 COLUMN partition_consumers.consumer_group text COLLATE "C" NOT NULL
 COLUMN partition_consumers.cursor_seq bigint NOT NULL DEFAULT 0
@@ -1766,6 +1770,17 @@ BEGIN
   RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_trace jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce((SELECT jsonb_agg(CASE WHEN e ->> 'type' = 'push'
+                                         THEN e || jsonb_build_object('items', queen.log_stamp_traces_v1(e -> 'items',
+                                                     p_ops -> ((e ->> 'index')::int) -> 'items', p_trace, (e ->> 'index')::int))
+                                         ELSE e END ORDER BY k)
+                     FROM jsonb_array_elements(s.r) WITH ORDINALITY AS t (e, k)), s.r)
+    FROM (SELECT queen.log_apply_v2(p_tenant, p_ops, p_sealed) AS r OFFSET 0) s
+$function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2392,12 +2407,13 @@ BEGIN
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id),
            'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
            || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition, t.error_message,
+                 m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
                  EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
@@ -3168,9 +3184,11 @@ BEGIN
 
   RETURN (
     -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
+    -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
     SELECT jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', m.trace_id,
+             'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
              'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
              'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
              'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
@@ -3183,6 +3201,15 @@ BEGIN
       LEFT JOIN queen.sealed_messages s ON s.partition_id = m.partition_id AND s.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_traced_v1(p_tenant uuid, p_bodies jsonb, p_traces jsonb)
+ RETURNS SETOF text
+ LANGUAGE sql
+AS $function$
+  SELECT CASE WHEN r.results IS NOT NULL
+              THEN queen.log_stamp_traces_v1(r.results::jsonb, p_bodies -> (r.k::int - 1) -> 'items', p_traces -> (r.k::int - 1))::text END
+    FROM queen.log_push_coalesced_v2(p_tenant, p_bodies) WITH ORDINALITY AS r (results, k)
+   ORDER BY r.k
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant uuid, p_bodies jsonb)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -3401,6 +3428,12 @@ BEGIN
   PERFORM queen.log_check_size_v1(p_tenant, v_queues, CASE WHEN jsonb_array_length(p_items) = 1 THEN 0 END);
   RETURN v_out;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_traced_v1(p_tenant uuid, p_items jsonb, p_trace jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_stamp_traces_v1(r, p_items, p_trace) FROM (SELECT queen.log_push_request_v2(p_tenant, p_items, p_sealed) AS r OFFSET 0) s
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3684,6 +3717,30 @@ AS $function$
                                          THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
             FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_stamp_traces_v1(p_results jsonb, p_items jsonb, p_trace jsonb, p_index integer DEFAULT NULL::integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_trace UUID := (p_trace ->> 'traceId')::uuid;
+  v_span BYTEA := decode(p_trace ->> 'spanId', 'hex');
+  v_out JSONB[] := '{}';
+  v_e JSONB;
+  v_id UUID;
+  i INT;
+BEGIN
+  FOR i IN 0 .. jsonb_array_length(p_results) - 1 LOOP
+    v_e := p_results -> i;
+    v_id := coalesce(queen.log_trace_id_v1(p_items -> i -> 'traceId', coalesce(p_index, i)), v_trace);
+    IF v_id IS NOT NULL AND v_e ->> 'status' = 'queued' THEN
+      UPDATE queen.messages SET trace_id = v_id, span_id = CASE WHEN v_id = v_trace THEN v_span END
+       WHERE partition_id = (v_e ->> 'partition_id')::uuid AND transaction_id = v_e ->> 'transaction_id';
+      v_e := v_e || jsonb_build_object('trace_id', v_id);
+    END IF;
+    v_out := v_out || v_e;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text
  LANGUAGE sql
@@ -3727,11 +3784,34 @@ BEGIN
      FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_trace_id_v1(p_value jsonb, p_index integer)
+ RETURNS uuid
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_value IS NULL OR jsonb_typeof(p_value) = 'null' OR p_value = '""'::jsonb THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(p_value) <> 'string'
+     OR (p_value #>> '{}') !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+    PERFORM queen.fail_v1('log_invalid_trace_id', format(
+      'Item %s: traceId is UUID text (such as 4bf92f35-77b3-4da6-a3ce-929d0e0e4736), or "" for none.', p_index), p_index);
+  END IF;
+  RETURN (p_value #>> '{}')::uuid;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_trace_max_bytes_v1()
  RETURNS integer
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT 16384 $function$
+CREATE OR REPLACE FUNCTION queen.log_traceparent_v1(p_trace uuid, p_span bytea)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN p_trace IS NOT NULL AND octet_length(p_span) = 8
+              THEN '00-' || replace(p_trace::text, '-', '') || '-' || encode(p_span, 'hex') || '-01' END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_traces_per_message_v1()
  RETURNS integer
  LANGUAGE sql
@@ -4002,6 +4082,7 @@ BEGIN
   SELECT jsonb_build_object(
            'id', queen.log_message_id_v1(m.partition_id, m.seq), 'seq', m.seq, 'transactionId', m.transaction_id,
            'partitionId', m.partition_id, 'queue', v_m.queue, 'partition', v_m.partition, 'createdAt', queen.ts_v1(m.created_at),
+           'traceId', m.trace_id, 'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
            'bytes', coalesce(octet_length(m.payload::text), 0),
            'data', CASE WHEN coalesce(octet_length(m.payload::text), 0) <= queen.operator_max_payload_bytes_v1() THEN m.payload END,
            'dataOmitted', coalesce(octet_length(m.payload::text), 0) > queen.operator_max_payload_bytes_v1(),
@@ -5008,7 +5089,7 @@ BEGIN
   WITH k AS (
     SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
   ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
     FROM unnest(v_claimed) AS t
     JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
   ), fresh AS (
@@ -5016,8 +5097,9 @@ BEGIN
     FROM c
     WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
   ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
+    -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
   ), unsealed AS (
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
@@ -5154,6 +5236,18 @@ AS $function$
   SELECT jsonb_typeof(p_op) = 'object' AND p_op -> 'op' = '"schedule"'::jsonb
      AND jsonb_typeof(p_op -> 'queue') = 'string' AND p_op ? 'payload'
 $function$
+CREATE OR REPLACE FUNCTION queen.timers_stamp_traces_v1(p_results jsonb, p_trace jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_trace IS NOT NULL AND jsonb_typeof(p_trace) = 'object' AND jsonb_typeof(p_results) = 'array' THEN
+    UPDATE queen.log_timers t SET trace_id = (p_trace ->> 'traceId')::uuid, span_id = decode(p_trace ->> 'spanId', 'hex')
+      FROM jsonb_array_elements(p_results) e
+     WHERE e -> 'created' = 'true'::jsonb AND t.timer_id = (e ->> 'timerId')::uuid;
+  END IF;
+  RETURN p_results;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops jsonb, p_results jsonb)
  RETURNS void
  LANGUAGE plpgsql
