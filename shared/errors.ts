@@ -74,6 +74,8 @@ const STATUS: Record<string, number> = {
   log_invalid_transaction_id: 400,
   // `timer:` transactionIds are the sweeper's (a timer's fire); a client push with one is refused.
   log_reserved_transaction_id: 400,
+  // Queen's traceId on a push item that is not UUID text (nor "", none).
+  log_invalid_trace_id: 400,
   log_items_required: 400,
   log_invalid_item: 400,
   // A push item's field it does not take, or an item without payload (services/api/routes/fields.ts).

@@ -126,3 +126,18 @@ export async function inSpan<T>(name: string, fn: () => Promise<T>, describe?: (
     span.end();
   }
 }
+
+/**
+ * The trace context a message or timer stored by this request carries (docs/tracing.md): the
+ * request's own span when tracing is on and the sampler kept it, as `{"traceId","spanId"}` JSON
+ * text for the _traced statements (sql/functions/log_push.sql); undefined otherwise. Off, one
+ * `undefined` test: a request the sampler left out carries no context (edge/requestSpan.ts), so
+ * no span is active for it.
+ */
+export function callerTrace(): string | undefined {
+  if (tracer === undefined) return undefined;
+  const span = trace.getActiveSpan();
+  if (span === undefined || !span.isRecording()) return undefined;
+  const { traceId, spanId } = span.spanContext();
+  return `{"traceId":"${traceId}","spanId":"${spanId}"}`;
+}

@@ -94,6 +94,8 @@ COLUMN log_timers.payload jsonb NOT NULL
 COLUMN log_timers.deliver_at timestamp with time zone NOT NULL
 COLUMN log_timers.created_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN log_timers.shard smallint NOT NULL GENERATED  DEFAULT ((uuid_hash_extended(timer_id, (0)::bigint) & (63)::bigint))::smallint
+COLUMN log_timers.trace_id uuid
+COLUMN log_timers.span_id bytea
 COLUMN message_failure_texts.partition_id uuid NOT NULL
 COLUMN message_failure_texts.consumer_group text COLLATE "C" NOT NULL
 COLUMN message_failure_texts.seq bigint NOT NULL
@@ -117,6 +119,8 @@ COLUMN messages.seq bigint NOT NULL
 COLUMN messages.transaction_id text COLLATE "C" NOT NULL
 COLUMN messages.payload jsonb
 COLUMN messages.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN messages.trace_id uuid
+COLUMN messages.span_id bytea
 COLUMN partition_consumers.partition_id uuid NOT NULL
 COLUMN partition_consumers.consumer_group text COLLATE "C" NOT NULL
 COLUMN partition_consumers.cursor_seq bigint NOT NULL DEFAULT 0
@@ -1766,6 +1770,17 @@ BEGIN
   RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_trace jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce((SELECT jsonb_agg(CASE WHEN e ->> 'type' = 'push'
+                                         THEN e || jsonb_build_object('items', queen.log_stamp_traces_v1(e -> 'items',
+                                                     p_ops -> ((e ->> 'index')::int) -> 'items', p_trace, (e ->> 'index')::int))
+                                         ELSE e END ORDER BY k)
+                     FROM jsonb_array_elements(s.r) WITH ORDINALITY AS t (e, k)), s.r)
+    FROM (SELECT queen.log_apply_v2(p_tenant, p_ops, p_sealed) AS r OFFSET 0) s
+$function$
 CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2392,12 +2407,13 @@ BEGIN
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id),
            'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
            || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition, t.error_message,
+                 m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
                  EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
@@ -2614,17 +2630,6 @@ AS $function$
     'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
     FROM queen.log_backlog_v2() b
-$function$
-CREATE OR REPLACE FUNCTION queen.log_group_stale_v1(c queen.partition_consumers, p_floor bigint, p_empty boolean, p_idle_before timestamp with time zone, p_now timestamp with time zone)
- RETURNS boolean
- LANGUAGE sql
- STABLE
-AS $function$
-  SELECT c.cursor_seq <= p_floor AND cardinality(c.done_seqs) = 0
-     AND (c.lease_id IS NULL OR (c.lease_expires_at <= p_now AND NOT EXISTS (SELECT 1 FROM unnest(c.lease_seqs) s WHERE s > p_floor)))
-     AND (p_empty OR coalesce(c.last_leased_at, c.created_at) < p_idle_before)
-     AND NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at t
-                      WHERE t.partition_id = c.partition_id AND t.consumer_group = c.consumer_group AND t.retry_at > p_now)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_item_queues_v1(p_items jsonb)
  RETURNS text[]
@@ -3179,9 +3184,11 @@ BEGIN
 
   RETURN (
     -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
+    -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
     SELECT jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', m.trace_id,
+             'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
              'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
              'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
              'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
@@ -3194,6 +3201,15 @@ BEGIN
       LEFT JOIN queen.sealed_messages s ON s.partition_id = m.partition_id AND s.seq = m.seq
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_traced_v1(p_tenant uuid, p_bodies jsonb, p_traces jsonb)
+ RETURNS SETOF text
+ LANGUAGE sql
+AS $function$
+  SELECT CASE WHEN r.results IS NOT NULL
+              THEN queen.log_stamp_traces_v1(r.results::jsonb, p_bodies -> (r.k::int - 1) -> 'items', p_traces -> (r.k::int - 1))::text END
+    FROM queen.log_push_coalesced_v2(p_tenant, p_bodies) WITH ORDINALITY AS r (results, k)
+   ORDER BY r.k
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v1(p_tenant uuid, p_bodies jsonb)
  RETURNS SETOF text
  LANGUAGE plpgsql
@@ -3412,6 +3428,12 @@ BEGIN
   PERFORM queen.log_check_size_v1(p_tenant, v_queues, CASE WHEN jsonb_array_length(p_items) = 1 THEN 0 END);
   RETURN v_out;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_traced_v1(p_tenant uuid, p_items jsonb, p_trace jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_stamp_traces_v1(r, p_items, p_trace) FROM (SELECT queen.log_push_request_v2(p_tenant, p_items, p_sealed) AS r OFFSET 0) s
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3533,18 +3555,6 @@ DECLARE
   v_removed INT := 0;
   v_unfinished INT := 0;
   v_total_bytes BIGINT := 0;
-  v_idle_before TIMESTAMPTZ;
-  v_empty BOOLEAN;
-  v_g INT;
-  v_groups INT := 0;
-  v_partitions INT := 0;
-  -- What the removed rows had counted (queen.log_totals_v1 keeps it): messages pushed (a removed
-  -- partition's last_seq), and the completed and failed deliveries of removed group rows.
-  v_gone_pushed BIGINT := 0;
-  v_gone_completed BIGINT := 0;
-  v_gone_failed BIGINT := 0;
-  v_gc BIGINT;
-  v_gf BIGINT;
   -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
   -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
   v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
@@ -3571,13 +3581,8 @@ BEGIN
     ELSE
       v_floor := v_first - 1;
     END IF;
-    -- A group's row unused since this instant may be stale (queen.log_group_stale_v1).
-    v_idle_before := v_now - make_interval(secs => coalesce(r.unfinished_s, r.finished_s));
     CONTINUE WHEN (v_first IS NULL OR v_first_at >= v_now - make_interval(secs => least(r.unfinished_s, r.finished_s)))
-      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id
-                       AND (c.cursor_seq < v_floor OR queen.log_group_stale_v1(c, v_floor, v_first IS NULL, v_idle_before, v_now)))
-      -- An empty partition without groups: the partition itself goes.
-      AND (v_first IS NOT NULL OR EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id));
+      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_floor);
 
     PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
@@ -3650,48 +3655,9 @@ BEGIN
       UPDATE queen.partition_consumers SET cursor_seq = v_cursor, done_seqs = v_done, updated_at = v_now
        WHERE partition_id = r.id AND consumer_group = g.consumer_group;
     END LOOP;
-
-    -- The stale rows of groups (queen.log_group_stale_v1), at most the batch left, each taken
-    -- FOR UPDATE SKIP LOCKED and judged again on the version it locked: a row a pop, an ack or a
-    -- lease extend holds right now is not waited for and stays this pass. Still under the
-    -- partition's lock, so no group's row can be created meanwhile (its foreign key's KEY SHARE).
-    EXIT WHEN v_budget <= 0;
-    v_empty := NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = r.id);
-    WITH gone AS (
-      DELETE FROM queen.partition_consumers d USING (
-        SELECT c.consumer_group FROM queen.partition_consumers c
-         WHERE c.partition_id = r.id AND queen.log_group_stale_v1(c, v_floor, v_empty, v_idle_before, clock_timestamp())
-         ORDER BY c.consumer_group LIMIT v_budget
-         FOR UPDATE OF c SKIP LOCKED) s
-       WHERE d.partition_id = r.id AND d.consumer_group = s.consumer_group
-      RETURNING d.completed, d.failures)
-    SELECT count(*)::int, coalesce(sum(gone.completed), 0), coalesce(sum(gone.failures), 0) INTO v_g, v_gc, v_gf FROM gone;
-    v_groups := v_groups + v_g;
-    v_gone_completed := v_gone_completed + v_gc;
-    v_gone_failed := v_gone_failed + v_gf;
-    v_budget := v_budget - v_g;
-    -- An empty partition with no group row left goes, with what hangs on it (ON DELETE
-    -- CASCADE: nothing but the rows just removed). No message can arrive meanwhile: a push needs
-    -- the row's lock (FOR NO KEY UPDATE, queen.log_ensure_partition_v1 and the fast path's), which
-    -- waits behind this pass's FOR UPDATE, finds the row gone and creates the partition anew.
-    IF v_empty AND v_budget > 0 AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id) THEN
-      DELETE FROM queen.partitions p WHERE p.id = r.id RETURNING p.last_seq INTO v_last;
-      v_gone_pushed := v_gone_pushed + v_last;
-      v_partitions := v_partitions + 1;
-      v_budget := v_budget - 1;
-    END IF;
   END LOOP;
-  -- One row per shard, which this pass holds the claim of: sweepers never wait on each other here.
-  IF v_groups > 0 OR v_partitions > 0 THEN
-    INSERT INTO queen.system_state AS s (key, value, updated_at)
-    VALUES ('log_removed_rows:' || p_shard, jsonb_build_object('pushed', v_gone_pushed, 'completed', v_gone_completed, 'failed', v_gone_failed), now())
-    ON CONFLICT (key) DO UPDATE SET updated_at = now(), value = jsonb_build_object(
-      'pushed', (s.value ->> 'pushed')::bigint + v_gone_pushed,
-      'completed', (s.value ->> 'completed')::bigint + v_gone_completed,
-      'failed', (s.value ->> 'failed')::bigint + v_gone_failed);
-  END IF;
   RETURN jsonb_build_object('removed', v_removed, 'unfinished', v_unfinished, 'bytes', v_total_bytes,
-    'groups', v_groups, 'partitions', v_partitions, 'full', v_budget <= 0,
+    'full', v_budget <= 0,
     'queues', coalesce((SELECT jsonb_agg(e.value ORDER BY e.key) FROM jsonb_each(v_per) e), '[]'::jsonb));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_retention_ages_v1(p_ttl integer, p_retention integer, p_completed integer, p_enabled boolean, p_max_wait integer, p_default integer, OUT any_s integer, OUT unfinished_s integer, OUT finished_s integer)
@@ -3751,6 +3717,30 @@ AS $function$
                                          THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
             FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_stamp_traces_v1(p_results jsonb, p_items jsonb, p_trace jsonb, p_index integer DEFAULT NULL::integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_trace UUID := (p_trace ->> 'traceId')::uuid;
+  v_span BYTEA := decode(p_trace ->> 'spanId', 'hex');
+  v_out JSONB[] := '{}';
+  v_e JSONB;
+  v_id UUID;
+  i INT;
+BEGIN
+  FOR i IN 0 .. jsonb_array_length(p_results) - 1 LOOP
+    v_e := p_results -> i;
+    v_id := coalesce(queen.log_trace_id_v1(p_items -> i -> 'traceId', coalesce(p_index, i)), v_trace);
+    IF v_id IS NOT NULL AND v_e ->> 'status' = 'queued' THEN
+      UPDATE queen.messages SET trace_id = v_id, span_id = CASE WHEN v_id = v_trace THEN v_span END
+       WHERE partition_id = (v_e ->> 'partition_id')::uuid AND transaction_id = v_e ->> 'transaction_id';
+      v_e := v_e || jsonb_build_object('trace_id', v_id);
+    END IF;
+    v_out := v_out || v_e;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text
  LANGUAGE sql
@@ -3794,22 +3784,34 @@ BEGIN
      FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_totals_v1()
- RETURNS jsonb
- LANGUAGE sql
- STABLE
+CREATE OR REPLACE FUNCTION queen.log_trace_id_v1(p_value jsonb, p_index integer)
+ RETURNS uuid
+ LANGUAGE plpgsql
 AS $function$
-  SELECT jsonb_build_object(
-    'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p) + coalesce(sum((g.value ->> 'pushed')::bigint), 0),
-    'completed', (SELECT coalesce(sum(c.completed), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'completed')::bigint), 0),
-    'failed', (SELECT coalesce(sum(c.failures), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'failed')::bigint), 0))
-  FROM queen.system_state g WHERE g.key LIKE 'log_removed_rows:%'
-$function$
+BEGIN
+  IF p_value IS NULL OR jsonb_typeof(p_value) = 'null' OR p_value = '""'::jsonb THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(p_value) <> 'string'
+     OR (p_value #>> '{}') !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+    PERFORM queen.fail_v1('log_invalid_trace_id', format(
+      'Item %s: traceId is UUID text (such as 4bf92f35-77b3-4da6-a3ce-929d0e0e4736), or "" for none.', p_index), p_index);
+  END IF;
+  RETURN (p_value #>> '{}')::uuid;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_trace_max_bytes_v1()
  RETURNS integer
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$ SELECT 16384 $function$
+CREATE OR REPLACE FUNCTION queen.log_traceparent_v1(p_trace uuid, p_span bytea)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  SELECT CASE WHEN p_trace IS NOT NULL AND octet_length(p_span) = 8
+              THEN '00-' || replace(p_trace::text, '-', '') || '-' || encode(p_span, 'hex') || '-01' END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_traces_per_message_v1()
  RETURNS integer
  LANGUAGE sql
@@ -4080,6 +4082,7 @@ BEGIN
   SELECT jsonb_build_object(
            'id', queen.log_message_id_v1(m.partition_id, m.seq), 'seq', m.seq, 'transactionId', m.transaction_id,
            'partitionId', m.partition_id, 'queue', v_m.queue, 'partition', v_m.partition, 'createdAt', queen.ts_v1(m.created_at),
+           'traceId', m.trace_id, 'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
            'bytes', coalesce(octet_length(m.payload::text), 0),
            'data', CASE WHEN coalesce(octet_length(m.payload::text), 0) <= queen.operator_max_payload_bytes_v1() THEN m.payload END,
            'dataOmitted', coalesce(octet_length(m.payload::text), 0) > queen.operator_max_payload_bytes_v1(),
@@ -4300,8 +4303,6 @@ BEGIN
     SELECT p.id, p_group, p.last_seq FROM queen.partitions p
      WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition)
      ORDER BY p.id
-     -- A partition being removed (retention, or its queue's delete) is waited for and skipped.
-     FOR KEY SHARE OF p
     ON CONFLICT (partition_id, consumer_group) DO UPDATE
        SET cursor_seq = greatest(c.cursor_seq, EXCLUDED.cursor_seq), done_seqs = '{}', lease_id = NULL, lease_expires_at = NULL,
            lease_seqs = '{}', lease_failed = '{}', updated_at = clock_timestamp()
@@ -4611,8 +4612,6 @@ DECLARE
   v_retain_full BOOLEAN := false;
   v_retain_queues JSONB := '[]';
   v_retained_at TIMESTAMPTZ;
-  v_groups INT := 0;
-  v_partitions INT := 0;
 BEGIN
   IF p_prune THEN
     SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
@@ -4637,8 +4636,6 @@ BEGIN
     v_retained_at := clock_timestamp();
     FOREACH v_s IN ARRAY v_shards LOOP
       v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_groups := v_groups + (v_retain ->> 'groups')::int;
-      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
       v_removed := v_removed + (v_retain ->> 'removed')::int;
       v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
       v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
@@ -4671,7 +4668,6 @@ BEGIN
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'removedGroups', v_groups, 'removedPartitions', v_partitions,
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
@@ -5079,10 +5075,8 @@ BEGIN
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
-    -- removed by retention) between the look-up and the lock is created anew.
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
+    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
+    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;
@@ -5095,7 +5089,7 @@ BEGIN
   WITH k AS (
     SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
   ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
     FROM unnest(v_claimed) AS t
     JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
   ), fresh AS (
@@ -5103,8 +5097,9 @@ BEGIN
     FROM c
     WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
   ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
+    -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
   ), unsealed AS (
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
@@ -5241,6 +5236,18 @@ AS $function$
   SELECT jsonb_typeof(p_op) = 'object' AND p_op -> 'op' = '"schedule"'::jsonb
      AND jsonb_typeof(p_op -> 'queue') = 'string' AND p_op ? 'payload'
 $function$
+CREATE OR REPLACE FUNCTION queen.timers_stamp_traces_v1(p_results jsonb, p_trace jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  IF p_trace IS NOT NULL AND jsonb_typeof(p_trace) = 'object' AND jsonb_typeof(p_results) = 'array' THEN
+    UPDATE queen.log_timers t SET trace_id = (p_trace ->> 'traceId')::uuid, span_id = decode(p_trace ->> 'spanId', 'hex')
+      FROM jsonb_array_elements(p_results) e
+     WHERE e -> 'created' = 'true'::jsonb AND t.timer_id = (e ->> 'timerId')::uuid;
+  END IF;
+  RETURN p_results;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_unseal_cancelled_v1(p_ops jsonb, p_results jsonb)
  RETURNS void
  LANGUAGE plpgsql

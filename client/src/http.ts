@@ -15,6 +15,7 @@
 
 import { QueenError } from './errors';
 import { parseJson } from './json';
+import { activeTraceparent, tracingApi, type TracingOption } from './tracing';
 
 export interface RetryInfo {
   /** 1 for the first retry. */
@@ -48,6 +49,13 @@ export interface HttpOptions {
   timeoutMs?: number;
   /** `false`: never retry. */
   retry?: RetryOptions | false;
+  /**
+   * Trace context (OpenTelemetry, only if the application has `@opentelemetry/api`): by default
+   * each call made while a span is active sends it as `traceparent`, and consume() runs handlers in
+   * a span continuing the message's trace. `false` turns both off; an object is the
+   * `@opentelemetry/api` module to use. See the README's Tracing section.
+   */
+  tracing?: TracingOption;
 }
 
 export interface Answer {
@@ -128,6 +136,8 @@ export class HttpClient {
   private readonly timeoutMs: number;
   private readonly retry: Required<Omit<RetryOptions, 'onRetry'>> & Pick<RetryOptions, 'onRetry'>;
   private readonly retries: boolean;
+  /** @internal `@opentelemetry/api`, when trace context is on and the application has it. */
+  readonly tracing: ReturnType<typeof tracingApi>;
 
   /** `urls`: more than one are taken in turn, a call each (every retry of a call goes where it went). */
   constructor(options: HttpOptions, urls: string[] = [options.url]) {
@@ -143,6 +153,7 @@ export class HttpClient {
     if (options.bearerToken !== undefined) this.headers.authorization = `Bearer ${options.bearerToken}`;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.retries = options.retry !== false;
+    this.tracing = tracingApi(options.tracing);
     const retry = options.retry === false ? {} : (options.retry ?? {});
     this.retry = {
       attempts: retry.attempts ?? DEFAULT_ATTEMPTS,
@@ -159,7 +170,10 @@ export class HttpClient {
   async call(method: string, path: string, options: CallOptions = {}): Promise<Answer> {
     if (this.closed) throw new QueenError({ status: 0, code: 'closed', message: `${method} ${path}: this Queen was closed (close()).` });
     const base = this.bases[this.turn++ % this.bases.length];
-    const headers = options.body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' };
+    let headers = options.body === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' };
+    // The active span (a consume() handler's, or the application's) continues in the cell.
+    const traceparent = this.tracing === undefined || 'traceparent' in this.headers ? undefined : activeTraceparent(this.tracing);
+    if (traceparent !== undefined) headers = { ...headers, traceparent };
     for (let attempt = 0; ; attempt++) {
       const bound = bounded(options.timeoutMs ?? this.timeoutMs, options.signal);
       let status: number;

@@ -13,5 +13,6 @@ export type { OperatorOptions, OperatorAnswer, PageOptions } from './operator';
 export type { ListOptions } from './timers';
 export { QueenError, QueenPrecisionError } from './errors';
 export type { RetryInfo, RetryOptions, HttpOptions } from './http';
+export type { TracingOption } from './tracing';
 export { parseJson, stringifyJson } from './json';
 export type * from './types';

@@ -10,6 +10,7 @@ import { QueenError } from './errors';
 import type { HttpClient } from './http';
 import { sleep } from './http';
 import { stringifyJson } from './json';
+import { inConsumeSpan } from './tracing';
 import type {
   AckBatchResult, AckContext, AckResult, AckStatus, ConfigureResult, DeadLetterPage, DeadLetterQuery, DeleteQueueResult, Message, PushItem, PushResult,
   QueueOptions, RenewResult,
@@ -258,7 +259,8 @@ export class QueueBuilder {
       try {
         const given = single ? messages[0] : messages;
         try {
-          await handler(given);
+          // In a span continuing the message's trace, when the application has OpenTelemetry.
+          await inConsumeSpan(this.queen.http.tracing, messages, () => handler(given));
         } catch (err) {
           await settle(messages, false);
           report(err, given);

@@ -29,17 +29,29 @@ export interface Message<T = unknown> {
   createdAt: string;
   /** Failed deliveries so far, for this consumer group. */
   retryCount?: number;
+  /**
+   * The trace the message was pushed in (or its timer scheduled in), as a UUID: the producer's
+   * Queen `traceId`, else the trace of the request that pushed it; null without one.
+   */
+  traceId?: string | null;
+  /**
+   * The W3C trace context of the request that pushed it (or scheduled its timer), when the cell
+   * traced that request; consume() continues it in the handler's span. null otherwise.
+   */
+  traceparent?: string | null;
   [field: string]: unknown;
 }
 
 /**
  * One item to push: `{ data }` (Queen's spelling), `{ payload }`, or any other object, which is
  * pushed whole. `transactionId` is the item's idempotency key within its partition; the client
- * mints one (a UUID) when it is absent, so a retried push can never store it twice.
+ * mints one (a UUID) when it is absent, so a retried push can never store it twice. `traceId`
+ * (Queen's: UUID text) is stored on the message and answered by every pop; without one, the
+ * message carries the active span's trace when the cell traces (see `tracing` in the options).
  */
 export type PushItem<T = unknown> =
-  | { data: T; transactionId?: string; [field: string]: unknown }
-  | { payload: T; transactionId?: string; [field: string]: unknown }
+  | { data: T; transactionId?: string; traceId?: string; [field: string]: unknown }
+  | { payload: T; transactionId?: string; traceId?: string; [field: string]: unknown }
   | Record<string, unknown>;
 
 export interface PushResult {

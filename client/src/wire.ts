@@ -59,6 +59,8 @@ export function pushItem(queue: string, partition: string | undefined, item: Pus
   const payload = 'data' in source ? source.data : 'payload' in source ? source.payload : source;
   const out: Obj = { queue, payload, transactionId: typeof source.transactionId === 'string' ? source.transactionId : mint() };
   if (partition !== undefined) out.partition = partition;
+  // Queen's traceId goes with an item written as { data } or { payload } (a whole-object item is its own payload).
+  if (('data' in source || 'payload' in source) && typeof source.traceId === 'string' && source.traceId !== '') out.traceId = source.traceId;
   return out;
 }
 

@@ -19,6 +19,17 @@ export const LOG_PUSH = {
 };
 
 /**
+ * POST /api/v1/push with trace context (docs/tracing.md): an item's traceId, or the request's
+ * sampled span ($4, {"traceId","spanId"} as JSON, or NULL). $3: the sealed payloads, as
+ * LOG_PUSH_SEALED's, or NULL. A push without trace context sends LOG_PUSH (or LOG_PUSH_SEALED):
+ * with tracing off nothing here runs.
+ */
+export const LOG_PUSH_TRACED = {
+  name: 'log_push_traced_v1',
+  text: `SELECT queen.log_push_traced_v1($1::uuid, s.items, $4::jsonb, $3::jsonb)::text AS results FROM (SELECT $2::jsonb -> 'items' AS items OFFSET 0) s`,
+};
+
+/**
  * Concurrent one-item pushes of one tenant to one partition, gathered by services/api/push/coalescer.ts: $2 is a
  * JSON array of the request bodies, as the clients wrote them. One row per body, in order: its
  * results array, or NULL where the fast path declined.
@@ -26,6 +37,12 @@ export const LOG_PUSH = {
 export const LOG_PUSH_COALESCED = {
   name: 'log_push_coalesced_v2',
   text: `SELECT queen.log_push_coalesced_v2($1::uuid, $2::jsonb) AS results`,
+};
+
+/** LOG_PUSH_COALESCED for a gathering of which a request has trace context: $3 each body's span (or null), aligned. */
+export const LOG_PUSH_COALESCED_TRACED = {
+  name: 'log_push_coalesced_traced_v1',
+  text: `SELECT queen.log_push_coalesced_traced_v1($1::uuid, $2::jsonb, $3::jsonb) AS results`,
 };
 
 /**
@@ -122,6 +139,9 @@ export const LOG_EXTEND_LEASE = {
  */
 export const TX_ARGS = `$1::uuid AS tenant, $2::jsonb AS body, $3::int AS kv_offset, $4::int AS timers_offset, $5::jsonb AS sealed, $6::jsonb AS timers_sealed`;
 
+/** TX_ARGS and the bundle's trace context ($7: the request's sampled span, or NULL when only an item's traceId is there). */
+export const TX_ARGS_TRACED = `${TX_ARGS}, $7::jsonb AS trace`;
+
 /** The wire's per-space expressions, composed in lock order by shared/lockOrder.ts. */
 export const TX_EXPR = {
   /**
@@ -135,6 +155,8 @@ export const TX_EXPR = {
          FROM (SELECT queen.kv_apply_v1(a.tenant, a.body -> 'kv', true) AS v OFFSET 0) called`,
   /** The `operations` (push, ack): the partitions/messages space. */
   partitions: `queen.log_apply_v2(a.tenant, a.body -> 'operations', a.sealed)`,
+  /** `partitions` with trace context (over TX_ARGS_TRACED): the pushes' messages stamped. */
+  partitionsTraced: `queen.log_apply_traced_v1(a.tenant, a.body -> 'operations', a.sealed, a.trace)`,
 } as const;
 
 /** POST /api/v1/traces: the body as is. */

@@ -22,6 +22,16 @@ export const TIMERS_APPLY_ONE = {
          FROM (SELECT queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb) -> 0 AS r) s`,
 };
 
+/** TIMERS_APPLY_ONE from a traced request: $5 its sampled span ({"traceId","spanId"}), stored on the timer it creates. */
+export const TIMERS_APPLY_ONE_TRACED = {
+  name: 'timers_apply_one_traced_v1',
+  text: `SELECT (r - 'index' - 'op')::text AS body,
+                coalesce((r ->> 'created')::boolean, false) AS created,
+                coalesce((r ->> 'cancelled')::boolean, false) AS cancelled,
+                coalesce((r ->> 'rescheduled')::boolean, false) AS rescheduled
+         FROM (SELECT queen.timers_stamp_traces_v1(queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb), $5::jsonb) -> 0 AS r) s`,
+};
+
 /** After a QK428 on one operation from a route: $1 the body, $2 the route's fields, $3 the encrypted queues: the payload text to seal, or NULL. */
 export const TIMERS_SEAL_ONE = {
   name: 'timers_seal_one_v1',
@@ -46,6 +56,10 @@ export const TIMERS_LIST = {
  */
 export const TX_TIMERS_EXPR = `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.timers_offset)) ORDER BY k), '[]'::jsonb)
          FROM jsonb_array_elements(queen.timers_apply_v2(a.tenant, a.body -> 'timers', a.timers_sealed)) WITH ORDINALITY AS t(e, k)`;
+
+/** TX_TIMERS_EXPR with trace context (over TX_ARGS_TRACED): each timer it creates stores the bundle's span. */
+export const TX_TIMERS_EXPR_TRACED = `SELECT coalesce(jsonb_agg(jsonb_set(e, '{index}', to_jsonb(k - 1 + a.timers_offset)) ORDER BY k), '[]'::jsonb)
+         FROM jsonb_array_elements(queen.timers_stamp_traces_v1(queen.timers_apply_v2(a.tenant, a.body -> 'timers', a.timers_sealed), a.trace)) WITH ORDINALITY AS t(e, k)`;
 
 /** The transaction wire's schedules to seal after a QK428: $1 the body, $2 the encrypted queues. */
 export const TX_TIMERS_SEAL_TEXTS = {

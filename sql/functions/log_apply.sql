@@ -706,8 +706,9 @@ BEGIN
 END $$;
 
 -- GET /api/v1/dlq since 0.2: queen.log_dead_letters_v1 with Queen's from/to (the dead letters set
--- aside at or after p_from and at or before p_to; NULL: unbounded), and an entry whose payload is
--- stored encrypted marked "sealed": true for the API to open.
+-- aside at or after p_from and at or before p_to; NULL: unbounded), an entry whose payload is
+-- stored encrypted marked "sealed": true for the API to open, and the message's trace context
+-- (traceId, traceparent) as a pop answers it.
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT,
   p_from TIMESTAMPTZ, p_to TIMESTAMPTZ) RETURNS JSONB
 LANGUAGE plpgsql AS $$
@@ -731,12 +732,13 @@ BEGIN
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
+           'traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id),
            'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
            || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition, t.error_message,
+                 m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
                  EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
@@ -751,3 +753,16 @@ BEGIN
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
 END $$;
+
+-- The transaction wire's `operations` with trace context (a push item's traceId, or the bundle
+-- request's sampled span, p_trace as queen.log_stamp_traces_v1 takes it): queen.log_apply_v2, then
+-- each push operation's stored messages stamped. A bundle without any goes to log_apply_v2 alone.
+CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant UUID, p_ops JSONB, p_sealed JSONB, p_trace JSONB) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT coalesce((SELECT jsonb_agg(CASE WHEN e ->> 'type' = 'push'
+                                         THEN e || jsonb_build_object('items', queen.log_stamp_traces_v1(e -> 'items',
+                                                     p_ops -> ((e ->> 'index')::int) -> 'items', p_trace, (e ->> 'index')::int))
+                                         ELSE e END ORDER BY k)
+                     FROM jsonb_array_elements(s.r) WITH ORDINALITY AS t (e, k)), s.r)
+    FROM (SELECT queen.log_apply_v2(p_tenant, p_ops, p_sealed) AS r OFFSET 0) s
+$$;

@@ -637,9 +637,11 @@ BEGIN
 
   RETURN (
     -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
+    -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
     SELECT jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', m.trace_id,
+             'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
              'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
              'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
              'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),

@@ -570,3 +570,79 @@ BEGIN
   END IF;
   RETURN QUERY SELECT queen.log_push_coalesced_v1(p_tenant, p_bodies);
 END $$;
+
+-- Trace context on a message (sql/migrations/056_trace_context.sql, docs/tracing.md). A push with
+-- none (no item traceId, tracing off or the request not sampled) goes through the statements above
+-- as it always did; one with some goes through the _traced entry points below, which push the
+-- same way and then stamp the messages they stored. `p_trace` is the pushing request's sampled
+-- span, {"traceId": 32 hex digits, "spanId": 16}, or NULL.
+
+-- Queen's traceId on a push item: NULL when absent, null or ""; else UUID text (8-4-4-4-12 hex
+-- digits, either case), or 400 log_invalid_trace_id naming the item (`p_index`).
+CREATE OR REPLACE FUNCTION queen.log_trace_id_v1(p_value JSONB, p_index INT) RETURNS UUID
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_value IS NULL OR jsonb_typeof(p_value) = 'null' OR p_value = '""'::jsonb THEN
+    RETURN NULL;
+  END IF;
+  IF jsonb_typeof(p_value) <> 'string'
+     OR (p_value #>> '{}') !~ '^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$' THEN
+    PERFORM queen.fail_v1('log_invalid_trace_id', format(
+      'Item %s: traceId is UUID text (such as 4bf92f35-77b3-4da6-a3ce-929d0e0e4736), or "" for none.', p_index), p_index);
+  END IF;
+  RETURN (p_value #>> '{}')::uuid;
+END $$;
+
+-- A message's W3C traceparent (version 00, sampled: only a sampled span's context is stored), or
+-- NULL when its span is unknown. The trace id is the UUID's 32 hex digits.
+CREATE OR REPLACE FUNCTION queen.log_traceparent_v1(p_trace UUID, p_span BYTEA) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN p_trace IS NOT NULL AND octet_length(p_span) = 8
+              THEN '00-' || replace(p_trace::text, '-', '') || '-' || encode(p_span, 'hex') || '-01' END
+$$;
+
+-- Stamps the messages a push just stored: each `queued` entry of p_results (aligned with p_items)
+-- gets its item's traceId, else the caller's trace; the span id is the caller's when the trace is
+-- the caller's (an item's traceId that is another trace has no span here). A duplicate stored
+-- nothing and keeps what its message has. Every item's traceId is checked, stamped or not. One
+-- UPDATE per stamped message, through the (partition_id, transaction_id) key; a HOT update (no
+-- index holds the columns). Answers p_results with each stamped entry's trace_id, as Queen's does.
+CREATE OR REPLACE FUNCTION queen.log_stamp_traces_v1(p_results JSONB, p_items JSONB, p_trace JSONB, p_index INT DEFAULT NULL) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_trace UUID := (p_trace ->> 'traceId')::uuid;
+  v_span BYTEA := decode(p_trace ->> 'spanId', 'hex');
+  v_out JSONB[] := '{}';
+  v_e JSONB;
+  v_id UUID;
+  i INT;
+BEGIN
+  FOR i IN 0 .. jsonb_array_length(p_results) - 1 LOOP
+    v_e := p_results -> i;
+    v_id := coalesce(queen.log_trace_id_v1(p_items -> i -> 'traceId', coalesce(p_index, i)), v_trace);
+    IF v_id IS NOT NULL AND v_e ->> 'status' = 'queued' THEN
+      UPDATE queen.messages SET trace_id = v_id, span_id = CASE WHEN v_id = v_trace THEN v_span END
+       WHERE partition_id = (v_e ->> 'partition_id')::uuid AND transaction_id = v_e ->> 'transaction_id';
+      v_e := v_e || jsonb_build_object('trace_id', v_id);
+    END IF;
+    v_out := v_out || v_e;
+  END LOOP;
+  RETURN to_jsonb(v_out);
+END $$;
+
+-- POST /api/v1/push with trace context: queen.log_push_request_v2, then the stamp.
+CREATE OR REPLACE FUNCTION queen.log_push_traced_v1(p_tenant UUID, p_items JSONB, p_trace JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_stamp_traces_v1(r, p_items, p_trace) FROM (SELECT queen.log_push_request_v2(p_tenant, p_items, p_sealed) AS r OFFSET 0) s
+$$;
+
+-- A gathering (queen.log_push_coalesced_v2) of which a body has trace context: `p_traces` is aligned
+-- with the bodies (each its request's span, or null). Each answered body's results are stamped
+-- with its own items and span; a declined body (NULL) is sent alone by the API, traced.
+CREATE OR REPLACE FUNCTION queen.log_push_coalesced_traced_v1(p_tenant UUID, p_bodies JSONB, p_traces JSONB) RETURNS SETOF TEXT
+LANGUAGE sql AS $$
+  SELECT CASE WHEN r.results IS NOT NULL
+              THEN queen.log_stamp_traces_v1(r.results::jsonb, p_bodies -> (r.k::int - 1) -> 'items', p_traces -> (r.k::int - 1))::text END
+    FROM queen.log_push_coalesced_v2(p_tenant, p_bodies) WITH ORDINALITY AS r (results, k)
+   ORDER BY r.k
+$$;

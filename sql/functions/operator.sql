@@ -227,6 +227,7 @@ BEGIN
   SELECT jsonb_build_object(
            'id', queen.log_message_id_v1(m.partition_id, m.seq), 'seq', m.seq, 'transactionId', m.transaction_id,
            'partitionId', m.partition_id, 'queue', v_m.queue, 'partition', v_m.partition, 'createdAt', queen.ts_v1(m.created_at),
+           'traceId', m.trace_id, 'traceparent', queen.log_traceparent_v1(m.trace_id, m.span_id),
            'bytes', coalesce(octet_length(m.payload::text), 0),
            'data', CASE WHEN coalesce(octet_length(m.payload::text), 0) <= queen.operator_max_payload_bytes_v1() THEN m.payload END,
            'dataOmitted', coalesce(octet_length(m.payload::text), 0) > queen.operator_max_payload_bytes_v1(),

@@ -121,7 +121,8 @@ END $$;
 -- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
 -- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
 -- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
--- (its message already stored) marks nothing again.
+-- (its message already stored) marks nothing again. The message carries its timer's trace context
+-- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql).
 CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
@@ -174,7 +175,7 @@ BEGIN
   WITH k AS (
     SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
   ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
     FROM unnest(v_claimed) AS t
     JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
   ), fresh AS (
@@ -182,8 +183,9 @@ BEGIN
     FROM c
     WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
   ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
+    -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
   ), unsealed AS (
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).

@@ -489,3 +489,19 @@ LANGUAGE sql STABLE AS $$
                                        FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k)))
     FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
 $$;
+
+-- The trace context of the request that scheduled timers (p_trace: its sampled span,
+-- {"traceId": 32 hex digits, "spanId": 16}, as queen.log_stamp_traces_v1 takes it; NULL: none),
+-- stored on each timer a schedule of p_results created (a timerKey that named an existing timer
+-- keeps that timer's). The fire (queen.timers_fire_v2) copies it onto the message the timer
+-- becomes, so the consumer continues the schedule's trace. Answers p_results as they are.
+CREATE OR REPLACE FUNCTION queen.timers_stamp_traces_v1(p_results JSONB, p_trace JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_trace IS NOT NULL AND jsonb_typeof(p_trace) = 'object' AND jsonb_typeof(p_results) = 'array' THEN
+    UPDATE queen.log_timers t SET trace_id = (p_trace ->> 'traceId')::uuid, span_id = decode(p_trace ->> 'spanId', 'hex')
+      FROM jsonb_array_elements(p_results) e
+     WHERE e -> 'created' = 'true'::jsonb AND t.timer_id = (e ->> 'timerId')::uuid;
+  END IF;
+  RETURN p_results;
+END $$;

@@ -1,5 +1,5 @@
 // The package as it ships: importable as the README says, its own name, no runtime
-// dependency beyond Node 20, pg only as an optional peer, types beside the JavaScript.
+// dependency beyond Node 20, pg and @opentelemetry/api only as optional peers, types beside the JavaScript.
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -18,12 +18,12 @@ test('node can import client/dist/index.js and make a Queen, and require the pg 
   expect(pgEntry.trim()).toBe('function');
 });
 
-test('its package.json: the name, the two entries with their types, no dependencies, pg an optional peer', () => {
+test('its package.json: the name, the two entries with their types, no dependencies, pg and @opentelemetry/api optional peers', () => {
   const pkg = JSON.parse(fs.readFileSync(path.join(CLIENT, 'package.json'), 'utf8'));
   expect(pkg.name).toBe('@queen-kv/client');
   expect(pkg.dependencies).toBeUndefined();
-  expect(pkg.peerDependencies).toEqual({ pg: expect.any(String) });
-  expect(pkg.peerDependenciesMeta).toEqual({ pg: { optional: true } });
+  expect(pkg.peerDependencies).toEqual({ pg: expect.any(String), '@opentelemetry/api': expect.any(String) });
+  expect(pkg.peerDependenciesMeta).toEqual({ pg: { optional: true }, '@opentelemetry/api': { optional: true } });
   expect(pkg.exports['.']).toEqual({ types: './dist/index.d.ts', default: './dist/index.js' });
   expect(pkg.exports['./pg']).toEqual({ types: './dist/pg.d.ts', default: './dist/pg.js' });
   for (const f of ['index.js', 'index.d.ts', 'pg.js', 'pg.d.ts']) expect(fs.existsSync(path.join(CLIENT, 'dist', f))).toBe(true);

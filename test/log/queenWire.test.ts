@@ -85,10 +85,13 @@ describe('push', () => {
     expect(entries.every((e) => e.message_id === winner)).toBe(true);
   });
 
-  test('a traceId is 400 unsupported (the cell stores no traces), never dropped', async () => {
+  test("a traceId is stored and popped as Queen's wire has it (a UUID string), never dropped; a malformed one is refused", async () => {
     const res = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-trace', payload: 1, traceId: '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c' }] });
-    expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
-    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-trace?wait=false')).status).toBe(204);
+    expect([res.status, res.body[0].trace_id]).toEqual([201, '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c']);
+    const popped = await call(api.url, 'GET', '/api/v1/pop/queue/qw-trace?wait=false');
+    expect([popped.status, popped.body.messages[0].traceId]).toEqual([200, '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c']);
+    const bad = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-trace', payload: 1, traceId: 7 }] });
+    expect([bad.status, bad.body.error]).toEqual([400, 'log_invalid_trace_id']);
   });
 });
 
@@ -205,11 +208,12 @@ describe('transaction', () => {
     expect((await pop(api.url, 'qw-tx-out')).map((x) => x.data)).toEqual([{ from: m.transactionId }]);
   });
 
-  test('a push operation with a traceId is 400 unsupported, as on the push route', async () => {
+  test('a push operation with a traceId stores it, as the push route does', async () => {
     const res = await call(api.url, 'POST', '/api/v1/transaction', {
       operations: [{ type: 'push', items: [{ queue: 'qw-tx-trace', payload: 1, traceId: '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c' }] }],
     });
-    expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
+    expect([res.status, res.body.results[0].items[0].trace_id]).toEqual([200, '8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c']);
+    expect((await pop(api.url, 'qw-tx-trace')).map((m: any) => m.traceId)).toEqual(['8f0c2a4e-5b7d-4c1e-9a3f-2d6b8e0f1a2c']);
   });
 
   test('a bundle that does not commit answers success false and an error text', async () => {

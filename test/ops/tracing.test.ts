@@ -6,7 +6,9 @@
 // endpoint), nothing is exported and the processes say why.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Queen } from '@queen-kv/client';
+import { context, propagation, trace } from '@opentelemetry/api';
+import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
+import { Queen, type Message } from '@queen-kv/client';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from '../support/database';
 import { spawnApi, spawnSweeper, Spawned, untilHealthy } from '../support/processes';
@@ -147,6 +149,81 @@ test('with OTEL_EXPORTER_OTLP_ENDPOINT set, requests and their statements come o
     const exported = collector.bodies.join('\n');
     for (const [what, text] of Object.entries(SECRET)) expect({ what, found: exported.includes(text) }).toEqual({ what, found: false });
   } finally {
+    await collector.close();
+  }
+});
+
+test('one trace from a producer push through a timer, its fire, the consumer pop and the once-marker bundles: every span has the producer\'s trace id', async () => {
+  const collector = await startCollector();
+  // The application's side: an SDK in this process (its spans kept in memory: the OTLP exporter
+  // loads its transport by a dynamic import, which jest's sandbox refuses), so the client's handler
+  // spans are seen beside the cell's.
+  const app = new InMemorySpanExporter();
+  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(app)] });
+  provider.register();
+  try {
+    const port = await freePort();
+    const api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', ...UNLIMITED_RATES, ...OTEL(collector.url) });
+    started.push(api);
+    await untilHealthy(api, port);
+    // The sweeper fires untraced here: its cycle spans are traces of their own (one cycle fires
+    // the timers of many traces); the message a timer becomes carries the schedule's context.
+    started.push(await spawnSweeper(db.url));
+    const queen = new Queen({ url: `http://127.0.0.1:${port}` });
+    const producer = trace.getTracer('flow').startSpan('place order');
+    const traceId = producer.spanContext().traceId;
+    const handled: Array<{ queue: string; traceId: unknown; traceparent: unknown }> = [];
+    await context.with(trace.setSpan(context.active(), producer), async () => {
+      // The producer's push: the message stores the push request's span.
+      await queen.queue('flow-orders').push([{ data: { order: 1 } }]);
+      // The first consumer: its bundle acks, marks once and schedules the follow-up timer.
+      await queen.queue('flow-orders').group('billing').autoAck(false).limit(1).timeoutMillis(5000).consume(async (m: Message) => {
+        handled.push({ queue: m.queue, traceId: m.traceId, traceparent: m.traceparent });
+        const done = await queen.transaction().once('flow', 'charge:1', { ttlSeconds: 600 }).ack(m)
+          .timer({ op: 'schedule', queue: 'flow-later', payload: { order: 1 }, delaySeconds: 0 }).commit();
+        expect(done.success).toBe(true);
+      });
+      // The timer's fire (the sweeper), then the second consumer and its once-marker bundle.
+      await queen.queue('flow-later').group('receipts').autoAck(false).limit(1).timeoutMillis(10_000).consume(async (m: Message) => {
+        handled.push({ queue: m.queue, traceId: m.traceId, traceparent: m.traceparent });
+        const done = await queen.transaction().once('flow', 'receipt:1', { ttlSeconds: 600 }).ack(m).commit();
+        expect(done.success).toBe(true);
+      });
+    });
+    producer.end();
+    const uuid = `${traceId.slice(0, 8)}-${traceId.slice(8, 12)}-${traceId.slice(12, 16)}-${traceId.slice(16, 20)}-${traceId.slice(20)}`;
+    expect(handled.map((h) => [h.queue, h.traceId, typeof h.traceparent === 'string' && h.traceparent.startsWith(`00-${traceId}-`)])).toEqual([
+      ['flow-orders', uuid, true], ['flow-later', uuid, true],
+    ]);
+
+    // Every span but the boot's readiness probes (their own traces, before the flow).
+    const probes = () => new Set(collector.spans.filter((s) => s.span.name === 'GET /ready').map((s) => s.span.traceId));
+    const appSpans = (): Exported[] => app.getFinishedSpans().map((s) => ({
+      service: 'flow-app', attrs: {},
+      span: { traceId: s.spanContext().traceId, spanId: s.spanContext().spanId, parentSpanId: s.parentSpanContext?.spanId, name: s.name, kind: s.kind },
+    }));
+    const flow = () => [...collector.spans, ...appSpans()].filter((s) => !probes().has(s.span.traceId));
+    const servers = () => flow().filter((s) => s.service === 'queen-kv-api' && s.span.kind === 2).map((s) => s.span.name);
+    await waitFor(() => servers().filter((n) => n === 'POST /api/v1/transaction').length === 2 && servers().includes('POST /api/v1/push')
+      && flow().filter((s) => s.service === 'flow-app' && s.span.name === 'queen process').length === 2,
+    { what: 'the flow\'s spans: the push, two bundles, two handlers', timeoutMs: 20_000, everyMs: 100 }).catch((err: Error) => {
+      throw new Error(`${err.message}; exported: ${flow().map((s) => `${s.service} ${s.span.name}`).join(', ')}`);
+    });
+    const spans = flow();
+    expect(spans.filter((s) => s.span.traceId !== traceId).map((s) => `${s.service} ${s.span.name}`)).toEqual([]);
+    // The chain: the second handler continues the first bundle's request span (the timer's schedule),
+    // the first handler the push's, each bundle its handler's span.
+    const byId = new Map(spans.map((s) => [s.span.spanId, s]));
+    const handlers = spans.filter((s) => s.span.name === 'queen process');
+    expect(handlers.map((h) => byId.get(h.span.parentSpanId!)?.span.name).sort()).toEqual(['POST /api/v1/push', 'POST /api/v1/transaction']);
+    const bundles = spans.filter((s) => s.span.name === 'POST /api/v1/transaction');
+    expect(bundles.map((b) => byId.get(b.span.parentSpanId!)?.span.name)).toEqual(['queen process', 'queen process']);
+    expect(spans.some((s) => s.span.name.startsWith('GET /api/v1/pop'))).toBe(true);
+  } finally {
+    await provider.shutdown();
+    trace.disable();
+    context.disable();
+    propagation.disable();
     await collector.close();
   }
 });

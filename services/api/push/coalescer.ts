@@ -15,7 +15,7 @@
 // so nothing is pushed twice), so one malformed request never answers for the others. Any other
 // failure (the pool, the connection, a timeout) is every waiting request's answer.
 import type { Pool } from 'pg';
-import { LOG_PUSH, LOG_PUSH_COALESCED } from '../../../shared/sql/log';
+import { LOG_PUSH, LOG_PUSH_COALESCED, LOG_PUSH_COALESCED_TRACED, LOG_PUSH_TRACED } from '../../../shared/sql/log';
 import { since } from '../../../shared/db';
 
 /** At most this many requests, or about this many bytes of bodies, go in one statement. */
@@ -29,6 +29,8 @@ interface Waiting {
   text: string;
   /** When the request arrived: its bound (shared/db.ts, boundCalls) counts from here, the wait here included. */
   at: number;
+  /** Trace context to store (LOG_PUSH_TRACED's $4), or undefined: none. */
+  trace: string | undefined;
   resolve(results: string): void;
   reject(err: unknown): void;
 }
@@ -55,21 +57,25 @@ export class PushCoalescer {
 
   /**
    * A push's results array as JSON text. `tenant` owns it (a gathering is one tenant's); `text` is
-   * the request body; `body` is it parsed (an object).
+   * the request body; `body` is it parsed (an object). `trace`: the trace context the messages
+   * store (the request's span as JSON, or 'null' when only items carry a traceId), or undefined
+   * for none: such a push sends the statements it always did (docs/tracing.md).
    */
-  push(tenant: string, text: string, body: Record<string, unknown>): Promise<string> {
+  push(tenant: string, text: string, body: Record<string, unknown>, trace?: string): Promise<string> {
     const partition = partitionOf(tenant, body);
     const at = Date.now();
-    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(tenant, text, at);
+    if (partition === undefined || text.length > COALESCE_LIMITS.bytes) return this.alone(tenant, text, at, trace);
     const waiting = this.inFlight.get(partition);
-    if (waiting) return new Promise((resolve, reject) => waiting.push({ tenant, text, at, resolve, reject }));
+    if (waiting) return new Promise((resolve, reject) => waiting.push({ tenant, text, at, trace, resolve, reject }));
     this.inFlight.set(partition, []);
     this.onStatement(1);
-    return this.alone(tenant, text, at).finally(() => this.next(partition));
+    return this.alone(tenant, text, at, trace).finally(() => this.next(partition));
   }
 
-  private async alone(tenant: string, text: string, at: number): Promise<string> {
-    const { rows } = await this.pool.query(since({ ...LOG_PUSH, values: [tenant, text] }, at));
+  private async alone(tenant: string, text: string, at: number, trace: string | undefined): Promise<string> {
+    const { rows } = await this.pool.query(since(trace === undefined
+      ? { ...LOG_PUSH, values: [tenant, text] }
+      : { ...LOG_PUSH_TRACED, values: [tenant, text, null, trace] }, at));
     return rows[0].results;
   }
 
@@ -81,13 +87,18 @@ export class PushCoalescer {
     let n = 0;
     while (n < waiting.length && n < COALESCE_LIMITS.requests && bytes + waiting[n].text.length <= COALESCE_LIMITS.bytes) bytes += waiting[n++].text.length;
     const batch = waiting.splice(0, Math.max(n, 1));
-    const sendAlone = (w: Waiting) => this.alone(w.tenant, w.text, w.at).then(w.resolve, w.reject);
+    const sendAlone = (w: Waiting) => this.alone(w.tenant, w.text, w.at, w.trace).then(w.resolve, w.reject);
     this.onStatement(batch.length);
     // What gathered meanwhile goes before this gathering is answered: the partition's next
     // statement is the message path's critical path; the answers are not.
     // One partition key is one tenant's: the batch's first request names it for all.
     // Bounded from the earliest arrival in it (the first: they wait in order), so none outlives its bound.
-    this.pool.query<{ results: string | null }>(since({ ...LOG_PUSH_COALESCED, values: [batch[0].tenant, `[${batch.map((w) => w.text).join(',')}]`] }, batch[0].at)).then(
+    // A gathering of which a request has trace context stamps each body's messages with its own.
+    const bodies = `[${batch.map((w) => w.text).join(',')}]`;
+    const statement = batch.some((w) => w.trace !== undefined)
+      ? { ...LOG_PUSH_COALESCED_TRACED, values: [batch[0].tenant, bodies, `[${batch.map((w) => w.trace ?? 'null').join(',')}]`] }
+      : { ...LOG_PUSH_COALESCED, values: [batch[0].tenant, bodies] };
+    this.pool.query<{ results: string | null }>(since(statement, batch[0].at)).then(
       ({ rows }) => {
         this.next(partition);
         batch.forEach((w, i) => (rows[i].results === null ? sendAlone(w) : w.resolve(rows[i].results!)));

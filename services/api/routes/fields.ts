@@ -48,14 +48,17 @@ const PUSH_ITEM_SET = new Set(PUSH_ITEM_FIELDS);
 /**
  * A push item's field rules, before any SQL (the items are parsed for routing anyway): a field push
  * does not take is 400 log_invalid_field naming it, an item without `payload` is 400
- * log_payload_required, a traceId is 400 unsupported. Queen's server drops an unknown field and
+ * log_payload_required, a traceId that is not UUID text (nor "" or null, none) is 400
+ * log_invalid_trace_id. Queen's server drops an unknown field and
  * stores `{}` for a missing payload; a producer's `data` (Queen's client's own word for the payload)
  * or a misspelled `partiton` then became a message with no payload, or in the wrong partition,
  * answered 201. `operation` is the transaction wire's operation index, which the 400 names there
  * (the item's own index names it on the push route). A non-object item is left to SQL
- * (log_invalid_item).
+ * (log_invalid_item). Answers whether an item carries a traceId (the push then stores it:
+ * docs/tracing.md), so a push without one keeps its statements.
  */
-export function refusePushItems(items: unknown[], operation?: number): void {
+export function refusePushItems(items: unknown[], operation?: number): boolean {
+  let traced = false;
   for (let i = 0; i < items.length; i++) {
     const item = items[i];
     if (!isPlainObject(item)) continue;
@@ -70,9 +73,16 @@ export function refusePushItems(items: unknown[], operation?: number): void {
     if (!('payload' in item)) {
       throw new ApiError('log_payload_required', `${where}: payload is required (any JSON value, null included).`, { index });
     }
-    // Queen's traceId: the cell stores no trace, so an item carrying one is refused, not stripped.
+    // Queen's traceId: stored on the message (queen.log_trace_id_v1 holds the same rule).
     if (item.traceId !== undefined && item.traceId !== null && item.traceId !== '') {
-      throw new ApiError('unsupported', `${where}: traceId: the cell does not store traces; leave it out.`, { index });
+      if (typeof item.traceId !== 'string' || !TRACE_ID.test(item.traceId)) {
+        throw new ApiError('log_invalid_trace_id', `${where}: traceId is UUID text (such as 4bf92f35-77b3-4da6-a3ce-929d0e0e4736), or "" for none.`, { index });
+      }
+      traced = true;
     }
   }
+  return traced;
 }
+
+/** Queen's traceId: UUID text, either case (a W3C trace id's 32 hex digits, with the UUID's dashes). */
+const TRACE_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -11,7 +11,7 @@ import type { Logger } from '../../../shared/log';
 import type { LogRoute, ApiMetrics } from '../../../shared/metrics';
 import {
   LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP,
-  LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
+  LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_PUSH_TRACED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
 } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
@@ -20,6 +20,7 @@ import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
 import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
+import { callerTrace } from '../../../shared/tracing';
 
 export interface LogRouteDeps {
   config: Config;
@@ -375,13 +376,18 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
     const tenant = tenantOf(config, req);
     const { text, body } = objectBody(req);
     // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
+    let traceIds = false;
     if (Array.isArray(body.items)) {
       if (body.items.length === 0) return sendJsonText(res, 201, '[]');
-      refusePushItems(body.items);
+      traceIds = refusePushItems(body.items);
     }
+    // Trace context to store (docs/tracing.md): the request's sampled span, or an item's traceId
+    // (then 'null': no span). Neither: undefined, and the push goes as it always did.
+    const span = callerTrace();
+    const trace = span ?? (traceIds ? 'null' : undefined);
     let results: string;
     try {
-      results = await coalescer.push(tenant, text, body);
+      results = await coalescer.push(tenant, text, body, trace);
     } catch (err) {
       // An encrypted queue among the items: PostgreSQL names it and stored nothing; its items'
       // payloads (as jsonb renders them) are sealed here and the push goes again, alone.
@@ -390,7 +396,9 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
       const { rows } = await messagePool.query({ ...LOG_SEAL_TEXTS, values: [text, queues] });
       const sealed = sealAll(config.encryptionKeys!, rows[0].texts);
       try {
-        results = (await messagePool.query({ ...LOG_PUSH_SEALED, values: [tenant, text, sealed] })).rows[0].results;
+        results = trace === undefined
+          ? (await messagePool.query({ ...LOG_PUSH_SEALED, values: [tenant, text, sealed] })).rows[0].results
+          : (await messagePool.query({ ...LOG_PUSH_TRACED, values: [tenant, text, sealed, trace] })).rows[0].results;
       } catch (again) {
         // Another queue of the request became encrypted in between: rare; the client retries.
         if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'A queue of this push changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });

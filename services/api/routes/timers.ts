@@ -21,7 +21,8 @@ import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import type { Config } from '../../../shared/config';
 import type { ApiMetrics } from '../../../shared/metrics';
-import { TIMERS_APPLY_ONE, TIMERS_LIST, TIMERS_PEEK, TIMERS_SEAL_ONE } from '../../../shared/sql/timers';
+import { TIMERS_APPLY_ONE, TIMERS_APPLY_ONE_TRACED, TIMERS_LIST, TIMERS_PEEK, TIMERS_SEAL_ONE } from '../../../shared/sql/timers';
+import { callerTrace } from '../../../shared/tracing';
 import { openTimers, sealAll, sealingRequired } from '../seal/seal';
 import type { Guards } from '../admission/guards';
 import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
@@ -78,14 +79,19 @@ export function timerRoutes({ config, pool, metrics, log, guards }: TimerRouteDe
   const unreadable = (n: number) => log.warn({ timers: n }, 'sealed timer payloads no key of this process opens were answered as payload: null (QUEEN_ENCRYPTION_KEY / _PREVIOUS)');
   /** $1 tenant, $2 the body's text, $3 the route's fields; sealed after a QK428 (a schedule into an encrypted queue). */
   const send = async (values: unknown[]) => {
+    // A traced request's schedule stores its span on the timer (docs/tracing.md); else as always.
+    const trace = callerTrace();
+    const one = (sealed: string | null) => pool.query(trace === undefined
+      ? { ...TIMERS_APPLY_ONE, values: [...values, sealed] }
+      : { ...TIMERS_APPLY_ONE_TRACED, values: [...values, sealed, trace] });
     try {
-      return (await pool.query({ ...TIMERS_APPLY_ONE, values: [...values, null] })).rows[0];
+      return (await one(null)).rows[0];
     } catch (err) {
       const queues = sealingRequired(err, config.encryptionKeys);
       if (!queues) throw err;
       const texts = (await pool.query({ ...TIMERS_SEAL_ONE, values: [values[1], values[2], queues] })).rows[0].texts;
       try {
-        return (await pool.query({ ...TIMERS_APPLY_ONE, values: [...values, sealAll(config.encryptionKeys!, texts)] })).rows[0];
+        return (await one(sealAll(config.encryptionKeys!, texts))).rows[0];
       } catch (again) {
         // Not expected (the sealed text covers the queue just named); said as a retry, never a 500.
         if (sealingRequired(again, config.encryptionKeys)) throw new ApiError('db_unavailable', 'The queue of this timer changed its encryption while it was sent; retry.', { retryAfterSeconds: 1 });

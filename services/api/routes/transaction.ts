@@ -21,9 +21,10 @@ import { isKvOp } from '../../../shared/kvOps';
 import type { Config } from '../../../shared/config';
 import type { ApiMetrics } from '../../../shared/metrics';
 import { LockSpace, lockOrderedStatement, NamedStatement } from '../../../shared/lockOrder';
-import { TX_ARGS, TX_EXPR, TX_SEAL_TEXTS } from '../../../shared/sql/log';
+import { TX_ARGS, TX_ARGS_TRACED, TX_EXPR, TX_SEAL_TEXTS } from '../../../shared/sql/log';
+import { callerTrace } from '../../../shared/tracing';
 import { sealAll, sealingRequired } from '../seal/seal';
-import { TX_TIMERS_EXPR, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
+import { TX_TIMERS_EXPR, TX_TIMERS_EXPR_TRACED, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
 import { refuseNulKeys, refusePushItems } from './fields';
@@ -74,13 +75,16 @@ function concatArrays(texts: string[]): string {
   return `[${inner.join(',')}]`;
 }
 
-/** One named statement per combination of spaces a bundle touches, composed once. */
+/**
+ * One named statement per combination of spaces a bundle touches (and whether it carries trace
+ * context: TX_ARGS_TRACED's $7, the pushes and schedules stamped), composed once.
+ */
 const statements = new Map<string, NamedStatement>();
-function statementFor(spaces: Partial<Record<LockSpace, string>>): NamedStatement {
-  const key = Object.keys(spaces).sort().join(',');
+function statementFor(spaces: Partial<Record<LockSpace, string>>, traced: boolean): NamedStatement {
+  const key = `${Object.keys(spaces).sort().join(',')}${traced ? '+trace' : ''}`;
   let statement = statements.get(key);
   if (!statement) {
-    statement = lockOrderedStatement('tx_wire_v2', TX_ARGS, spaces);
+    statement = traced ? lockOrderedStatement('tx_wire_traced_v1', TX_ARGS_TRACED, spaces) : lockOrderedStatement('tx_wire_v2', TX_ARGS, spaces);
     statements.set(key, statement);
   }
   return statement;
@@ -112,18 +116,24 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
     // A push operation's items keep the push route's field rules (routes/fields.ts), named by the operation's index.
+    let traceIds = false;
     operations.forEach((op, i) => {
-      if (isPlainObject(op) && op.type === 'push' && Array.isArray(op.items)) refusePushItems(op.items, i);
+      if (isPlainObject(op) && op.type === 'push' && Array.isArray(op.items) && refusePushItems(op.items, i)) traceIds = true;
     });
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
     }
+    // Trace context for the pushes and schedules (docs/tracing.md): the request's sampled span, or
+    // a push item's traceId alone ('null': no span). Neither: the statements it always had.
+    const span = operations.length + timers.length > 0 ? callerTrace() : undefined;
+    const trace = span ?? (traceIds ? 'null' : undefined);
+    const traced = trace !== undefined;
     const spaces: Partial<Record<LockSpace, string>> = {};
     if (kv.length > 0) spaces.kv = TX_EXPR.kv;
     // queen.timers_apply_v1 holds the timer rules; its answers follow the kv ones in the flat array.
-    if (timers.length > 0) spaces.timers = TX_TIMERS_EXPR;
-    if (operations.length > 0) spaces.partitions = TX_EXPR.partitions;
-    const statement = statementFor(spaces);
+    if (timers.length > 0) spaces.timers = traced ? TX_TIMERS_EXPR_TRACED : TX_TIMERS_EXPR;
+    if (operations.length > 0) spaces.partitions = traced ? TX_EXPR.partitionsTraced : TX_EXPR.partitions;
+    const statement = statementFor(spaces, traced);
 
     // The bundle as one statement, answered here; a 200 ok:false (a lost precondition, a failed ack) is an answer, not a throw.
     const answer = async (): Promise<void> => {
@@ -136,7 +146,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
         // One statement, one round trip, one commit: the spaces in lock order (shared/lockOrder.ts).
         const run = (sealed: string | null, timersSealed: string | null) => messagePool.query({
           ...statement,
-          values: [tenant, text, operations.length, operations.length + kv.length, sealed, timersSealed],
+          values: traced
+            ? [tenant, text, operations.length, operations.length + kv.length, sealed, timersSealed, trace]
+            : [tenant, text, operations.length, operations.length + kv.length, sealed, timersSealed],
         });
         // A push or a timer schedule to an encrypted queue: nothing ran (QK428 comes before any
         // write); the payloads of the push items and schedules to the queues named so far are
