@@ -22,3 +22,6 @@ export const OPERATOR_DEAD_LETTERS = call('operator_dead_letters_v1', 'operator_
 export const OPERATOR_TIMER = call('operator_timer_v1', 'operator_timer_v1', '$1::uuid, $2::text, $3::text, $4::jsonb');
 export const OPERATOR_KV_DELETE = call('operator_kv_delete_v1', 'operator_kv_delete_v1', '$1::uuid, $2::text, $3::text');
 export const OPERATOR_SKIP = call('operator_skip_v1', 'operator_skip_v1', '$1::uuid, $2::text, $3::text, $4::text');
+
+/** The console's overview: the sweepers' rungs, the throughput, timers due and late, connections ($1 late seconds or NULL). */
+export const OPERATOR_OVERVIEW = call('operator_overview_v1', 'operator_overview_v1', '$1::int');

@@ -9,7 +9,8 @@ import { startApiServer, ApiServer } from '../../services/api/server';
 import { createTestDatabase, sql } from '../support/database';
 import { UNLIMITED_RATES, startTestApi } from '../support/api';
 import { call } from '../support/http';
-import { sweep } from '../support/sweeper';
+import { startTestSweeper, sweep } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
@@ -330,6 +331,58 @@ describe('actions', () => {
     for (const secret of [SECRET, VALUE, TOKEN, 'boom']) expect([secret, all.includes(secret)]).toEqual([secret, false]);
     const actions = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action').map((l) => l.audit.action);
     expect(actions).toEqual(expect.arrayContaining(['dead_letter_requeue', 'dead_letter_discard', 'timer_cancel', 'dead_letters_requeue', 'dead_letters_discard', 'consumer_group_skip', 'kv_delete']));
+  });
+});
+
+describe('the cell on the overview: shedding rung, throughput, timers due and late, connections', () => {
+  const overview = async () => (await get(`/console?tenant=${A}`, cookie)).text;
+
+  test('timers due and late are counted; the connections are pg_stat_activity\'s; no sweeper heard from is said', async () => {
+    const ids: string[] = [];
+    for (const ago of [10, 300]) {
+      const t = await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { n: ago }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
+      ids.push(t.body.timerId);
+      await sql(db.url, `UPDATE queen.log_timers SET deliver_at = now() - make_interval(secs => ${ago}) WHERE timer_id = '${t.body.timerId}'`);
+    }
+    try {
+      const text = await overview();
+      expect(text).toContain('<td data-timers="due">2</td>');
+      expect(text).toContain('<td data-timers="late" class="flag">1</td>');
+      expect(text).toMatch(/oldest due<\/th><td>5m \ds ago/);
+      expect(text).toContain(`href="/console/timers?tenant=${A}&amp;state=late"`);
+      // The sweeper of beforeAll stopped: its row went with it.
+      expect(text).toContain('data-rung="none"');
+      // This worker's pools as PostgreSQL counts them.
+      expect(text).toMatch(/<tr><td>queen-api<\/td><td>(idle|active)<\/td><td>\d+<\/td><\/tr>/);
+      expect(text).toMatch(/client connection\(s\) on the server of <code>max_connections<\/code> \d+/);
+      // One sample so far (the sweeper of beforeAll took it): no window to count over yet.
+      expect(text).toContain('<th>last minute</th><td colspan="4" class="none">not yet two samples</td>');
+    } finally {
+      await sql(db.url, `DELETE FROM queen.log_timers WHERE timer_id = ANY ('{${ids.join(',')}}'::uuid[])`);
+    }
+  });
+
+  test('a sweeper on rung 2 (every pass slow) shows on it, with its throughput samples; stopped, it leaves', async () => {
+    // A sample a minute old, as if a sweeper had taken it then (before anything was pushed).
+    const minuteAgo = Date.now() - 61_000;
+    await sql(db.url, `INSERT INTO queen.system_state (key, value, updated_at) VALUES ('log_throughput', '[{"atMs": ${minuteAgo}, "pushed": 0, "completed": 0, "failed": 0}]', now() - interval '61 seconds')
+                       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`);
+    const [{ pushed, failed }] = await sql(db.url, `SELECT (SELECT sum(last_seq) FROM queen.partitions)::int AS pushed, (SELECT sum(failures) FROM queen.partition_consumers)::int AS failed`);
+    const s = startTestSweeper(db.url, { slowPassMs: -1 });
+    try {
+      await waitFor(async () => (await overview()).includes('data-rung="2"'), { what: 'the overview showing rung 2' });
+      const text = await overview();
+      expect(text).toContain('pruning and the usage rollup suspended');
+      expect(text).toContain(`<td class="id">${s.sweeper.id}</td><td>2</td><td>prune, usage</td>`);
+      expect(text).toMatch(new RegExp(`<th>last minute</th><td>6\\d s</td><td>${pushed} \\(`));
+      expect(text).toMatch(new RegExp(`<th>last minute</th>.*<td>${failed}</td></tr>`));
+      const rows = await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`);
+      expect(rows).toEqual([{ key: `sweeper:${s.sweeper.id}` }]);
+    } finally {
+      await s.close();
+    }
+    expect(await overview()).toContain('data-rung="none"');
+    expect(await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`)).toEqual([]);
   });
 });
 

@@ -14,7 +14,7 @@ import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import {
   OPERATOR_DEAD_LETTER, OPERATOR_DEAD_LETTERS, OPERATOR_KV_DELETE, OPERATOR_SKIP, OPERATOR_KV_KEY, OPERATOR_KV_KEYS, OPERATOR_MESSAGE, OPERATOR_MESSAGES, OPERATOR_PARTITIONS,
-  OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
+  OPERATOR_OVERVIEW, OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
 } from '../../../shared/sql/operator';
 import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
@@ -167,11 +167,16 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
 
   app.get('/console', signedIn, async (req: Signed, res) => {
     const tenant = tenantOf(req, false);
-    const [usage] = (await pool.query<{ kv_bytes: string; timer_bytes: string; tenants: string }>(CLUSTER_USAGE)).rows;
-    const measured = { kvBytes: usage.kv_bytes, timerBytes: usage.timer_bytes, tenants: JSON.parse(usage.tenants) };
-    const queues = tenant === null ? null : await read(OPERATOR_QUEUES, [tenant, param(req, 'after') ?? null, null]);
-    const picker = tenancy ? pages.tenantPicker(tenant === null ? (await read(OPERATOR_TENANTS, [null, null, 50])).tenants : []) : null;
-    render(req, res, 200, 'Overview', tenant, pages.overview(ctxOf(req, tenant), switches.snapshot(), measured, queues, tenant === null ? picker : null));
+    // The page's reads at once, each on its own pool connection: the cell's state, the sweeper's
+    // usage measurement, and the tenant's queues (or, under tenancy with none chosen, the picker's tenants).
+    const [cell, usage, queues, known] = await Promise.all([
+      read(OPERATOR_OVERVIEW, [null]),
+      pool.query<{ kv_bytes: string; timer_bytes: string; tenants: string }>(CLUSTER_USAGE).then(({ rows: [u] }) => ({ kvBytes: u.kv_bytes, timerBytes: u.timer_bytes, tenants: JSON.parse(u.tenants) })),
+      tenant === null ? null : read(OPERATOR_QUEUES, [tenant, param(req, 'after') ?? null, null]),
+      tenancy && tenant === null ? read(OPERATOR_TENANTS, [null, null, 50]) : null,
+    ]);
+    const picker = known === null ? null : pages.tenantPicker(known.tenants);
+    render(req, res, 200, 'Overview', tenant, pages.overview(ctxOf(req, tenant), switches.snapshot(), cell, tenancy, usage, queues, picker));
   });
 
   app.get('/console/queues/:queue', signedIn, async (req: Signed, res) => {

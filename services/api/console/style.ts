@@ -29,4 +29,6 @@ form.login{display:flex;flex-direction:column;gap:.5rem;max-width:22rem}
 form.login input,form.picker input{font:inherit;padding:.25rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}dd{margin:0}
 .hint{color:#59616b;font-size:.9em}
+.cell{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 1.5rem}
+.cell section{min-width:0}
 `;
