@@ -54,7 +54,7 @@ async function main(): Promise<void> {
     }
     const empty = await fetch(`${url}/api/v1/pop/queue/orders?consumerGroup=audit`);
     await empty.arrayBuffer();
-    const login = await fetch(`${url}/console/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}` });
+    const login = await fetch(`${url}/console/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}&operator=bench` });
     const cookie = login.headers.get('set-cookie')!.split(';')[0];
     const dead = await (await fetch(`${url}/api/v1/dlq?queue=orders&limit=1`)).json() as { messages: Array<{ partitionId: string; transactionId: string }>; total: number };
     out(`dead letters: ${dead.total}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);

@@ -19,6 +19,7 @@ const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; form-actio
 const EVIL = '<script>alert("x")</script>';
 const SECRET = 'PAYLOAD-SECRET-5e1';
 const VALUE = 'VALUE-SECRET-9a2';
+const OPERATOR = 'ada.lovelace@oncall';
 
 const rawLines: string[] = [];
 let db: { url: string; drop(): Promise<void> };
@@ -58,7 +59,7 @@ async function post(path: string, form: Record<string, string>, cookie?: string)
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 async function login(): Promise<string> {
-  const res = await post('/console/login', { token: TOKEN });
+  const res = await post('/console/login', { token: TOKEN, operator: OPERATOR });
   expect(res.status).toBe(303);
   return res.headers.get('set-cookie')!.split(';')[0];
 }
@@ -124,11 +125,23 @@ describe('login', () => {
     expect(wrong.status).toBe(401);
     expect(wrong.headers.get('set-cookie')).toBeNull();
     expect((await post('/console/login', {})).status).toBe(401);
-    const right = await post('/console/login', { token: TOKEN });
+    // The right token without a name, or with one the audit log would not take, signs nobody in.
+    for (const operator of [undefined, '', 'a b', '<b>x</b>', 'x'.repeat(65)]) {
+      const unnamed = await post('/console/login', operator === undefined ? { token: TOKEN } : { token: TOKEN, operator });
+      expect([operator, unnamed.status, unnamed.headers.get('set-cookie'), unnamed.text.includes('Give your name')]).toEqual([operator, 400, null, true]);
+      expect(unnamed.text).not.toContain('<b>x</b>');
+    }
+    const right = await post('/console/login', { token: TOKEN, operator: 'grace' });
     expect([right.status, right.headers.get('location')]).toEqual([303, '/console']);
     const set = right.headers.get('set-cookie')!;
     expect(set).toMatch(/^queen_console=[^;]+; Path=\/console; HttpOnly; SameSite=Strict; Max-Age=43200$/);
-    expect((await get('/console', set.split(';')[0])).status).toBe(200);
+    const signed = await get('/console', set.split(';')[0]);
+    expect([signed.status, signed.text.includes('signed in as grace')]).toEqual([200, true]);
+    // The name is inside the signed cookie: changed, the cookie is no session.
+    const [name, value] = set.split(';')[0].split('=');
+    const parts = value.split('.');
+    parts[2] = Buffer.from('admin').toString('base64url');
+    expect((await get('/console', `${name}=${parts.join('.')}`)).status).toBe(303);
   });
 
   test('sign out ends the cookie (with its CSRF token)', async () => {
@@ -329,8 +342,11 @@ describe('actions', () => {
     const all = rawLines.join('\n');
     // (A transaction id is an id: the audit line names it, as the operator routes' do.)
     for (const secret of [SECRET, VALUE, TOKEN, 'boom']) expect([secret, all.includes(secret)]).toEqual([secret, false]);
-    const actions = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action').map((l) => l.audit.action);
+    const lines = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action');
+    const actions = lines.map((l) => l.audit.action);
     expect(actions).toEqual(expect.arrayContaining(['dead_letter_requeue', 'dead_letter_discard', 'timer_cancel', 'dead_letters_requeue', 'dead_letters_discard', 'consumer_group_skip', 'kv_delete']));
+    // Each names who signed in: the name the login form took, from the session's cookie.
+    expect(lines.map((l) => [l.audit.action, l.audit.operator, l.audit.target.via])).toEqual(lines.map((l) => [l.audit.action, OPERATOR, 'console']));
   });
 });
 
@@ -413,7 +429,7 @@ test('guessing the token is bounded: past 10 wrong ones in a minute from one add
 test('without tenancy the pages need no tenant and the nav has no picker', async () => {
   const one = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
   try {
-    const res = await fetch(`${one.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${TOKEN}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await fetch(`${one.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${TOKEN}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
     const c = res.headers.get('set-cookie')!.split(';')[0];
     await call(one.url, 'POST', '/api/v1/push', { items: [{ queue: 'jobs', payload: 1 }] });
     const page = await fetch(`${one.url}/console`, { headers: { cookie: c } });

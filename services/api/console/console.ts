@@ -19,7 +19,7 @@ import {
 import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
 import { openAnswer } from '../seal/seal';
-import { audit } from '../edge/audit';
+import { audit, OPERATOR_NAME } from '../edge/audit';
 import { GROUP, NAMESPACE, PARTITION, QUEUE, operatorTenant, param, path, rateLimitsOf, whole } from '../routes/operator';
 import type { Switches } from '../switches/switches';
 import { page, Safe, send, securityHeaders, query } from './html';
@@ -71,6 +71,8 @@ class CsrfRefused extends ApiError {
 /** A console request: its session and CSRF token once `signedIn` has passed. */
 interface Signed extends Request {
   csrf?: string;
+  /** Who signed this session in: the name every action's audit line carries. */
+  operator?: string;
 }
 
 export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req: IncomingMessage, res: ServerResponse) => boolean) {
@@ -96,7 +98,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
   const ctxOf = (req: Signed, tenant: string | null): pages.Ctx => ({ tenant: tenancy ? tenant : null, csrf: req.csrf! });
   const render = (req: Signed, res: Response, status: number, title: string, tenant: string | null, body: Safe) => {
     const done = param(req, 'done');
-    send(res, status, page({ title, tenant: tenancy ? tenant : null, tenancy, csrf: req.csrf, notice: done ? NOTICES[done] ?? null : null }, body));
+    send(res, status, page({ title, tenant: tenancy ? tenant : null, tenancy, csrf: req.csrf, operator: req.operator, notice: done ? NOTICES[done] ?? null : null }, body));
   };
 
   /** GET without a session: to the login page. POST without one: 401. A POST without its CSRF token: 403. */
@@ -111,6 +113,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       return next(new ApiError('unauthorized', 'Sign in on /console/login first.'));
     }
     req.csrf = sessions.csrf(session);
+    req.operator = sessions.operator(session);
     if (req.method === 'POST' && !sessions.csrfMatches(session, (req.body as Record<string, unknown> | undefined)?.csrf)) {
       return next(new CsrfRefused());
     }
@@ -155,8 +158,13 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       send(res, 401, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('That is not this cell\'s admin token.')));
       return;
     }
+    const operator = (req.body as Record<string, unknown> | undefined)?.operator;
+    if (typeof operator !== 'string' || !OPERATOR_NAME.test(operator)) {
+      send(res, 400, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('Give your name as the audit log should show it: 1 to 64 of A-Z a-z 0-9 . _ @ : + -.')));
+      return;
+    }
     securityHeaders(res);
-    res.setHeader('Set-Cookie', setCookie(sessions.issue(), req.secure));
+    res.setHeader('Set-Cookie', setCookie(sessions.issue(operator), req.secure));
     res.redirect(303, '/console');
   });
   app.post('/console/logout', form, signedIn, (req, res) => {
@@ -223,7 +231,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       const group = field(req, 'consumerGroup');
       if (group !== null && group.includes('\u0000')) throw new ApiError('log_invalid_consumer_group', GROUP);
       const out = await read(OPERATOR_DEAD_LETTER, [tenant, action, partitionId, transactionId, group]);
-      audit(log, req, `dead_letter_${action}`, { tenant, target: { partitionId, transactionId, consumerGroup: group, via: 'console' }, outcome: out.groups });
+      audit(log, req, `dead_letter_${action}`, { tenant, target: { partitionId, transactionId, consumerGroup: group, via: 'console' }, outcome: out.groups, operator: req.operator });
       const outcomes: string[] = out.groups.map((g: { outcome: string }) => g.outcome);
       const word = action === 'requeue' ? 'requeued' : 'discarded';
       const done = outcomes.includes(word) ? word : outcomes.includes('cursor_too_far') ? 'cursor_too_far' : 'nothing';
@@ -243,7 +251,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       const group = field(req, 'consumerGroup');
       if (group !== null && group.includes('\u0000')) throw new ApiError('log_invalid_consumer_group', GROUP);
       const out = await read(OPERATOR_DEAD_LETTERS, [tenant, action, queue, group, PAGE_LIMIT]);
-      audit(log, req, `dead_letters_${action}`, { tenant, target: { queue, consumerGroup: group, via: 'console' }, outcome: { done: out.requeued ?? out.discarded, cursorTooFar: out.cursorTooFar, remaining: out.remaining } });
+      audit(log, req, `dead_letters_${action}`, { tenant, target: { queue, consumerGroup: group, via: 'console' }, outcome: { done: out.requeued ?? out.discarded, cursorTooFar: out.cursorTooFar, remaining: out.remaining }, operator: req.operator });
       securityHeaders(res);
       res.redirect(303, `/console/queues/${encodeURIComponent(queue)}/dead-letters${query({ tenant: tenancy ? tenant : null, consumerGroup: group, done: (out.requeued ?? out.discarded) > 0 ? 'bulk' : 'nothing' })}`);
     });
@@ -254,7 +262,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const queue = path(req, 'queue', 'log_invalid_queue', QUEUE);
     const group = path(req, 'group', 'log_invalid_consumer_group', GROUP);
     const out = await read(OPERATOR_SKIP, [tenant, queue, group, null]);
-    audit(log, req, 'consumer_group_skip', { tenant, target: { queue, consumerGroup: group, partition: null, via: 'console' }, outcome: { partitions: out.partitions, skipped: out.skipped } });
+    audit(log, req, 'consumer_group_skip', { tenant, target: { queue, consumerGroup: group, partition: null, via: 'console' }, outcome: { partitions: out.partitions, skipped: out.skipped }, operator: req.operator });
     securityHeaders(res);
     res.redirect(303, `/console/queues/${encodeURIComponent(queue)}${query({ tenant: tenancy ? tenant : null, done: 'skipped' })}`);
   });
@@ -264,7 +272,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const ns = path(req, 'ns', 'kv_invalid_namespace', NAMESPACE);
     const key = path(req, 'key', 'kv_invalid_key', 'A key may not contain U+0000.');
     const out = await read(OPERATOR_KV_DELETE, [tenant, ns, key]);
-    audit(log, req, 'kv_delete', { tenant, target: { namespace: ns, key, via: 'console' }, outcome: { deleted: out.deleted } });
+    audit(log, req, 'kv_delete', { tenant, target: { namespace: ns, key, via: 'console' }, outcome: { deleted: out.deleted }, operator: req.operator });
     securityHeaders(res);
     res.redirect(303, `/console/kv/${encodeURIComponent(ns)}${query({ tenant: tenancy ? tenant : null, done: out.deleted ? 'deleted' : 'nothing' })}`);
   });
@@ -281,7 +289,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const tenant = operatorTenant(config, req);
     const timerId = path(req, 'timerId', 'timers_invalid_timer_id', 'The timer id is a UUID.');
     const out = await read(OPERATOR_TIMER, [tenant, 'cancel', timerId, null]);
-    audit(log, req, 'timer_cancel', { tenant, target: { timerId, via: 'console' }, outcome: { cancelled: out.cancelled, reason: out.reason } });
+    audit(log, req, 'timer_cancel', { tenant, target: { timerId, via: 'console' }, outcome: { cancelled: out.cancelled, reason: out.reason }, operator: req.operator });
     const state = field(req, 'state');
     securityHeaders(res);
     res.redirect(303, `/console/timers${query({ tenant: tenancy ? tenant : null, state: state !== null && /^(all|due|late|pending)$/.test(state) ? state : null, done: out.cancelled ? 'cancelled' : 'nothing' })}`);
@@ -344,7 +352,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     if (res.headersSent) return;
     if (refusal.extra.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(refusal.extra.retryAfterSeconds));
     const t = tenancy ? (typeof req.query?.tenant === 'string' && isUuid(req.query.tenant) ? req.query.tenant : null) : null;
-    send(res, refusal.status, page({ title: 'Refused', tenant: t, tenancy, csrf: req.csrf }, pages.failure(refusal.status, refusal.code, refusal.message, `/console${query({ tenant: t })}`)));
+    send(res, refusal.status, page({ title: 'Refused', tenant: t, tenancy, csrf: req.csrf, operator: req.operator }, pages.failure(refusal.status, refusal.code, refusal.message, `/console${query({ tenant: t })}`)));
   });
 
   return (req, res) => {

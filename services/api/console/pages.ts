@@ -28,6 +28,8 @@ export function login(error: string | null): Safe {
 <form method="post" action="/console/login" class="login">
 <label for="token">Admin token (QUEEN_ADMIN_TOKEN)</label>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<label for="operator">Your name (for the audit log)</label>
+<input id="operator" name="operator" autocomplete="username" required maxlength="64" pattern="[A-Za-z0-9._@:+\-]{1,64}">
 <button type="submit" id="sign-in">Sign in</button>
 </form>`;
 }

@@ -7,6 +7,7 @@ header h1{font-size:1.05rem;margin:0}
 nav{display:flex;gap:1rem;align-items:center;flex-wrap:wrap}
 nav a{color:#cfe3ff}
 nav .tenant{color:#ffd88a;font-family:monospace}
+nav .who{color:#cfe3ff}
 main{padding:1rem 1.5rem;max-width:1200px}
 h2{margin-top:0}
 h3{margin:1.2rem 0 .4rem}
