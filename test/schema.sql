@@ -305,6 +305,36 @@ BEGIN
   END IF;
   RETURN jsonb_array_length(p_array);
 END $function$
+CREATE OR REPLACE FUNCTION queen.console_login_v1(p_peer text, p_failed boolean, p_limit integer, p_window_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_window INTERVAL := make_interval(secs => p_window_seconds);
+  v_count DOUBLE PRECISION;
+  v_since TIMESTAMPTZ;
+BEGIN
+  SELECT b.tokens, b.at INTO v_count, v_since FROM queen.kv_rate_bucket b
+   WHERE b.tenant = p_peer AND b.scope = 'console_login' AND b.at > v_now - v_window;
+  IF v_count >= p_limit THEN
+    RETURN jsonb_build_object('refused', true, 'retryAfterSeconds', greatest(1, ceil(extract(epoch FROM v_since + v_window - v_now)))::int);
+  END IF;
+  IF p_failed THEN
+    IF v_count IS NULL THEN
+      DELETE FROM queen.kv_rate_bucket WHERE ctid IN (
+        SELECT ctid FROM queen.kv_rate_bucket WHERE scope = 'console_login' AND at <= v_now - v_window LIMIT 1000 FOR UPDATE SKIP LOCKED);
+      IF (SELECT count(*) FROM (SELECT 1 FROM queen.kv_rate_bucket WHERE scope = 'console_login' LIMIT 10000) n) >= 10000 THEN
+        DELETE FROM queen.kv_rate_bucket WHERE scope = 'console_login';
+      END IF;
+    END IF;
+    INSERT INTO queen.kv_rate_bucket AS b (tenant, scope, tokens, at) VALUES (p_peer, 'console_login', 1, v_now)
+    ON CONFLICT (tenant, scope) DO UPDATE
+       SET tokens = CASE WHEN b.at <= v_now - v_window THEN 1 ELSE b.tokens + 1 END,
+           at = CASE WHEN b.at <= v_now - v_window THEN v_now ELSE b.at END;
+  END IF;
+  RETURN jsonb_build_object('refused', false);
+END $function$
 CREATE OR REPLACE FUNCTION queen.fail_v1(p_code text, p_message text, p_index integer)
  RETURNS void
  LANGUAGE plpgsql

@@ -725,3 +725,40 @@ BEGIN
              WHERE a.datname = current_database() AND a.backend_type = 'client backend'
              GROUP BY 1, 2 ORDER BY 1, 2 LIMIT 50) g)));
 END $$;
+
+-- The console's sign-in limit, per cell (every worker and process of the cell counts into the same
+-- row): past p_limit wrong tokens from one peer address within p_window_seconds of the first, that
+-- address is refused (the right token included) until the window is over. The count lives in the
+-- cell's rate buckets (queen.kv_rate_bucket, UNLOGGED: a crash forgets it, as a restart forgot the
+-- per-worker count before) under scope 'console_login', the address in the tenant column (never a
+-- tenant's UUID form). p_failed: this attempt gave a wrong token, so it counts (unless refused).
+-- Bounded: a new window first removes up to 1,000 finished windows, and past 10,000 live rows (a
+-- flood of addresses) the scope's rows are cleared rather than grown, as the worker's book was.
+CREATE OR REPLACE FUNCTION queen.console_login_v1(p_peer TEXT, p_failed BOOLEAN, p_limit INT, p_window_seconds INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_window INTERVAL := make_interval(secs => p_window_seconds);
+  v_count DOUBLE PRECISION;
+  v_since TIMESTAMPTZ;
+BEGIN
+  SELECT b.tokens, b.at INTO v_count, v_since FROM queen.kv_rate_bucket b
+   WHERE b.tenant = p_peer AND b.scope = 'console_login' AND b.at > v_now - v_window;
+  IF v_count >= p_limit THEN
+    RETURN jsonb_build_object('refused', true, 'retryAfterSeconds', greatest(1, ceil(extract(epoch FROM v_since + v_window - v_now)))::int);
+  END IF;
+  IF p_failed THEN
+    IF v_count IS NULL THEN
+      DELETE FROM queen.kv_rate_bucket WHERE ctid IN (
+        SELECT ctid FROM queen.kv_rate_bucket WHERE scope = 'console_login' AND at <= v_now - v_window LIMIT 1000 FOR UPDATE SKIP LOCKED);
+      IF (SELECT count(*) FROM (SELECT 1 FROM queen.kv_rate_bucket WHERE scope = 'console_login' LIMIT 10000) n) >= 10000 THEN
+        DELETE FROM queen.kv_rate_bucket WHERE scope = 'console_login';
+      END IF;
+    END IF;
+    INSERT INTO queen.kv_rate_bucket AS b (tenant, scope, tokens, at) VALUES (p_peer, 'console_login', 1, v_now)
+    ON CONFLICT (tenant, scope) DO UPDATE
+       SET tokens = CASE WHEN b.at <= v_now - v_window THEN 1 ELSE b.tokens + 1 END,
+           at = CASE WHEN b.at <= v_now - v_window THEN v_now ELSE b.at END;
+  END IF;
+  RETURN jsonb_build_object('refused', false);
+END $$;

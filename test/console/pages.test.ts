@@ -414,14 +414,25 @@ test('without QUEEN_ADMIN_TOKEN there is no console: /console is 404 like any un
   }
 });
 
-test('guessing the token is bounded: past 10 wrong ones in a minute from one address, even the right one is 429 for the minute', async () => {
+test('guessing the token is bounded per cell: past 10 wrong ones in a minute from one address on one worker, even the right one is 429 for the minute on another', async () => {
   const cell = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
+  // A second worker of the same cell (same database, its own process state).
+  const other = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: cell.databaseUrl, QUEEN_ADMIN_TOKEN: TOKEN }), pino({ level: 'silent' }), { message: 4, kv: 2 }, 0);
   try {
-    const attempt = (token: string) => fetch(`${cell.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
-    for (let i = 0; i < 10; i++) expect((await attempt(`wrong-${i}`)).status).toBe(401);
-    const refused = await attempt(TOKEN);
-    expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+    const attempt = (base: string, token: string) => fetch(`${base}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    // Five wrong on each worker: the cell has counted ten.
+    for (let i = 0; i < 10; i++) expect((await attempt(i % 2 ? other.url : cell.url, `wrong-${i}`)).status).toBe(401);
+    for (const base of [other.url, cell.url]) {
+      const refused = await attempt(base, TOKEN);
+      expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+    }
+    // The count is one row of the cell's rate buckets, and its window ends: then the right token signs in.
+    const rows = await sql(cell.databaseUrl, `SELECT tenant, tokens FROM queen.kv_rate_bucket WHERE scope = 'console_login'`);
+    expect(rows).toEqual([{ tenant: expect.stringMatching(/127\.0\.0\.1/), tokens: 10 }]);
+    await sql(cell.databaseUrl, `UPDATE queen.kv_rate_bucket SET at = at - interval '61 seconds' WHERE scope = 'console_login'`);
+    expect((await attempt(other.url, TOKEN)).status).toBe(303);
   } finally {
+    await other.close();
     await cell.close();
   }
 });

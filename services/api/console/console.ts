@@ -14,7 +14,7 @@ import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import {
   OPERATOR_DEAD_LETTER, OPERATOR_DEAD_LETTERS, OPERATOR_KV_DELETE, OPERATOR_SKIP, OPERATOR_KV_KEY, OPERATOR_KV_KEYS, OPERATOR_MESSAGE, OPERATOR_MESSAGES, OPERATOR_PARTITIONS,
-  OPERATOR_OVERVIEW, OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
+  CONSOLE_LOGIN, OPERATOR_OVERVIEW, OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
 } from '../../../shared/sql/operator';
 import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
@@ -51,8 +51,6 @@ const PAGE_LIMIT = 100;
 /** Wrong tokens a peer address may try in a window before the login page refuses it for the rest of the window. */
 export const LOGIN_FAILURES = 10;
 const LOGIN_WINDOW_MS = 60_000;
-/** The addresses remembered at once (a flood of addresses clears the book rather than growing it). */
-const LOGIN_BOOK = 10_000;
 
 /**
  * A form without its session's CSRF token: 403 csrf_refused. The console's own refusal (a page,
@@ -136,25 +134,18 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
   app.get('/console/login', (req, res) => {
     send(res, 200, page({ title: 'Sign in', tenant: null, tenancy }, pages.login(null)));
   });
-  // Guessing the token is bounded per worker: past LOGIN_FAILURES wrong ones in a minute from one
-  // address, that address is refused (429, Retry-After) until the minute is over, right token or not.
-  const failures = new Map<string, { count: number; since: number }>();
-  app.post('/console/login', form, (req, res) => {
-    const peer = req.socket.remoteAddress ?? '';
-    const now = Date.now();
-    let seen = failures.get(peer);
-    if (seen !== undefined && now - seen.since >= LOGIN_WINDOW_MS) {
-      failures.delete(peer);
-      seen = undefined;
-    }
-    if (seen !== undefined && seen.count >= LOGIN_FAILURES) {
-      throw new ApiError('rate_limited', 'Too many wrong tokens from this address: wait a minute and try again.', { retryAfterSeconds: Math.ceil((seen.since + LOGIN_WINDOW_MS - now) / 1000) });
-    }
+  // Guessing the token is bounded per cell: past LOGIN_FAILURES wrong ones in a minute from one
+  // address, on any worker of the cell, that address is refused (429, Retry-After) until the minute
+  // is over, right token or not (queen.console_login_v1 counts them in the cell's rate buckets).
+  app.post('/console/login', form, async (req, res) => {
+    const peer = (req.socket.remoteAddress ?? '').slice(0, 64);
     const given = (req.body as Record<string, unknown> | undefined)?.token;
-    if (typeof given !== 'string' || !sessions.tokenMatches(given)) {
-      if (failures.size >= LOGIN_BOOK) failures.clear();
-      if (seen === undefined) failures.set(peer, { count: 1, since: now });
-      else seen.count += 1;
+    const right = typeof given === 'string' && sessions.tokenMatches(given);
+    const seen = await read(CONSOLE_LOGIN, [peer, !right, LOGIN_FAILURES, LOGIN_WINDOW_MS / 1000]);
+    if (seen.refused) {
+      throw new ApiError('rate_limited', 'Too many wrong tokens from this address: wait a minute and try again.', { retryAfterSeconds: seen.retryAfterSeconds });
+    }
+    if (!right) {
       send(res, 401, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('That is not this cell\'s admin token.')));
       return;
     }
