@@ -626,8 +626,8 @@ DECLARE
   v_sample JSONB;
 BEGIN
   SET LOCAL synchronous_commit = off;
-  IF p_worker IS NULL OR length(p_worker) > 200 THEN
-    PERFORM queen.fail_v1('bad_request', 'A sweeper id is 1 to 200 characters.', NULL);
+  IF p_worker IS NULL OR length(p_worker) > 512 THEN
+    PERFORM queen.fail_v1('bad_request', 'A sweeper id is 1 to 512 characters.', NULL);
   END IF;
   IF p_state IS NULL THEN
     DELETE FROM queen.system_state WHERE key = 'sweeper:' || p_worker;
