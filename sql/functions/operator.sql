@@ -613,8 +613,8 @@ END $$;
 -- The same call samples the log's counters for the overview's throughput, at most once every
 -- p_sample_seconds cell-wide (the sweeper that finds the sample row free and old enough takes it;
 -- SKIP LOCKED, so sweepers never wait on each other): the messages ever pushed (the sum of the
--- partitions' last_seq, which retention does not lower) and the completed and failed acks (the
--- partition_consumers counters), with the time, kept for 10 minutes (at most 120 samples) in
+-- partitions' last_seq, which retention does not lower), the completed acks and the failed deliveries
+-- (failed acks and expired leases: the partition_consumers counters), with the time, kept for 10 minutes (at most 120 samples) in
 -- 'log_throughput'. A sample is one pass over partitions and partition_consumers, the rows the
 -- log's gauges already pass over every 15 s. Nothing here is worth an fsync: a report lost in a
 -- crash is rewritten by the next.

@@ -99,7 +99,7 @@ function throughputTable(c: CellState): Safe {
     const per = (n: number) => (w.spanSeconds > 0 ? (n / w.spanSeconds).toFixed(1) : '');
     return html`<tr><th>${label}</th><td>${w.spanSeconds} s</td><td>${w.pushed} (${per(w.pushed)}/s)</td><td>${w.completed} (${per(w.completed)}/s)</td><td>${w.failed}</td></tr>`;
   };
-  return html`<section><h3>Throughput (all tenants)</h3>${t === null ? html`<p class="none">No sample yet: the sweepers sample the log's counters every 10 s.</p>` : html`<table class="throughput"><thead><tr><th>window</th><th>span</th><th>pushed</th><th>acked (completed)</th><th>acked failed</th></tr></thead><tbody>
+  return html`<section><h3>Throughput (all tenants)</h3>${t === null ? html`<p class="none">No sample yet: the sweepers sample the log's counters every 10 s.</p>` : html`<table class="throughput"><thead><tr><th>window</th><th>span</th><th>pushed</th><th>acked (completed)</th><th>failed deliveries</th></tr></thead><tbody>
 ${row('last minute', t.lastMinute)}${row('last 5 minutes', t.last5Minutes)}
 </tbody></table><p class="hint">From the sweepers' samples of the log's counters, the newest at <time>${t.sampledAt}</time>.</p>`}</section>`;
 }
