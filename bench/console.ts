@@ -4,12 +4,16 @@
 // in turn, signed in, one at a time; p50 and p95 of the whole answer (status, headers and body read).
 // The baseline is the JSON operator route the overview is rendered from (GET /api/v1/system/queues),
 // measured in the same run: a page's ratio to it is what rendering and the page's other reads add.
+// A sweeper runs throughout (as on a cell), so the overview reads its report and throughput samples.
 // DATABASE_URL to use your own server; otherwise an embedded PostgreSQL in a temporary folder.
 import { performance } from 'node:perf_hooks';
 import os from 'node:os';
 import { loadConfig } from '../shared/config';
 import { createLogger } from '../shared/log';
+import { Pool } from 'pg';
 import { startApiServer } from '../services/api/server';
+import { Sweeper } from '../services/sweeper/sweeper';
+import { createSweeperMetrics, primeSweeperMetrics } from '../shared/metrics';
 import { benchDatabase } from './lib/database';
 
 function envInt(name: string, fallback: number): number {
@@ -29,6 +33,10 @@ async function main(): Promise<void> {
   const config = loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: db.url, QUEEN_ADMIN_TOKEN: TOKEN });
   const server = await startApiServer(config, createLogger('bench-console', 'silent'), { message: 8, kv: 2 }, 0);
   const url = server.url;
+  const sweeperPool = new Pool({ connectionString: db.url, max: 3, application_name: 'queen-sweeper' });
+  const metrics = createSweeperMetrics();
+  primeSweeperMetrics(metrics);
+  const sweeper = new Sweeper({ pool: sweeperPool, log: createLogger('bench-console-sweeper', 'silent'), metrics, intervalMs: 1000, batch: 500, usageIntervalMs: 60_000 }).start();
   try {
     const post = (path: string, body: unknown) => fetch(url + path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     await post('/api/v1/configure', { queue: 'orders', options: { retryLimit: 0, retryDelay: 0 } });
@@ -54,7 +62,7 @@ async function main(): Promise<void> {
     }
     const empty = await fetch(`${url}/api/v1/pop/queue/orders?consumerGroup=audit`);
     await empty.arrayBuffer();
-    const login = await fetch(`${url}/console/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}` });
+    const login = await fetch(`${url}/console/login`, { method: 'POST', redirect: 'manual', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${TOKEN}&operator=bench` });
     const cookie = login.headers.get('set-cookie')!.split(';')[0];
     const dead = await (await fetch(`${url}/api/v1/dlq?queue=orders&limit=1`)).json() as { messages: Array<{ partitionId: string; transactionId: string }>; total: number };
     out(`dead letters: ${dead.total}; load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
@@ -86,6 +94,8 @@ async function main(): Promise<void> {
     targets.forEach(([name], t) => out(`| ${name} | ${pct(times[t], 0.5).toFixed(1)} | ${pct(times[t], 0.95).toFixed(1)} | ${(pct(times[t], 0.5) / base).toFixed(2)} |`));
     out(`\nload average at the end ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
   } finally {
+    await sweeper.stop();
+    await sweeperPool.end();
     await server.close();
     await db.stop();
   }

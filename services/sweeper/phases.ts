@@ -1,7 +1,7 @@
 // The sweeper's statements, one function each. The rules are in SQL (sql/functions/sweeper.sql, kv_usage.sql): a pass claims,
 // fires, prunes and marks in one transaction; here we only send it and read its answer.
 import type { Pool } from 'pg';
-import { KV_USAGE_ROLLUP, LOG_GAUGES, LOG_RETENTION_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS } from '../../shared/sql/sweeper';
+import { KV_USAGE_ROLLUP, LOG_GAUGES, LOG_RETENTION_GAUGES, SWEEPER_GAUGES, SWEEPER_PASS, SWEEPER_REPORT } from '../../shared/sql/sweeper';
 
 export interface PassResult {
   /** The cycle's start on the server's clock; passed back to every later pass of the cycle. */
@@ -98,6 +98,21 @@ async function gaugesOf<T>(pool: Pool, statement: { name: string; text: string }
 }
 
 export const readGauges = (pool: Pool): Promise<Gauges> => gaugesOf<Gauges>(pool, SWEEPER_GAUGES);
+
+/** What a sweeper reports of its shedding for the console (queen.sweeper_report_v1); null when it stops. */
+export interface ShedState {
+  /** The shedding ladder's rung: 0 calm, 1 pruning suspended, 2 pruning and the usage rollup suspended. */
+  rung: number;
+  suspended: string[];
+  batch: number;
+  baseBatch: number;
+  sleepMs: number;
+  baseSleepMs: number;
+}
+
+export async function report(pool: Pool, worker: string, state: ShedState | null, sampleSeconds: number): Promise<void> {
+  await pool.query({ ...SWEEPER_REPORT, values: [worker, state === null ? null : JSON.stringify(state), sampleSeconds] });
+}
 
 export interface LogGauges {
   backlog: number;

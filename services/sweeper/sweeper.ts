@@ -19,7 +19,7 @@ import { ApiError, coerceError } from '../../shared/errors';
 import { CHANNEL, Listener } from '../../shared/listener';
 import type { Logger } from '../../shared/log';
 import type { SweeperMetrics } from '../../shared/metrics';
-import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, rollupUsageSlice, runPass } from './phases';
+import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, report, rollupUsageSlice, runPass, ShedState } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
 import { inSpan } from '../../shared/tracing';
 
@@ -49,6 +49,12 @@ export const MIN_SLEEP_MS = 10;
 export const DEFAULT_USAGE_SLICE_PAGES = 4096;
 /** The cell's default log retention when the caller names none (shared/config.ts has the reason). */
 export const DEFAULT_LOG_RETENTION_SECONDS = 7 * 24 * 3600;
+/**
+ * The sweeper writes its shedding state for the console's overview (queen.sweeper_report_v1) when it
+ * changes and at least this often (so a silent row means a sweeper gone), and the same call samples
+ * the log's counters for the overview's throughput at most this often cell-wide.
+ */
+export const REPORT_INTERVAL_MS = 10_000;
 /** After a failed pass (database down, restarting), wait before trying again. */
 const FAULT_BACKOFF_MS = 1000;
 
@@ -134,6 +140,9 @@ export class Sweeper extends EventEmitter {
   private lastLogGaugesAt = 0;
   /** The gauge reading in flight, on its own connection; firing does not wait for it either. */
   private gaugesRun: Promise<void> | undefined;
+  private lastReportAt = -Infinity;
+  /** The shedding state last written (JSON), so a change is written at the next gauge reading. */
+  private reported = '';
   /** Gauge readings started and finished so far (nextGauges counts on them). */
   private gaugesStarted = 0;
   private gaugesFinished = 0;
@@ -177,6 +186,12 @@ export class Sweeper extends EventEmitter {
     await this.loop;
     await this.usageRun;
     await this.gaugesRun;
+    // Its report goes with it: a stopped sweeper sheds nothing (one that dies leaves a row that falls silent).
+    if (this.reported !== '') {
+      await report(this.o.pool, this.id, null, REPORT_INTERVAL_MS / 1000).catch((err: unknown) => {
+        this.o.log.warn({ err: { message: (err as Error).message } }, 'sweeper: its report row could not be removed; it falls silent');
+      });
+    }
     await this.listener?.close();
   }
 
@@ -381,10 +396,22 @@ export class Sweeper extends EventEmitter {
   private readGaugesBeside(now: number): Promise<void> | undefined {
     const timers = now - this.lastGaugesAt >= Math.min(GAUGE_INTERVAL_MS, this.o.intervalMs);
     const log = now - this.lastLogGaugesAt >= (this.o.logGaugesIntervalMs ?? LOG_GAUGE_INTERVAL_MS);
-    if (!timers && !log) return undefined;
+    const state = this.shedState();
+    const shed = JSON.stringify(state);
+    const reportNow = shed !== this.reported || now - this.lastReportAt >= REPORT_INTERVAL_MS;
+    if (!timers && !log && !reportNow) return undefined;
     const { metrics } = this.o;
     this.gaugesStarted++;
     const read = async () => {
+      if (reportNow) {
+        this.lastReportAt = now;
+        try {
+          await report(this.o.pool, this.id, state, REPORT_INTERVAL_MS / 1000);
+          this.reported = shed;
+        } catch (err) {
+          this.o.log.warn({ err: { message: (err as Error).message, code: (err as { code?: string }).code } }, 'sweeper: its report for the console could not be written; trying again next interval');
+        }
+      }
       if (timers) {
         this.lastGaugesAt = now;
         try {
@@ -443,6 +470,19 @@ export class Sweeper extends EventEmitter {
       if (r.uncounted === 0 && i + 1 >= owed) break;
     }
     return tenants;
+  }
+
+  /** The shedding ladder as this sweeper stands on it, for its report. */
+  private shedState(): ShedState {
+    const p = this.pressure;
+    return {
+      rung: p.level,
+      suspended: (['prune', 'usage'] as const).filter((phase) => p.suspended(phase)),
+      batch: p.batch,
+      baseBatch: p.baseBatch,
+      sleepMs: p.sleepMs,
+      baseSleepMs: p.baseIntervalMs,
+    };
   }
 
   private publishPressure(): void {

@@ -22,3 +22,9 @@ export const OPERATOR_DEAD_LETTERS = call('operator_dead_letters_v1', 'operator_
 export const OPERATOR_TIMER = call('operator_timer_v1', 'operator_timer_v1', '$1::uuid, $2::text, $3::text, $4::jsonb');
 export const OPERATOR_KV_DELETE = call('operator_kv_delete_v1', 'operator_kv_delete_v1', '$1::uuid, $2::text, $3::text');
 export const OPERATOR_SKIP = call('operator_skip_v1', 'operator_skip_v1', '$1::uuid, $2::text, $3::text, $4::text');
+
+/** The console's overview: the sweepers' rungs, the throughput, timers due and late, connections ($1 late seconds or NULL). */
+export const OPERATOR_OVERVIEW = call('operator_overview_v1', 'operator_overview_v1', '$1::int');
+
+/** The console's sign-in limit, per cell: $1 the peer address, $2 a wrong token given, $3 the limit, $4 the window in seconds. */
+export const CONSOLE_LOGIN = call('console_login_v1', 'console_login_v1', '$1::text, $2::boolean, $3::int, $4::int');

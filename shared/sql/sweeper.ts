@@ -16,6 +16,15 @@ export const SWEEPER_GAUGES = {
 };
 
 /**
+ * The sweeper's report for the console's overview (sql/functions/operator.sql): $1 its id, $2 its
+ * shedding state (null: it stops, its row goes), $3 how often, cell-wide, the log's counters are sampled.
+ */
+export const SWEEPER_REPORT = {
+  name: 'sweeper_report_v1',
+  text: `SELECT queen.sweeper_report_v1($1::text, $2::jsonb, $3::int) AS report`,
+};
+
+/**
  * One slice of the usage rollup (sql/functions/kv_usage.sql): $1 heap pages a slice (used when the layout is built),
  * $2 QUEEN_SWEEPER_USAGE_INTERVAL_MS (a slice is due once half of it old). Counts the slice counted
  * longest ago and publishes the sum into queen.kv_usage.

@@ -601,3 +601,167 @@ BEGIN
    WHERE r.partition_id = p.id AND p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition) AND r.consumer_group = p_group;
   RETURN jsonb_build_object('queue', v_q.name, 'consumerGroup', p_group, 'partition', p_partition, 'partitions', v_n, 'skipped', v_skipped);
 END $$;
+
+-- ---- The console's overview (services/api/console): the cell's state from its own tables ----------
+--
+-- What a sweeper tells the cell about itself, for the console's overview: the shedding ladder's rung
+-- (services/sweeper/pressure.ts: 0 calm, 1 pruning suspended, 2 pruning and the usage rollup
+-- suspended), its batch and sleep, in queen.system_state under 'sweeper:<its id>' (the table of
+-- cell-wide facts; the switches read only their three keys). The rung lived only in the sweeper's
+-- memory and in its Prometheus gauge; the shard rows it writes (queen.sweeper_shards) are not
+-- written at all while pruning is shed, so they cannot carry it. p_state NULL: the sweeper stops,
+-- its row goes. Rows not written for an hour (a sweeper that died) go at the next report of any
+-- sweeper, so the rows are bounded by the sweepers of the last hour.
+--
+-- The same call samples the log's counters for the overview's throughput, at most once every
+-- p_sample_seconds cell-wide (the sweeper that finds the sample row free and old enough takes it;
+-- SKIP LOCKED, so sweepers never wait on each other): the messages ever pushed (the sum of the
+-- partitions' last_seq, which retention does not lower), the completed acks and the failed deliveries
+-- (failed acks and expired leases: the partition_consumers counters), with the time, kept for 10 minutes (at most 120 samples) in
+-- 'log_throughput'. A sample is one pass over partitions and partition_consumers, the rows the
+-- log's gauges already pass over every 15 s. Nothing here is worth an fsync: a report lost in a
+-- crash is rewritten by the next.
+CREATE OR REPLACE FUNCTION queen.sweeper_report_v1(p_worker TEXT, p_state JSONB, p_sample_seconds INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_samples JSONB;
+  v_at TIMESTAMPTZ;
+  v_sample JSONB;
+BEGIN
+  SET LOCAL synchronous_commit = off;
+  IF p_worker IS NULL OR length(p_worker) > 512 THEN
+    PERFORM queen.fail_v1('bad_request', 'A sweeper id is 1 to 512 characters.', NULL);
+  END IF;
+  IF p_state IS NULL THEN
+    DELETE FROM queen.system_state WHERE key = 'sweeper:' || p_worker;
+    RETURN jsonb_build_object('sampled', false);
+  END IF;
+  INSERT INTO queen.system_state (key, value, updated_at) VALUES ('sweeper:' || p_worker, p_state, now())
+  ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
+  DELETE FROM queen.system_state WHERE key LIKE 'sweeper:%' AND updated_at < now() - interval '1 hour';
+
+  INSERT INTO queen.system_state (key, value, updated_at) VALUES ('log_throughput', '[]', '-infinity')
+  ON CONFLICT (key) DO NOTHING;
+  SELECT s.value, s.updated_at INTO v_samples, v_at FROM queen.system_state s
+   WHERE s.key = 'log_throughput' FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND OR v_at > now() - make_interval(secs => greatest(1, p_sample_seconds)) THEN
+    RETURN jsonb_build_object('sampled', false);
+  END IF;
+  SELECT jsonb_build_object('atMs', (extract(epoch FROM now()) * 1000)::bigint,
+           'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p),
+           'completed', c.completed, 'failed', c.failed)
+    INTO v_sample
+    FROM (SELECT coalesce(sum(pc.completed), 0) AS completed, coalesce(sum(pc.failures), 0) AS failed
+            FROM queen.partition_consumers pc) c;
+  SELECT coalesce(jsonb_agg(e ORDER BY (e ->> 'atMs')::bigint), '[]'::jsonb) INTO v_samples FROM (
+    SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v_samples) = 'array' THEN v_samples ELSE '[]' END) e
+     WHERE (e ->> 'atMs')::bigint >= (extract(epoch FROM now() - interval '10 minutes') * 1000)::bigint
+     ORDER BY (e ->> 'atMs')::bigint DESC LIMIT 119) kept;
+  UPDATE queen.system_state SET value = v_samples || v_sample, updated_at = now() WHERE key = 'log_throughput';
+  RETURN jsonb_build_object('sampled', true);
+END $$;
+
+-- The overview's cell-wide state in one read (the console's /console): the sweepers heard from in
+-- the last hour with their rung and how long ago they reported; the throughput over the last
+-- minute and the last 5 minutes from the sweepers' samples (above: the newest sample against the
+-- newest one at least that much older, or the oldest there is, with the span it covers); the
+-- timers due now and late (due p_late_seconds, default 60, or more: the timers page's "late"),
+-- each counted up to 100,000, and the oldest due one's age; and the connections to this database
+-- by application_name and state (pg_stat_activity: every worker's pools, the sweepers', the
+-- listeners'), with the server's max_connections. Bounded: 50 sweepers, 50 connection groups, two
+-- index-bounded counts, no scan of the log.
+CREATE OR REPLACE FUNCTION queen.operator_overview_v1(p_late_seconds INT) RETURNS JSONB
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_now TIMESTAMPTZ := now();
+  v_late TIMESTAMPTZ;
+  v_samples JSONB;
+  v_newest JSONB;
+  v_windows JSONB := '{}';
+  v_then JSONB;
+  v_w INT;
+BEGIN
+  IF p_late_seconds IS NOT NULL AND (p_late_seconds < 0 OR p_late_seconds > 86400) THEN
+    PERFORM queen.fail_v1('operator_invalid_state', 'lateSeconds is a whole number from 0 to 86400.', NULL);
+  END IF;
+  v_late := v_now - make_interval(secs => coalesce(p_late_seconds, 60));
+  SELECT s.value INTO v_samples FROM queen.system_state s WHERE s.key = 'log_throughput';
+  IF jsonb_typeof(v_samples) = 'array' AND jsonb_array_length(v_samples) > 0 THEN
+    v_newest := v_samples -> -1;
+    FOREACH v_w IN ARRAY ARRAY[60, 300] LOOP
+      SELECT e INTO v_then FROM jsonb_array_elements(v_samples) e
+       WHERE (e ->> 'atMs')::bigint <= (v_newest ->> 'atMs')::bigint - v_w * 1000
+       ORDER BY (e ->> 'atMs')::bigint DESC LIMIT 1;
+      IF v_then IS NULL THEN v_then := v_samples -> 0; END IF;
+      v_windows := v_windows || jsonb_build_object(v_w::text, CASE WHEN v_then = v_newest THEN NULL ELSE jsonb_build_object(
+        'spanSeconds', ((v_newest ->> 'atMs')::bigint - (v_then ->> 'atMs')::bigint) / 1000,
+        'pushed', greatest(0, (v_newest ->> 'pushed')::bigint - (v_then ->> 'pushed')::bigint),
+        'completed', greatest(0, (v_newest ->> 'completed')::bigint - (v_then ->> 'completed')::bigint),
+        'failed', greatest(0, (v_newest ->> 'failed')::bigint - (v_then ->> 'failed')::bigint)) END);
+      v_then := NULL;
+    END LOOP;
+  END IF;
+  RETURN jsonb_build_object(
+    'now', queen.ts_v1(v_now),
+    'sweepers', (SELECT coalesce(jsonb_agg(x.r ORDER BY x.key), '[]'::jsonb) FROM (
+        SELECT s.key, jsonb_build_object('id', substr(s.key, 9), 'reportedAt', queen.ts_v1(s.updated_at),
+                 'silentSeconds', floor(extract(epoch FROM v_now - s.updated_at))::int) || s.value AS r
+          FROM queen.system_state s WHERE s.key LIKE 'sweeper:%' AND s.updated_at >= v_now - interval '1 hour'
+         ORDER BY s.key LIMIT 50) x),
+    'throughput', CASE WHEN v_newest IS NULL THEN NULL ELSE jsonb_build_object(
+        'sampledAt', queen.ts_v1(to_timestamp((v_newest ->> 'atMs')::bigint / 1000.0)),
+        'lastMinute', v_windows -> '60', 'last5Minutes', v_windows -> '300') END,
+    'timers', jsonb_build_object(
+        'due', (SELECT count(*) FROM (SELECT 1 FROM queen.log_timers t WHERE t.deliver_at <= v_now LIMIT 100000) d),
+        'late', (SELECT count(*) FROM (SELECT 1 FROM queen.log_timers t WHERE t.deliver_at <= v_late LIMIT 100000) l),
+        'countedUpTo', 100000,
+        'lateSeconds', coalesce(p_late_seconds, 60),
+        'oldestDueSeconds', (SELECT floor(extract(epoch FROM v_now - t.deliver_at))::bigint FROM queen.log_timers t
+                              WHERE t.deliver_at <= v_now ORDER BY t.deliver_at LIMIT 1)),
+    'connections', jsonb_build_object(
+        'maxConnections', current_setting('max_connections')::int,
+        'server', (SELECT count(*) FROM pg_stat_activity a WHERE a.backend_type = 'client backend'),
+        'groups', (SELECT coalesce(jsonb_agg(g.r ORDER BY g.app, g.state), '[]'::jsonb) FROM (
+            SELECT coalesce(a.application_name, '') AS app, coalesce(a.state, '') AS state,
+                   jsonb_build_object('applicationName', coalesce(a.application_name, ''), 'state', coalesce(a.state, ''), 'connections', count(*)) AS r
+              FROM pg_stat_activity a
+             WHERE a.datname = current_database() AND a.backend_type = 'client backend'
+             GROUP BY 1, 2 ORDER BY 1, 2 LIMIT 50) g)));
+END $$;
+
+-- The console's sign-in limit, per cell (every worker and process of the cell counts into the same
+-- row): past p_limit wrong tokens from one peer address within p_window_seconds of the first, that
+-- address is refused (the right token included) until the window is over. The count lives in the
+-- cell's rate buckets (queen.kv_rate_bucket, UNLOGGED: a crash forgets it, as a restart forgot the
+-- per-worker count before) under scope 'console_login', the address in the tenant column (never a
+-- tenant's UUID form). p_failed: this attempt gave a wrong token, so it counts (unless refused).
+-- Bounded: a new window first removes up to 1,000 finished windows, and past 10,000 live rows (a
+-- flood of addresses) the scope's rows are cleared rather than grown, as the worker's book was.
+CREATE OR REPLACE FUNCTION queen.console_login_v1(p_peer TEXT, p_failed BOOLEAN, p_limit INT, p_window_seconds INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now TIMESTAMPTZ := clock_timestamp();
+  v_window INTERVAL := make_interval(secs => p_window_seconds);
+  v_count DOUBLE PRECISION;
+  v_since TIMESTAMPTZ;
+BEGIN
+  SELECT b.tokens, b.at INTO v_count, v_since FROM queen.kv_rate_bucket b
+   WHERE b.tenant = p_peer AND b.scope = 'console_login' AND b.at > v_now - v_window;
+  IF v_count >= p_limit THEN
+    RETURN jsonb_build_object('refused', true, 'retryAfterSeconds', greatest(1, ceil(extract(epoch FROM v_since + v_window - v_now)))::int);
+  END IF;
+  IF p_failed THEN
+    IF v_count IS NULL THEN
+      DELETE FROM queen.kv_rate_bucket WHERE ctid IN (
+        SELECT ctid FROM queen.kv_rate_bucket WHERE scope = 'console_login' AND at <= v_now - v_window LIMIT 1000 FOR UPDATE SKIP LOCKED);
+      IF (SELECT count(*) FROM (SELECT 1 FROM queen.kv_rate_bucket WHERE scope = 'console_login' LIMIT 10000) n) >= 10000 THEN
+        DELETE FROM queen.kv_rate_bucket WHERE scope = 'console_login';
+      END IF;
+    END IF;
+    INSERT INTO queen.kv_rate_bucket AS b (tenant, scope, tokens, at) VALUES (p_peer, 'console_login', 1, v_now)
+    ON CONFLICT (tenant, scope) DO UPDATE
+       SET tokens = CASE WHEN b.at <= v_now - v_window THEN 1 ELSE b.tokens + 1 END,
+           at = CASE WHEN b.at <= v_now - v_window THEN v_now ELSE b.at END;
+  END IF;
+  RETURN jsonb_build_object('refused', false);
+END $$;

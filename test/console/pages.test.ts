@@ -9,7 +9,8 @@ import { startApiServer, ApiServer } from '../../services/api/server';
 import { createTestDatabase, sql } from '../support/database';
 import { UNLIMITED_RATES, startTestApi } from '../support/api';
 import { call } from '../support/http';
-import { sweep } from '../support/sweeper';
+import { startTestSweeper, sweep } from '../support/sweeper';
+import { waitFor } from '../support/wait';
 
 const A = 'aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa';
 const B = 'bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb';
@@ -18,6 +19,7 @@ const CSP = "default-src 'none'; style-src 'self'; script-src 'self'; form-actio
 const EVIL = '<script>alert("x")</script>';
 const SECRET = 'PAYLOAD-SECRET-5e1';
 const VALUE = 'VALUE-SECRET-9a2';
+const OPERATOR = 'ada.lovelace@oncall';
 
 const rawLines: string[] = [];
 let db: { url: string; drop(): Promise<void> };
@@ -57,7 +59,7 @@ async function post(path: string, form: Record<string, string>, cookie?: string)
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
 async function login(): Promise<string> {
-  const res = await post('/console/login', { token: TOKEN });
+  const res = await post('/console/login', { token: TOKEN, operator: OPERATOR });
   expect(res.status).toBe(303);
   return res.headers.get('set-cookie')!.split(';')[0];
 }
@@ -123,11 +125,23 @@ describe('login', () => {
     expect(wrong.status).toBe(401);
     expect(wrong.headers.get('set-cookie')).toBeNull();
     expect((await post('/console/login', {})).status).toBe(401);
-    const right = await post('/console/login', { token: TOKEN });
+    // The right token without a name, or with one the audit log would not take, signs nobody in.
+    for (const operator of [undefined, '', 'a b', '<b>x</b>', 'x'.repeat(65)]) {
+      const unnamed = await post('/console/login', operator === undefined ? { token: TOKEN } : { token: TOKEN, operator });
+      expect([operator, unnamed.status, unnamed.headers.get('set-cookie'), unnamed.text.includes('Give your name')]).toEqual([operator, 400, null, true]);
+      expect(unnamed.text).not.toContain('<b>x</b>');
+    }
+    const right = await post('/console/login', { token: TOKEN, operator: 'grace' });
     expect([right.status, right.headers.get('location')]).toEqual([303, '/console']);
     const set = right.headers.get('set-cookie')!;
     expect(set).toMatch(/^queen_console=[^;]+; Path=\/console; HttpOnly; SameSite=Strict; Max-Age=43200$/);
-    expect((await get('/console', set.split(';')[0])).status).toBe(200);
+    const signed = await get('/console', set.split(';')[0]);
+    expect([signed.status, signed.text.includes('signed in as grace')]).toEqual([200, true]);
+    // The name is inside the signed cookie: changed, the cookie is no session.
+    const [name, value] = set.split(';')[0].split('=');
+    const parts = value.split('.');
+    parts[2] = Buffer.from('admin').toString('base64url');
+    expect((await get('/console', `${name}=${parts.join('.')}`)).status).toBe(303);
   });
 
   test('sign out ends the cookie (with its CSRF token)', async () => {
@@ -328,8 +342,63 @@ describe('actions', () => {
     const all = rawLines.join('\n');
     // (A transaction id is an id: the audit line names it, as the operator routes' do.)
     for (const secret of [SECRET, VALUE, TOKEN, 'boom']) expect([secret, all.includes(secret)]).toEqual([secret, false]);
-    const actions = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action').map((l) => l.audit.action);
+    const lines = rawLines.map((l) => JSON.parse(l)).filter((l) => l.msg === 'operator action');
+    const actions = lines.map((l) => l.audit.action);
     expect(actions).toEqual(expect.arrayContaining(['dead_letter_requeue', 'dead_letter_discard', 'timer_cancel', 'dead_letters_requeue', 'dead_letters_discard', 'consumer_group_skip', 'kv_delete']));
+    // Each names who signed in: the name the login form took, from the session's cookie.
+    expect(lines.map((l) => [l.audit.action, l.audit.operator, l.audit.target.via])).toEqual(lines.map((l) => [l.audit.action, OPERATOR, 'console']));
+  });
+});
+
+describe('the cell on the overview: shedding rung, throughput, timers due and late, connections', () => {
+  const overview = async () => (await get(`/console?tenant=${A}`, cookie)).text;
+
+  test('timers due and late are counted; the connections are pg_stat_activity\'s; no sweeper heard from is said', async () => {
+    const ids: string[] = [];
+    for (const ago of [10, 300]) {
+      const t = await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { n: ago }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
+      ids.push(t.body.timerId);
+      await sql(db.url, `UPDATE queen.log_timers SET deliver_at = now() - make_interval(secs => ${ago}) WHERE timer_id = '${t.body.timerId}'`);
+    }
+    try {
+      const text = await overview();
+      expect(text).toContain('<td data-timers="due">2</td>');
+      expect(text).toContain('<td data-timers="late" class="flag">1</td>');
+      expect(text).toMatch(/oldest due<\/th><td>5m \ds ago/);
+      expect(text).toContain(`href="/console/timers?tenant=${A}&amp;state=late"`);
+      // The sweeper of beforeAll stopped: its row went with it.
+      expect(text).toContain('data-rung="none"');
+      // This worker's pools as PostgreSQL counts them.
+      expect(text).toMatch(/<tr><td>queen-api<\/td><td>(idle|active)<\/td><td>\d+<\/td><\/tr>/);
+      expect(text).toMatch(/client connection\(s\) on the server of <code>max_connections<\/code> \d+/);
+      // One sample so far (the sweeper of beforeAll took it): no window to count over yet.
+      expect(text).toContain('<th>last minute</th><td colspan="4" class="none">not yet two samples</td>');
+    } finally {
+      await sql(db.url, `DELETE FROM queen.log_timers WHERE timer_id = ANY ('{${ids.join(',')}}'::uuid[])`);
+    }
+  });
+
+  test('a sweeper on rung 2 (every pass slow) shows on it, with its throughput samples; stopped, it leaves', async () => {
+    // A sample a minute old, as if a sweeper had taken it then (before anything was pushed).
+    const minuteAgo = Date.now() - 61_000;
+    await sql(db.url, `INSERT INTO queen.system_state (key, value, updated_at) VALUES ('log_throughput', '[{"atMs": ${minuteAgo}, "pushed": 0, "completed": 0, "failed": 0}]', now() - interval '61 seconds')
+                       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`);
+    const [{ pushed, failed }] = await sql(db.url, `SELECT (SELECT sum(last_seq) FROM queen.partitions)::int AS pushed, (SELECT sum(failures) FROM queen.partition_consumers)::int AS failed`);
+    const s = startTestSweeper(db.url, { slowPassMs: -1 });
+    try {
+      await waitFor(async () => (await overview()).includes('data-rung="2"'), { what: 'the overview showing rung 2' });
+      const text = await overview();
+      expect(text).toContain('pruning and the usage rollup suspended');
+      expect(text).toContain(`<td class="id">${s.sweeper.id}</td><td>2</td><td>prune, usage</td>`);
+      expect(text).toMatch(new RegExp(`<th>last minute</th><td>6\\d s</td><td>${pushed} \\(`));
+      expect(text).toMatch(new RegExp(`<th>last minute</th>.*<td>${failed}</td></tr>`));
+      const rows = await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`);
+      expect(rows).toEqual([{ key: `sweeper:${s.sweeper.id}` }]);
+    } finally {
+      await s.close();
+    }
+    expect(await overview()).toContain('data-rung="none"');
+    expect(await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`)).toEqual([]);
   });
 });
 
@@ -345,14 +414,25 @@ test('without QUEEN_ADMIN_TOKEN there is no console: /console is 404 like any un
   }
 });
 
-test('guessing the token is bounded: past 10 wrong ones in a minute from one address, even the right one is 429 for the minute', async () => {
+test('guessing the token is bounded per cell: past 10 wrong ones in a minute from one address on one worker, even the right one is 429 for the minute on another', async () => {
   const cell = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
+  // A second worker of the same cell (same database, its own process state).
+  const other = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: cell.databaseUrl, QUEEN_ADMIN_TOKEN: TOKEN }), pino({ level: 'silent' }), { message: 4, kv: 2 }, 0);
   try {
-    const attempt = (token: string) => fetch(`${cell.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
-    for (let i = 0; i < 10; i++) expect((await attempt(`wrong-${i}`)).status).toBe(401);
-    const refused = await attempt(TOKEN);
-    expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+    const attempt = (base: string, token: string) => fetch(`${base}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    // Five wrong on each worker: the cell has counted ten.
+    for (let i = 0; i < 10; i++) expect((await attempt(i % 2 ? other.url : cell.url, `wrong-${i}`)).status).toBe(401);
+    for (const base of [other.url, cell.url]) {
+      const refused = await attempt(base, TOKEN);
+      expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+    }
+    // The count is one row of the cell's rate buckets, and its window ends: then the right token signs in.
+    const rows = await sql(cell.databaseUrl, `SELECT tenant, tokens FROM queen.kv_rate_bucket WHERE scope = 'console_login'`);
+    expect(rows).toEqual([{ tenant: expect.stringMatching(/127\.0\.0\.1/), tokens: 10 }]);
+    await sql(cell.databaseUrl, `UPDATE queen.kv_rate_bucket SET at = at - interval '61 seconds' WHERE scope = 'console_login'`);
+    expect((await attempt(other.url, TOKEN)).status).toBe(303);
   } finally {
+    await other.close();
     await cell.close();
   }
 });
@@ -360,7 +440,7 @@ test('guessing the token is bounded: past 10 wrong ones in a minute from one add
 test('without tenancy the pages need no tenant and the nav has no picker', async () => {
   const one = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
   try {
-    const res = await fetch(`${one.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${TOKEN}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await fetch(`${one.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${TOKEN}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
     const c = res.headers.get('set-cookie')!.split(';')[0];
     await call(one.url, 'POST', '/api/v1/push', { items: [{ queue: 'jobs', payload: 1 }] });
     const page = await fetch(`${one.url}/console`, { headers: { cookie: c } });

@@ -14,12 +14,12 @@ import type { Logger } from '../../../shared/log';
 import { isUuid } from '../../../shared/uuid';
 import {
   OPERATOR_DEAD_LETTER, OPERATOR_DEAD_LETTERS, OPERATOR_KV_DELETE, OPERATOR_SKIP, OPERATOR_KV_KEY, OPERATOR_KV_KEYS, OPERATOR_MESSAGE, OPERATOR_MESSAGES, OPERATOR_PARTITIONS,
-  OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
+  CONSOLE_LOGIN, OPERATOR_OVERVIEW, OPERATOR_QUEUES, OPERATOR_TENANTS, OPERATOR_TIMER, OPERATOR_TIMERS,
 } from '../../../shared/sql/operator';
 import { LOG_DEAD_LETTERS } from '../../../shared/sql/log';
 import { CLUSTER_USAGE } from '../../../shared/sql/system';
 import { openAnswer } from '../seal/seal';
-import { audit } from '../edge/audit';
+import { audit, OPERATOR_NAME } from '../edge/audit';
 import { GROUP, NAMESPACE, PARTITION, QUEUE, operatorTenant, param, path, rateLimitsOf, whole } from '../routes/operator';
 import type { Switches } from '../switches/switches';
 import { page, Safe, send, securityHeaders, query } from './html';
@@ -51,8 +51,6 @@ const PAGE_LIMIT = 100;
 /** Wrong tokens a peer address may try in a window before the login page refuses it for the rest of the window. */
 export const LOGIN_FAILURES = 10;
 const LOGIN_WINDOW_MS = 60_000;
-/** The addresses remembered at once (a flood of addresses clears the book rather than growing it). */
-const LOGIN_BOOK = 10_000;
 
 /**
  * A form without its session's CSRF token: 403 csrf_refused. The console's own refusal (a page,
@@ -71,6 +69,8 @@ class CsrfRefused extends ApiError {
 /** A console request: its session and CSRF token once `signedIn` has passed. */
 interface Signed extends Request {
   csrf?: string;
+  /** Who signed this session in: the name every action's audit line carries. */
+  operator?: string;
 }
 
 export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req: IncomingMessage, res: ServerResponse) => boolean) {
@@ -96,7 +96,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
   const ctxOf = (req: Signed, tenant: string | null): pages.Ctx => ({ tenant: tenancy ? tenant : null, csrf: req.csrf! });
   const render = (req: Signed, res: Response, status: number, title: string, tenant: string | null, body: Safe) => {
     const done = param(req, 'done');
-    send(res, status, page({ title, tenant: tenancy ? tenant : null, tenancy, csrf: req.csrf, notice: done ? NOTICES[done] ?? null : null }, body));
+    send(res, status, page({ title, tenant: tenancy ? tenant : null, tenancy, csrf: req.csrf, operator: req.operator, notice: done ? NOTICES[done] ?? null : null }, body));
   };
 
   /** GET without a session: to the login page. POST without one: 401. A POST without its CSRF token: 403. */
@@ -111,6 +111,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       return next(new ApiError('unauthorized', 'Sign in on /console/login first.'));
     }
     req.csrf = sessions.csrf(session);
+    req.operator = sessions.operator(session);
     if (req.method === 'POST' && !sessions.csrfMatches(session, (req.body as Record<string, unknown> | undefined)?.csrf)) {
       return next(new CsrfRefused());
     }
@@ -133,30 +134,28 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
   app.get('/console/login', (req, res) => {
     send(res, 200, page({ title: 'Sign in', tenant: null, tenancy }, pages.login(null)));
   });
-  // Guessing the token is bounded per worker: past LOGIN_FAILURES wrong ones in a minute from one
-  // address, that address is refused (429, Retry-After) until the minute is over, right token or not.
-  const failures = new Map<string, { count: number; since: number }>();
-  app.post('/console/login', form, (req, res) => {
-    const peer = req.socket.remoteAddress ?? '';
-    const now = Date.now();
-    let seen = failures.get(peer);
-    if (seen !== undefined && now - seen.since >= LOGIN_WINDOW_MS) {
-      failures.delete(peer);
-      seen = undefined;
-    }
-    if (seen !== undefined && seen.count >= LOGIN_FAILURES) {
-      throw new ApiError('rate_limited', 'Too many wrong tokens from this address: wait a minute and try again.', { retryAfterSeconds: Math.ceil((seen.since + LOGIN_WINDOW_MS - now) / 1000) });
-    }
+  // Guessing the token is bounded per cell: past LOGIN_FAILURES wrong ones in a minute from one
+  // address, on any worker of the cell, that address is refused (429, Retry-After) until the minute
+  // is over, right token or not (queen.console_login_v1 counts them in the cell's rate buckets).
+  app.post('/console/login', form, async (req, res) => {
+    const peer = (req.socket.remoteAddress ?? '').slice(0, 64);
     const given = (req.body as Record<string, unknown> | undefined)?.token;
-    if (typeof given !== 'string' || !sessions.tokenMatches(given)) {
-      if (failures.size >= LOGIN_BOOK) failures.clear();
-      if (seen === undefined) failures.set(peer, { count: 1, since: now });
-      else seen.count += 1;
+    const right = typeof given === 'string' && sessions.tokenMatches(given);
+    const seen = await read(CONSOLE_LOGIN, [peer, !right, LOGIN_FAILURES, LOGIN_WINDOW_MS / 1000]);
+    if (seen.refused) {
+      throw new ApiError('rate_limited', 'Too many wrong tokens from this address: wait a minute and try again.', { retryAfterSeconds: seen.retryAfterSeconds });
+    }
+    if (!right) {
       send(res, 401, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('That is not this cell\'s admin token.')));
       return;
     }
+    const operator = (req.body as Record<string, unknown> | undefined)?.operator;
+    if (typeof operator !== 'string' || !OPERATOR_NAME.test(operator)) {
+      send(res, 400, page({ title: 'Sign in', tenant: null, tenancy }, pages.login('Give your name as the audit log should show it: 1 to 64 of A-Z a-z 0-9 . _ @ : + -.')));
+      return;
+    }
     securityHeaders(res);
-    res.setHeader('Set-Cookie', setCookie(sessions.issue(), req.secure));
+    res.setHeader('Set-Cookie', setCookie(sessions.issue(operator), req.secure));
     res.redirect(303, '/console');
   });
   app.post('/console/logout', form, signedIn, (req, res) => {
@@ -167,11 +166,16 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
 
   app.get('/console', signedIn, async (req: Signed, res) => {
     const tenant = tenantOf(req, false);
-    const [usage] = (await pool.query<{ kv_bytes: string; timer_bytes: string; tenants: string }>(CLUSTER_USAGE)).rows;
-    const measured = { kvBytes: usage.kv_bytes, timerBytes: usage.timer_bytes, tenants: JSON.parse(usage.tenants) };
-    const queues = tenant === null ? null : await read(OPERATOR_QUEUES, [tenant, param(req, 'after') ?? null, null]);
-    const picker = tenancy ? pages.tenantPicker(tenant === null ? (await read(OPERATOR_TENANTS, [null, null, 50])).tenants : []) : null;
-    render(req, res, 200, 'Overview', tenant, pages.overview(ctxOf(req, tenant), switches.snapshot(), measured, queues, tenant === null ? picker : null));
+    // The page's reads at once, each on its own pool connection: the cell's state, the sweeper's
+    // usage measurement, and the tenant's queues (or, under tenancy with none chosen, the picker's tenants).
+    const [cell, usage, queues, known] = await Promise.all([
+      read(OPERATOR_OVERVIEW, [null]),
+      pool.query<{ kv_bytes: string; timer_bytes: string; tenants: string }>(CLUSTER_USAGE).then(({ rows: [u] }) => ({ kvBytes: u.kv_bytes, timerBytes: u.timer_bytes, tenants: JSON.parse(u.tenants) })),
+      tenant === null ? null : read(OPERATOR_QUEUES, [tenant, param(req, 'after') ?? null, null]),
+      tenancy && tenant === null ? read(OPERATOR_TENANTS, [null, null, 50]) : null,
+    ]);
+    const picker = known === null ? null : pages.tenantPicker(known.tenants);
+    render(req, res, 200, 'Overview', tenant, pages.overview(ctxOf(req, tenant), switches.snapshot(), cell, tenancy, usage, queues, picker));
   });
 
   app.get('/console/queues/:queue', signedIn, async (req: Signed, res) => {
@@ -218,7 +222,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       const group = field(req, 'consumerGroup');
       if (group !== null && group.includes('\u0000')) throw new ApiError('log_invalid_consumer_group', GROUP);
       const out = await read(OPERATOR_DEAD_LETTER, [tenant, action, partitionId, transactionId, group]);
-      audit(log, req, `dead_letter_${action}`, { tenant, target: { partitionId, transactionId, consumerGroup: group, via: 'console' }, outcome: out.groups });
+      audit(log, req, `dead_letter_${action}`, { tenant, target: { partitionId, transactionId, consumerGroup: group, via: 'console' }, outcome: out.groups, operator: req.operator });
       const outcomes: string[] = out.groups.map((g: { outcome: string }) => g.outcome);
       const word = action === 'requeue' ? 'requeued' : 'discarded';
       const done = outcomes.includes(word) ? word : outcomes.includes('cursor_too_far') ? 'cursor_too_far' : 'nothing';
@@ -238,7 +242,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
       const group = field(req, 'consumerGroup');
       if (group !== null && group.includes('\u0000')) throw new ApiError('log_invalid_consumer_group', GROUP);
       const out = await read(OPERATOR_DEAD_LETTERS, [tenant, action, queue, group, PAGE_LIMIT]);
-      audit(log, req, `dead_letters_${action}`, { tenant, target: { queue, consumerGroup: group, via: 'console' }, outcome: { done: out.requeued ?? out.discarded, cursorTooFar: out.cursorTooFar, remaining: out.remaining } });
+      audit(log, req, `dead_letters_${action}`, { tenant, target: { queue, consumerGroup: group, via: 'console' }, outcome: { done: out.requeued ?? out.discarded, cursorTooFar: out.cursorTooFar, remaining: out.remaining }, operator: req.operator });
       securityHeaders(res);
       res.redirect(303, `/console/queues/${encodeURIComponent(queue)}/dead-letters${query({ tenant: tenancy ? tenant : null, consumerGroup: group, done: (out.requeued ?? out.discarded) > 0 ? 'bulk' : 'nothing' })}`);
     });
@@ -249,7 +253,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const queue = path(req, 'queue', 'log_invalid_queue', QUEUE);
     const group = path(req, 'group', 'log_invalid_consumer_group', GROUP);
     const out = await read(OPERATOR_SKIP, [tenant, queue, group, null]);
-    audit(log, req, 'consumer_group_skip', { tenant, target: { queue, consumerGroup: group, partition: null, via: 'console' }, outcome: { partitions: out.partitions, skipped: out.skipped } });
+    audit(log, req, 'consumer_group_skip', { tenant, target: { queue, consumerGroup: group, partition: null, via: 'console' }, outcome: { partitions: out.partitions, skipped: out.skipped }, operator: req.operator });
     securityHeaders(res);
     res.redirect(303, `/console/queues/${encodeURIComponent(queue)}${query({ tenant: tenancy ? tenant : null, done: 'skipped' })}`);
   });
@@ -259,7 +263,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const ns = path(req, 'ns', 'kv_invalid_namespace', NAMESPACE);
     const key = path(req, 'key', 'kv_invalid_key', 'A key may not contain U+0000.');
     const out = await read(OPERATOR_KV_DELETE, [tenant, ns, key]);
-    audit(log, req, 'kv_delete', { tenant, target: { namespace: ns, key, via: 'console' }, outcome: { deleted: out.deleted } });
+    audit(log, req, 'kv_delete', { tenant, target: { namespace: ns, key, via: 'console' }, outcome: { deleted: out.deleted }, operator: req.operator });
     securityHeaders(res);
     res.redirect(303, `/console/kv/${encodeURIComponent(ns)}${query({ tenant: tenancy ? tenant : null, done: out.deleted ? 'deleted' : 'nothing' })}`);
   });
@@ -276,7 +280,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     const tenant = operatorTenant(config, req);
     const timerId = path(req, 'timerId', 'timers_invalid_timer_id', 'The timer id is a UUID.');
     const out = await read(OPERATOR_TIMER, [tenant, 'cancel', timerId, null]);
-    audit(log, req, 'timer_cancel', { tenant, target: { timerId, via: 'console' }, outcome: { cancelled: out.cancelled, reason: out.reason } });
+    audit(log, req, 'timer_cancel', { tenant, target: { timerId, via: 'console' }, outcome: { cancelled: out.cancelled, reason: out.reason }, operator: req.operator });
     const state = field(req, 'state');
     securityHeaders(res);
     res.redirect(303, `/console/timers${query({ tenant: tenancy ? tenant : null, state: state !== null && /^(all|due|late|pending)$/.test(state) ? state : null, done: out.cancelled ? 'cancelled' : 'nothing' })}`);
@@ -339,7 +343,7 @@ export function consoleApp({ config, pool, switches, log }: ConsoleDeps): ((req:
     if (res.headersSent) return;
     if (refusal.extra.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(refusal.extra.retryAfterSeconds));
     const t = tenancy ? (typeof req.query?.tenant === 'string' && isUuid(req.query.tenant) ? req.query.tenant : null) : null;
-    send(res, refusal.status, page({ title: 'Refused', tenant: t, tenancy, csrf: req.csrf }, pages.failure(refusal.status, refusal.code, refusal.message, `/console${query({ tenant: t })}`)));
+    send(res, refusal.status, page({ title: 'Refused', tenant: t, tenancy, csrf: req.csrf, operator: req.operator }, pages.failure(refusal.status, refusal.code, refusal.message, `/console${query({ tenant: t })}`)));
   });
 
   return (req, res) => {

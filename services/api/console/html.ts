@@ -62,6 +62,8 @@ export interface Frame {
   tenancy: boolean;
   /** Signed in: show the navigation and the sign-out form. */
   csrf?: string;
+  /** Who is signed in (shown beside Sign out). */
+  operator?: string;
   notice?: string | null;
 }
 
@@ -73,6 +75,7 @@ export function page(frame: Frame, body: Safe): Safe {
   ${frame.tenancy && t === null ? '' : html`<a href="/console/timers${q}">Timers</a> <a href="/console/kv${q}">KV</a>`}
   <a href="/console/tenants${q}">Tenants</a>
   ${frame.tenancy ? html`<span class="tenant">tenant: ${t ?? 'none chosen'}</span>` : ''}
+  ${frame.operator ? html`<span class="who">signed in as ${frame.operator}</span>` : ''}
   <form method="post" action="/console/logout" class="inline"><input type="hidden" name="csrf" value="${frame.csrf}"><button type="submit">Sign out</button></form>
 </nav>`;
   return html`<!doctype html>

@@ -28,6 +28,8 @@ export function login(error: string | null): Safe {
 <form method="post" action="/console/login" class="login">
 <label for="token">Admin token (QUEEN_ADMIN_TOKEN)</label>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<label for="operator">Your name (for the audit log)</label>
+<input id="operator" name="operator" autocomplete="username" required maxlength="64" pattern="[A-Za-z0-9._@:+\-]{1,64}">
 <button type="submit" id="sign-in">Sign in</button>
 </form>`;
 }
@@ -62,7 +64,67 @@ export function tenantPicker(tenants: Array<Record<string, any>>): Safe {
 <ul class="tenants">${tenants.map((t) => html`<li><a href="/console${query({ tenant: t.tenantId })}">${t.tenantId}</a> (${t.queues} queue(s))</li>`)}</ul></section>`;
 }
 
-export function overview(ctx: Ctx, switches: Switches, usage: Usage, queues: { queues: Array<Record<string, any>>; next: string | null } | null, picker: Safe | null): Safe {
+/** A sweeper's report older than this (three of its report intervals) is shown silent and left out of the cell's rung. */
+export const SILENT_SECONDS = 30;
+
+const RUNGS = ['calm: nothing shed', 'pruning suspended', 'pruning and the usage rollup suspended'];
+
+/** The cell's state from queen.operator_overview_v1: the sweepers' rungs, throughput, timers, connections. */
+export interface CellState {
+  now: string;
+  sweepers: Array<{ id: string; rung: number; suspended: string[]; batch: number; baseBatch: number; sleepMs: number; baseSleepMs: number; reportedAt: string; silentSeconds: number }>;
+  throughput: { sampledAt: string; lastMinute: Window | null; last5Minutes: Window | null } | null;
+  timers: { due: number; late: number; countedUpTo: number; lateSeconds: number; oldestDueSeconds: number | null };
+  connections: { maxConnections: number; server: number; groups: Array<{ applicationName: string; state: string; connections: number }> };
+}
+interface Window { spanSeconds: number; pushed: number; completed: number; failed: number }
+
+function sheddingTable(c: CellState): Safe {
+  const live = c.sweepers.filter((w) => w.silentSeconds < SILENT_SECONDS);
+  const rung = live.length === 0 ? null : Math.max(...live.map((w) => Number(w.rung)));
+  const summary = rung === null
+    ? html`<p class="flag" data-rung="none"><strong>No sweeper has reported in the last ${SILENT_SECONDS} s</strong>: due timers are not firing and expired keys are not pruned until one runs.</p>`
+    : html`<p data-rung="${rung}">Shedding rung <strong class="${rung > 0 ? 'flag' : 'on'}">${rung}</strong> of 2: ${RUNGS[rung] ?? ''} (the highest of ${live.length} live sweeper(s); firing is never shed).</p>`;
+  return html`<section><h3>Sweepers and the shedding ladder</h3>${summary}
+${c.sweepers.length === 0 ? '' : html`<table class="sweepers"><thead><tr><th>sweeper</th><th>rung</th><th>suspended</th><th>batch</th><th>sleep</th><th>reported</th></tr></thead><tbody>
+${c.sweepers.map((w) => html`<tr class="${w.silentSeconds >= SILENT_SECONDS ? 'stuck' : ''}"><td class="id">${w.id}</td><td>${w.rung}</td><td>${w.suspended.length ? w.suspended.join(', ') : html`<span class="none">none</span>`}</td>
+<td>${w.batch} of ${w.baseBatch}</td><td>${w.sleepMs} ms (base ${w.baseSleepMs})</td><td>${age(w.silentSeconds)} ago${w.silentSeconds >= SILENT_SECONDS ? html` <strong class="flag">silent</strong>` : ''}</td></tr>`)}
+</tbody></table>`}<p class="hint">Each sweeper writes its rung when it changes and every 10 s (docs/limits.md, the order of shedding).</p></section>`;
+}
+
+function throughputTable(c: CellState): Safe {
+  const t = c.throughput;
+  const row = (label: string, w: Window | null) => {
+    if (w === null) return html`<tr><th>${label}</th><td colspan="4" class="none">not yet two samples</td></tr>`;
+    const per = (n: number) => (w.spanSeconds > 0 ? (n / w.spanSeconds).toFixed(1) : '');
+    return html`<tr><th>${label}</th><td>${w.spanSeconds} s</td><td>${w.pushed} (${per(w.pushed)}/s)</td><td>${w.completed} (${per(w.completed)}/s)</td><td>${w.failed}</td></tr>`;
+  };
+  return html`<section><h3>Throughput (all tenants)</h3>${t === null ? html`<p class="none">No sample yet: the sweepers sample the log's counters every 10 s.</p>` : html`<table class="throughput"><thead><tr><th>window</th><th>span</th><th>pushed</th><th>acked (completed)</th><th>failed deliveries</th></tr></thead><tbody>
+${row('last minute', t.lastMinute)}${row('last 5 minutes', t.last5Minutes)}
+</tbody></table><p class="hint">From the sweepers' samples of the log's counters, the newest at <time>${t.sampledAt}</time>.</p>`}</section>`;
+}
+
+function timersTable(ctx: Ctx, c: CellState, tenancy: boolean): Safe {
+  const t = c.timers;
+  const n = (v: number) => (v >= t.countedUpTo ? `${v}+` : String(v));
+  const link = (state: string, label: string) => (tenancy && ctx.tenant === null ? label : html`<a href="/console/timers${q(ctx, { state })}">${label}</a>`);
+  return html`<section><h3>Timers (all tenants)</h3><table class="timer-counts"><tbody>
+<tr><th>${link('due', 'due now')}</th><td data-timers="due">${n(t.due)}</td></tr>
+<tr><th>${link('late', `late (due ${t.lateSeconds} s or more)`)}</th><td data-timers="late" class="${t.late > 0 ? 'flag' : ''}">${n(t.late)}</td></tr>
+<tr><th>oldest due</th><td>${t.oldestDueSeconds === null ? html`<span class="none">none due</span>` : `${age(t.oldestDueSeconds)} ago`}</td></tr>
+</tbody></table></section>`;
+}
+
+function connectionsTable(c: CellState): Safe {
+  const k = c.connections;
+  return html`<section><h3>Connections (every worker's pools, the sweepers, the listeners)</h3>
+<p>${k.server} client connection(s) on the server of <code>max_connections</code> ${k.maxConnections}; to this database, by application and state:</p>
+<table class="connections"><thead><tr><th>application_name</th><th>state</th><th>connections</th></tr></thead><tbody>
+${k.groups.map((g) => html`<tr><td>${g.applicationName || html`<span class="none">none</span>`}</td><td>${g.state || html`<span class="none">unknown</span>`}</td><td>${g.connections}</td></tr>`)}
+</tbody></table><p class="hint">From <code>pg_stat_activity</code>: <code>queen-api</code> is the workers' message and KV pools, <code>queen-sweeper</code> the sweepers'; <code>active</code> is a statement running, <code>idle</code> a pooled connection free.</p></section>`;
+}
+
+export function overview(ctx: Ctx, switches: Switches, cell: CellState, tenancy: boolean, usage: Usage, queues: { queues: Array<Record<string, any>>; next: string | null } | null, picker: Safe | null): Safe {
   const queueRows = queues === null ? '' : html`<section><h3>Queues</h3>
 ${queues.queues.length === 0 ? html`<p class="none">No queues.</p>` : html`<table class="queues"><thead><tr><th>queue</th><th>partitions</th><th>consumer group</th><th>backlog</th><th>oldest unfinished</th><th>dead letters</th></tr></thead><tbody>
 ${queues.queues.map((queue) => {
@@ -77,7 +139,7 @@ ${i === 0 ? html`<td rowspan="${groups.length}">${queueLink(ctx, queue.name)}</t
     });
   })}
 </tbody></table>`}${more(queues.next ? `/console${q(ctx, { after: queues.next })}` : null)}</section>`;
-  return html`${picker ?? ''}${switchesTable(switches)}${usageTable(usage, ctx.tenant)}${queueRows}`;
+  return html`${picker ?? ''}<div class="cell">${sheddingTable(cell)}${throughputTable(cell)}${timersTable(ctx, cell, tenancy)}${switchesTable(switches)}${connectionsTable(cell)}${usageTable(usage, ctx.tenant)}</div>${queueRows}`;
 }
 
 export function partitions(ctx: Ctx, a: { queue: string; partitions: Array<Record<string, any>>; next: string | null }): Safe {

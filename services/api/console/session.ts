@@ -1,11 +1,13 @@
 // The console's sign-in: the admin token, given once on the login page, becomes a cookie the
 // browser sends back only to /console (HttpOnly, SameSite=Strict). Nothing is stored on the cell:
 // the cookie is an expiry and a nonce signed with a key derived from QUEEN_ADMIN_TOKEN, so every worker checks
-// it alike and changing the token signs everyone out. Every action (a POST form) carries a CSRF
+// it alike and changing the token signs everyone out. The cookie also names the operator who signed
+// in (given on the login page, OPERATOR_NAME's rule), so every action's audit line says who. Every action (a POST form) carries a CSRF
 // token, an HMAC of the session cookie under the same key, checked in constant time.
 import { createHmac, randomBytes } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { sameToken } from '../routes/system';
+import { OPERATOR_NAME } from '../edge/audit';
 
 export const COOKIE = 'queen_console';
 /** A session lasts 12 hours, then the login page again. */
@@ -29,17 +31,26 @@ export class Sessions {
     return sameToken(this.token, Buffer.from(given));
   }
 
-  /** A new session's cookie value: its expiry, a nonce of its own (so each sign-in has its own CSRF token), and the MAC of both. */
-  issue(): string {
-    const body = `${Math.floor(this.now() / 1000) + SESSION_SECONDS}.${randomBytes(16).toString('base64url')}`;
+  /**
+   * A new session's cookie value: its expiry, a nonce of its own (so each sign-in has its own CSRF
+   * token), the operator's name (base64url: a name may hold a dot), and the MAC of the three.
+   */
+  issue(operator: string): string {
+    if (!OPERATOR_NAME.test(operator)) throw new Error('an operator name is checked before a session is issued');
+    const body = `${Math.floor(this.now() / 1000) + SESSION_SECONDS}.${randomBytes(16).toString('base64url')}.${Buffer.from(operator).toString('base64url')}`;
     return `${body}.${this.mac(`session:${body}`)}`;
+  }
+
+  /** The operator a session (as `session` answered it) was signed in as. */
+  operator(session: string): string {
+    return Buffer.from(session.split('.')[2], 'base64url').toString();
   }
 
   /** The session cookie of a request when it is ours and unexpired, else null. */
   session(req: IncomingMessage): string | null {
     const value = cookie(req, COOKIE);
     if (value === null) return null;
-    const m = /^((\d{1,12})\.[A-Za-z0-9_-]{22})\.([A-Za-z0-9_-]{43})$/.exec(value);
+    const m = /^((\d{1,12})\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{1,88})\.([A-Za-z0-9_-]{43})$/.exec(value);
     if (!m) return null;
     if (!equal(m[3], this.mac(`session:${m[1]}`))) return null;
     return Number(m[2]) * 1000 > this.now() ? value : null;

@@ -7,6 +7,7 @@ header h1{font-size:1.05rem;margin:0}
 nav{display:flex;gap:1rem;align-items:center;flex-wrap:wrap}
 nav a{color:#cfe3ff}
 nav .tenant{color:#ffd88a;font-family:monospace}
+nav .who{color:#cfe3ff}
 main{padding:1rem 1.5rem;max-width:1200px}
 h2{margin-top:0}
 h3{margin:1.2rem 0 .4rem}
@@ -29,4 +30,6 @@ form.login{display:flex;flex-direction:column;gap:.5rem;max-width:22rem}
 form.login input,form.picker input{font:inherit;padding:.25rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}dd{margin:0}
 .hint{color:#59616b;font-size:.9em}
+.cell{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:0 1.5rem}
+.cell section{min-width:0}
 `;
