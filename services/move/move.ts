@@ -44,6 +44,8 @@ export interface MoveOptions {
   /** The longest wait for the source's transactions older than the fence; past it the move stops, paused. */
   drainTimeoutMs?: number;
   log?: (line: string) => void;
+  /** A drill (and the tests): stop as a crash would, right after this step. */
+  stopAfter?: 'pause' | 'copy' | 'flip' | 'resume';
 }
 
 export interface TableCheck {
@@ -211,6 +213,7 @@ export async function moveTenant(o: MoveOptions): Promise<MoveResult> {
     steps[step] = (steps[step] ?? 0) + now - t0;
     t0 = now;
     log(`${step}: ${steps[step]} ms`);
+    if (o.stopAfter === step) throw new MoveError(`stopped after ${step}, as asked`);
   };
   const src = await connect(o.from.databaseUrl);
   const dst = await connect(o.to.databaseUrl).catch(async (err) => {
