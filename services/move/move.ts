@@ -160,23 +160,26 @@ async function layout(c: Client): Promise<string> {
   return rows.map((r) => `${r.t}(${r.cols})`).join('\n');
 }
 
-async function insertableColumns(c: Client, table: string): Promise<string[]> {
-  const { rows } = await c.query<{ name: string }>(
-    `SELECT a.attname AS name FROM pg_attribute a WHERE a.attrelid = ('queen.' || quote_ident($1))::regclass
-        AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum`,
-    [table],
+/** Each moved table's columns an INSERT may name (not the generated ones), in MOVED_TABLES' order. */
+async function insertableColumns(c: Client): Promise<string[][]> {
+  const { rows } = await c.query<{ t: string; names: string[] }>(
+    `SELECT c.relname AS t, array_agg(a.attname::text ORDER BY a.attnum) AS names
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'queen'
+       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+      WHERE c.relname = ANY ($1) GROUP BY c.relname`,
+    [MOVED_TABLES.map((m) => m.table)],
   );
-  return rows.map((r) => r.name);
+  const of = new Map(rows.map((r) => [r.t, r.names]));
+  return MOVED_TABLES.map((m) => of.get(m.table) ?? []);
 }
 
 /** Count and checksum of the tenant's rows of every moved table, in the session's snapshot: the sum of a 60-bit slice of each row text's md5. */
+const CHECK = `count(*)::text AS n, coalesce(sum(('x' || left(md5(t::text), 15))::bit(60)::bigint), 0)::text AS sum`;
+
 async function checks(c: Client, tenant: string): Promise<TableCheck[]> {
   const out: TableCheck[] = [];
   for (const { table, scope } of MOVED_TABLES) {
-    const { rows } = await c.query<{ n: string; sum: string }>(
-      `SELECT count(*)::text AS n, coalesce(sum(('x' || left(md5(t::text), 15))::bit(60)::bigint), 0)::text AS sum FROM queen.${table} t WHERE ${scope}`,
-      [tenant],
-    );
+    const { rows } = await c.query<{ n: string; sum: string }>(`SELECT ${CHECK} FROM queen.${table} t WHERE ${scope}`, [tenant]);
     out.push({ table, rows: Number(rows[0].n), checksum: rows[0].sum });
   }
   return out;
@@ -272,34 +275,52 @@ export async function moveTenant(o: MoveOptions): Promise<MoveResult> {
 
       for (;;) {
         if (++copies > COPY_ATTEMPTS) throw new MoveError(`${o.from.cell} kept changing under the pause (${COPY_ATTEMPTS} copies); the tenant stays paused: find the writer, then run the move again`);
-        // 3. copy: one snapshot of the source, written to the target in one transaction.
-        await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-        const data: Array<{ table: string; cols: string[]; rows: string }> = [];
-        let seq: string;
-        try {
-          for (const { table, scope } of MOVED_TABLES) {
-            const cols = await insertableColumns(src, table);
-            const { rows } = await src.query<{ rows: string }>(`SELECT coalesce(array_agg(t), '{}')::text AS rows FROM queen.${table} t WHERE ${scope}`, [tenant]);
-            data.push({ table, cols, rows: rows[0].rows });
+        // 3. copy: one snapshot of the source, written to the target in one transaction. The target
+        // writes each table while the source reads the next; each read counts and sums its rows in the same pass.
+        const cols = await insertableColumns(src);
+        type Read = { rows: string; n: string; sum: string };
+        const reads = MOVED_TABLES.map(() => {
+          let settle!: { resolve: (r: Read) => void; reject: (e: unknown) => void };
+          const promise = new Promise<Read>((resolve, reject) => (settle = { resolve, reject }));
+          promise.catch(() => undefined);
+          return { promise, ...settle };
+        });
+        const reader = (async () => {
+          await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+          try {
+            for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
+              reads[i].resolve((await src.query<Read>(`SELECT coalesce(array_agg(t), '{}')::text AS rows, ${CHECK} FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0]);
+            }
+            return (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
+          } catch (err) {
+            for (const r of reads) r.reject(err);
+            throw err;
+          } finally {
+            await src.query('COMMIT');
           }
-          tables = await checks(src, tenant);
-          seq = (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
-        } finally {
-          await src.query('COMMIT');
-        }
+        })();
+        reader.catch(() => undefined);
         await dst.query('BEGIN');
         try {
           await removeRows(dst, tenant);
-          for (const { table, cols, rows } of data) {
-            const list = cols.map((c) => `"${c}"`).join(', ');
-            await dst.query(`INSERT INTO queen.${table} (${list}) SELECT ${cols.map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r`, [rows]);
+          tables = [];
+          for (const [i, { table }] of MOVED_TABLES.entries()) {
+            const at = Date.now();
+            const read = await reads[i].promise;
+            tables.push({ table, rows: Number(read.n), checksum: read.sum });
+            const list = cols[i].map((c) => `"${c}"`).join(', ');
+            const wrote = Date.now();
+            await dst.query(`INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r`, [read.rows]);
+            if (read.rows.length > 1e6) log(`  ${table}: ${read.n} rows, ${(read.rows.length / 1e6).toFixed(1)} MB, read waited ${wrote - at} ms, written in ${Date.now() - wrote} ms`);
           }
+          const seq = await reader;
           // A KV version is the cell's sequence: the target's next ones pass every version the tenant has seen.
           await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
           await setMoveRow(dst, tenant, 'target', o.from.cell, 'copied');
           await dst.query('COMMIT');
         } catch (err) {
           await dst.query('ROLLBACK').catch(() => undefined);
+          await reader.catch(() => undefined);
           throw err;
         }
         lap('copy');
