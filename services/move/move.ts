@@ -3,11 +3,14 @@
 // the placement on the routers), so a move stopped anywhere is finished by running it again, and at
 // every moment exactly one cell holds the tenant's rows as the router serves them:
 //
-//   1. pause   a tenant_moves row on both cells: every data call of the tenant is 503 tenant_moving
-//              (each API worker reads the rows with the grants, every QUOTA_REFRESH_MS).
+//   0. pre-copy the tenant's rows to the target (which refuses the tenant from here), the source
+//              still serving it: the bulk of the copy, outside the refusal window.
+//   1. pause   a tenant_moves row on the source too: every data call of the tenant is 503
+//              tenant_moving (each API worker reads the rows with the grants, every QUOTA_REFRESH_MS).
 //   2. fence   wait out that refresh, then for every transaction of the source begun before it.
-//   3. copy    one REPEATABLE READ snapshot of the source, its rows and a count and checksum per
-//              table; on the target, in one transaction: any earlier attempt's rows out, these in.
+//   3. copy    one REPEATABLE READ snapshot of the source: what changed since the pre-copy, by each
+//              row's md5, onto the target in one transaction (everything, if that fails), and a
+//              count and checksum per table.
 //   4. verify  the target's counts and checksums equal the snapshot's, and the source's still do (a
 //              write that slipped past the fence is caught here, and the copy is taken again).
 //   5. flip    the placement map file, then every router's runtime API (set map / add map).
@@ -45,7 +48,7 @@ export interface MoveOptions {
   drainTimeoutMs?: number;
   log?: (line: string) => void;
   /** A drill (and the tests): stop as a crash would, right after this step. */
-  stopAfter?: 'pause' | 'copy' | 'flip' | 'resume';
+  stopAfter?: 'precopy' | 'pause' | 'copy' | 'flip' | 'resume';
 }
 
 export interface TableCheck {
@@ -202,6 +205,139 @@ async function hasRows(c: Client, tenant: string): Promise<boolean> {
   return false;
 }
 
+/**
+ * The tenant's rows from one REPEATABLE READ snapshot of the source, written to the target in one
+ * transaction after whatever the target held of the tenant is deleted; the snapshot's checks. The
+ * target writes each table while the source reads the next; each read counts and sums its rows in the same pass.
+ */
+async function fullCopy(src: Client, dst: Client, tenant: string, fromCell: string, log: (line: string) => void): Promise<TableCheck[]> {
+  const tables: TableCheck[] = [];
+  const cols = await insertableColumns(src);
+  type Read = { rows: string; n: string; sum: string };
+  const reads = MOVED_TABLES.map(() => {
+    let settle!: { resolve: (r: Read) => void; reject: (e: unknown) => void };
+    const promise = new Promise<Read>((resolve, reject) => (settle = { resolve, reject }));
+    promise.catch(() => undefined);
+    return { promise, ...settle };
+  });
+  const reader = (async () => {
+    await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    try {
+      for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
+        reads[i].resolve((await src.query<Read>(`SELECT coalesce(array_agg(t), '{}')::text AS rows, ${CHECK} FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0]);
+      }
+      return (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
+    } catch (err) {
+      for (const r of reads) r.reject(err);
+      throw err;
+    } finally {
+      await src.query('COMMIT');
+    }
+  })();
+  reader.catch(() => undefined);
+  await dst.query('BEGIN');
+  try {
+    await removeRows(dst, tenant);
+    for (const [i, { table }] of MOVED_TABLES.entries()) {
+      const at = Date.now();
+      const read = await reads[i].promise;
+      tables.push({ table, rows: Number(read.n), checksum: read.sum });
+      const list = cols[i].map((c) => `"${c}"`).join(', ');
+      const wrote = Date.now();
+      await dst.query(`INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r`, [read.rows]);
+      if (read.rows.length > 1e6) log(`  ${table}: ${read.n} rows, ${(read.rows.length / 1e6).toFixed(1)} MB, read waited ${wrote - at} ms, written in ${Date.now() - wrote} ms`);
+    }
+    const seq = await reader;
+    // A KV version is the cell's sequence: the target's next ones pass every version the tenant has seen.
+    await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
+    await setMoveRow(dst, tenant, 'target', fromCell, 'copied');
+    await dst.query('COMMIT');
+  } catch (err) {
+    await dst.query('ROLLBACK').catch(() => undefined);
+    await reader.catch(() => undefined);
+    throw err;
+  }
+  return tables;
+}
+
+/**
+ * What changed since a copy the target already holds (the pre-copy), from one REPEATABLE READ
+ * snapshot of the source, in one transaction on the target: each row is known by the md5 of its
+ * text; a source row the target lacks is fetched and written over its primary key (an update, so
+ * no cascade), then every target row the source no longer has is deleted, children first (a parent
+ * gone from the source took its children with it there). The snapshot's checks, from the hashes.
+ * Throws on anything unusual (another unique key in the way): the caller copies everything instead.
+ */
+async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: string): Promise<TableCheck[]> {
+  const cols = await insertableColumns(src);
+  const keys = await primaryKeys(src);
+  const hashes: string[][] = [];
+  await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+  let seq: string;
+  try {
+    await dst.query("BEGIN; SET LOCAL work_mem = '64MB'");
+    try {
+      for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
+        const h = (await src.query<{ h: string[] }>(`SELECT coalesce(array_agg(md5(t::text)), '{}') AS h FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0].h;
+        hashes.push(h);
+        const missing = (await dst.query<{ m: string[] }>(
+          `SELECT coalesce(array_agg(x.h), '{}') AS m FROM (SELECT unnest($2::text[]) AS h EXCEPT SELECT md5(t::text) FROM queen.${table} t WHERE ${scope}) x`,
+          [tenant, h],
+        )).rows[0].m;
+        if (missing.length === 0) continue;
+        const rows = (await src.query<{ rows: string }>(
+          `SELECT array_agg(t)::text AS rows FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`,
+          [tenant, missing],
+        )).rows[0].rows;
+        const list = cols[i].map((c) => `"${c}"`).join(', ');
+        const rest = cols[i].filter((c) => !keys[i].includes(c));
+        const onConflict = rest.length === 0 ? 'DO NOTHING' : `DO UPDATE SET ${rest.map((c) => `"${c}" = EXCLUDED."${c}"`).join(', ')}`;
+        await dst.query(
+          `INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r
+           ON CONFLICT (${keys[i].map((c) => `"${c}"`).join(', ')}) ${onConflict}`,
+          [rows],
+        );
+      }
+      for (const [i, { table, scope }] of [...MOVED_TABLES.entries()].reverse()) {
+        await dst.query(`DELETE FROM queen.${table} t WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) h(v) WHERE h.v = md5(t::text))`, [tenant, hashes[i]]);
+      }
+      seq = (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
+      await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
+      await setMoveRow(dst, tenant, 'target', fromCell, 'copied');
+      await dst.query('COMMIT');
+    } catch (err) {
+      await dst.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  } finally {
+    await src.query('COMMIT').catch(() => undefined);
+  }
+  // The same sum checks() takes in SQL: the first 15 hex digits (60 bits) of each row's md5.
+  return MOVED_TABLES.map(({ table }, i) => ({
+    table,
+    rows: hashes[i].length,
+    checksum: hashes[i].reduce((sum, h) => sum + BigInt(`0x${h.slice(0, 15)}`), 0n).toString(),
+  }));
+}
+
+/** Each moved table's primary key columns, in MOVED_TABLES' order. */
+async function primaryKeys(c: Client): Promise<string[][]> {
+  const { rows } = await c.query<{ t: string; names: string[] }>(
+    `SELECT c.relname AS t, array_agg(a.attname::text ORDER BY k.n) AS names
+       FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'queen'
+       CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+       JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+      WHERE i.indisprimary AND c.relname = ANY ($1) GROUP BY c.relname`,
+    [MOVED_TABLES.map((m) => m.table)],
+  );
+  const of = new Map(rows.map((r) => [r.t, r.names]));
+  return MOVED_TABLES.map((m) => {
+    const names = of.get(m.table);
+    if (!names) throw new MoveError(`queen.${m.table} has no primary key; a move needs one on every table it carries`);
+    return names;
+  });
+}
+
 export async function moveTenant(o: MoveOptions): Promise<MoveResult> {
   const tenant = o.tenant.trim().toLowerCase();
   const log = o.log ?? (() => undefined);
@@ -249,8 +385,15 @@ export async function moveTenant(o: MoveOptions): Promise<MoveResult> {
         throw new MoveError(`${o.to.cell} already holds rows of ${tenant} and no move into it is recorded; it is not a move's target`);
       }
       startedAt = srcRow?.role === 'source' ? srcRow.step : 'pause';
-      // 1. pause, on the target first: a target that refuses before the source does is never a gap.
+      // 0. pre-copy, the tenant still served by the source: the bulk of its rows, so that the copy
+      // under the pause carries only what changed since. The target refuses the tenant from here on
+      // (nothing routes it there yet).
       await setMoveRow(dst, tenant, 'target', o.from.cell, 'paused', true);
+      if (srcRow?.role !== 'source') {
+        await fullCopy(src, dst, tenant, o.from.cell, log);
+        lap('precopy');
+      }
+      // 1. pause.
       await setMoveRow(src, tenant, 'source', o.to.cell, srcRow?.role === 'source' ? srcRow.step : 'paused', true);
       lap('pause');
 
@@ -275,54 +418,11 @@ export async function moveTenant(o: MoveOptions): Promise<MoveResult> {
 
       for (;;) {
         if (++copies > COPY_ATTEMPTS) throw new MoveError(`${o.from.cell} kept changing under the pause (${COPY_ATTEMPTS} copies); the tenant stays paused: find the writer, then run the move again`);
-        // 3. copy: one snapshot of the source, written to the target in one transaction. The target
-        // writes each table while the source reads the next; each read counts and sums its rows in the same pass.
-        const cols = await insertableColumns(src);
-        type Read = { rows: string; n: string; sum: string };
-        const reads = MOVED_TABLES.map(() => {
-          let settle!: { resolve: (r: Read) => void; reject: (e: unknown) => void };
-          const promise = new Promise<Read>((resolve, reject) => (settle = { resolve, reject }));
-          promise.catch(() => undefined);
-          return { promise, ...settle };
+        // 3. copy: what changed since the pre-copy (or, failing that, everything) from one snapshot.
+        tables = await deltaCopy(src, dst, tenant, o.from.cell).catch(async (err) => {
+          log(`the copy of what changed failed (${(err as Error).message}); copying everything`);
+          return fullCopy(src, dst, tenant, o.from.cell, log);
         });
-        const reader = (async () => {
-          await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-          try {
-            for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
-              reads[i].resolve((await src.query<Read>(`SELECT coalesce(array_agg(t), '{}')::text AS rows, ${CHECK} FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0]);
-            }
-            return (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
-          } catch (err) {
-            for (const r of reads) r.reject(err);
-            throw err;
-          } finally {
-            await src.query('COMMIT');
-          }
-        })();
-        reader.catch(() => undefined);
-        await dst.query('BEGIN');
-        try {
-          await removeRows(dst, tenant);
-          tables = [];
-          for (const [i, { table }] of MOVED_TABLES.entries()) {
-            const at = Date.now();
-            const read = await reads[i].promise;
-            tables.push({ table, rows: Number(read.n), checksum: read.sum });
-            const list = cols[i].map((c) => `"${c}"`).join(', ');
-            const wrote = Date.now();
-            await dst.query(`INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r`, [read.rows]);
-            if (read.rows.length > 1e6) log(`  ${table}: ${read.n} rows, ${(read.rows.length / 1e6).toFixed(1)} MB, read waited ${wrote - at} ms, written in ${Date.now() - wrote} ms`);
-          }
-          const seq = await reader;
-          // A KV version is the cell's sequence: the target's next ones pass every version the tenant has seen.
-          await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
-          await setMoveRow(dst, tenant, 'target', o.from.cell, 'copied');
-          await dst.query('COMMIT');
-        } catch (err) {
-          await dst.query('ROLLBACK').catch(() => undefined);
-          await reader.catch(() => undefined);
-          throw err;
-        }
         lap('copy');
 
         // 4. verify: the target has what the snapshot had, and the source still has it.

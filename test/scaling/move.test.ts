@@ -248,7 +248,7 @@ describe('what a move carries', () => {
     expect(windowMs).toBeLessThan(10_000);
   }, 90_000);
 
-  test.each(['pause', 'copy', 'flip', 'resume'] as const)('a move stopped after its %s step, as a crash would stop it, is finished by running it again', async (step) => {
+  test.each(['precopy', 'pause', 'copy', 'flip', 'resume'] as const)('a move stopped after its %s step, as a crash would stop it, is finished by running it again', async (step) => {
     // B, from cell-b to cell-a, with rows of every kind; then back, so each case starts the same way.
     const tenant = B;
     await q(cellA.databaseUrl, 'DELETE FROM queen.tenant_moves WHERE tenant_id = $1', [tenant]);
@@ -257,11 +257,13 @@ describe('what a move carries', () => {
     await expect(moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a', { stopAfter: step }))).rejects.toThrow(`stopped after ${step}`);
     // Stopped: exactly one cell is the tenant's, by the router, and it holds all the rows.
     const placed = await placementOf(r.socket, r.map, tenant);
-    expect(placed).toBe(step === 'pause' || step === 'copy' ? 'cell-b' : 'cell-a');
+    expect(placed).toBe(step === 'precopy' || step === 'pause' || step === 'copy' ? 'cell-b' : 'cell-a');
     expect(await rowsOf((placed === 'cell-a' ? cellA : cellB).databaseUrl, tenant)).toEqual(before);
-    // Paused until the move is finished, but after the resume.
+    // Paused until the move is finished, but before the pause and after the resume.
     const res = await call(r.url, 'GET', '/api/v1/kv/seed/k1', undefined, as(tenant));
-    if (step !== 'resume') {
+    if (step === 'precopy') {
+      expect(res.status).toBe(200);
+    } else if (step !== 'resume') {
       await sleep(1200); // every worker has read the pause
       const paused = await call(r.url, 'GET', '/api/v1/kv/seed/k1', undefined, as(tenant));
       expect([paused.status, paused.body.error, paused.headers.get('retry-after')]).toEqual([503, 'tenant_moving', '1']);
@@ -269,7 +271,7 @@ describe('what a move carries', () => {
       expect(res.status === 200 || res.body.error === 'tenant_moving').toBe(true);
     }
     const result = await moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a'));
-    expect(result.startedAt).toBe(step === 'pause' ? 'paused' : step === 'copy' ? 'paused' : step === 'flip' ? 'flip' : 'remove');
+    expect(result.startedAt).toBe({ precopy: 'pause', pause: 'paused', copy: 'paused', flip: 'flip', resume: 'remove' }[step]);
     expect(await placementOf(r.socket, r.map, tenant)).toBe('cell-a');
     expect(await rowsOf(cellA.databaseUrl, tenant)).toEqual(before);
     expect(Object.values(await rowsOf(cellB.databaseUrl, tenant)).every((n) => n === 0)).toBe(true);
