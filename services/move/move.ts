@@ -263,9 +263,9 @@ async function fullCopy(src: Client, dst: Client, tenant: string, fromCell: stri
 /**
  * What changed since a copy the target already holds (the pre-copy), from one REPEATABLE READ
  * snapshot of the source, in one transaction on the target: each row is known by the md5 of its
- * text; a source row the target lacks is fetched and written over its primary key (an update, so
- * no cascade), then every target row the source no longer has is deleted, children first (a parent
- * gone from the source took its children with it there). The snapshot's checks, from the hashes.
+ * text, both sides hashing at once; a source row the target lacks is fetched and written over its
+ * primary key (an update, so no cascade), then every target row the source does not have is
+ * deleted, children first (a parent gone from the source took its children with it there). The snapshot's checks, from the hashes.
  * Throws on anything unusual (another unique key in the way): the caller copies everything instead.
  */
 async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: string): Promise<TableCheck[]> {
@@ -275,15 +275,18 @@ async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: str
   await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
   let seq: string;
   try {
-    await dst.query("BEGIN; SET LOCAL work_mem = '64MB'");
+    await dst.query('BEGIN');
     try {
+      const extras: string[][] = [];
       for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
-        const h = (await src.query<{ h: string[] }>(`SELECT coalesce(array_agg(md5(t::text)), '{}') AS h FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0].h;
-        hashes.push(h);
-        const missing = (await dst.query<{ m: string[] }>(
-          `SELECT coalesce(array_agg(x.h), '{}') AS m FROM (SELECT unnest($2::text[]) AS h EXCEPT SELECT md5(t::text) FROM queen.${table} t WHERE ${scope}) x`,
-          [tenant, h],
-        )).rows[0].m;
+        // Both sides hash their rows at once; the difference is taken here.
+        const hashOf = (c: Client) => c.query<{ h: string[] }>(`SELECT coalesce(array_agg(md5(t::text)), '{}') AS h FROM queen.${table} t WHERE ${scope}`, [tenant]);
+        const [{ rows: [here] }, { rows: [there] }] = await Promise.all([hashOf(src), hashOf(dst)]);
+        hashes.push(here.h);
+        const has = new Set(there.h);
+        const wanted = new Set(here.h);
+        const missing = here.h.filter((h) => !has.has(h));
+        extras.push(there.h.filter((h) => !wanted.has(h)));
         if (missing.length === 0) continue;
         const rows = (await src.query<{ rows: string }>(
           `SELECT array_agg(t)::text AS rows FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`,
@@ -298,8 +301,9 @@ async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: str
           [rows],
         );
       }
+      // The target's rows the source does not have (an overwritten version is already gone).
       for (const [i, { table, scope }] of [...MOVED_TABLES.entries()].reverse()) {
-        await dst.query(`DELETE FROM queen.${table} t WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM unnest($2::text[]) h(v) WHERE h.v = md5(t::text))`, [tenant, hashes[i]]);
+        if (extras[i].length > 0) await dst.query(`DELETE FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`, [tenant, extras[i]]);
       }
       seq = (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
       await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
