@@ -95,9 +95,9 @@ describe('what a move carries', () => {
   });
 
   /** Every row kind the move carries, for `tenant`, on its cell through the router; the rest by SQL on `cell`. */
-  async function seed(tenant: string, cell: TestApi): Promise<void> {
+  async function stock(tenant: string, cell: TestApi): Promise<void> {
     const h = as(tenant);
-    const kv = await call(r.url, 'POST', '/api/v1/kv', { operations: Array.from({ length: 50 }, (_, i) => ({ op: 'put', ns: 'seed', key: `k${i}`, value: { i }, ttlSeconds: 3600 })) }, h);
+    const kv = await call(r.url, 'POST', '/api/v1/kv', { operations: Array.from({ length: 50 }, (_, i) => ({ op: 'put', ns: 'stock', key: `k${i}`, value: { i }, ttlSeconds: 3600 })) }, h);
     expect(kv.status).toBe(200);
     expect((await call(r.url, 'POST', '/api/v1/configure', { queue: 'side', options: { retryLimit: 0, delayedProcessing: 0, retryDelay: 1000 } }, h)).status).toBe(200);
     expect((await call(r.url, 'POST', '/api/v1/push', { items: [{ queue: 'side', transactionId: 's-1', payload: 1 }, { queue: 'side', transactionId: 's-2', payload: 2 }] }, h)).status).toBe(201);
@@ -121,12 +121,12 @@ describe('what a move carries', () => {
     await q(cell.databaseUrl, `INSERT INTO queen.consumer_retry_at (partition_id, consumer_group, retry_at) VALUES ($1, '__QUEUE_MODE__', now() + interval '1 hour') ON CONFLICT DO NOTHING`, [pid.id]);
     await q(cell.databaseUrl, `INSERT INTO queen.shared_leases (partition_id, consumer_group, shared_id, lease_id) VALUES ($1, '__QUEUE_MODE__', gen_random_uuid(), gen_random_uuid()) ON CONFLICT DO NOTHING`, [pid.id]);
     const rows = await rowsOf(cell.databaseUrl, tenant);
-    // The move is tested on every table it carries: a table seeded with nothing would pass unread.
+    // The move is tested on every table it carries: a table stocked with nothing would pass unread.
     expect(Object.entries(rows).filter(([, n]) => n === 0)).toEqual([]);
   }
 
   test('a tenant moves with a producer and a consumer running through the router: nothing lost, nothing doubled, and the refusal window measured', async () => {
-    await seed(A, cellA);
+    await stock(A, cellA);
     const before = await rowsOf(cellA.databaseUrl, A);
     const h = as(A);
     let stop = false;
@@ -232,8 +232,8 @@ describe('what a move carries', () => {
     expect(marks.n).toBe(produced);
     expect(effects.n).toBe(produced);
     expect(consumed).toBe(produced);
-    // The seed's keys came along, readable through the router from the new cell.
-    const got = await call(r.url, 'GET', '/api/v1/kv/seed/k7', undefined, h);
+    // The stocked keys came along, readable through the router from the new cell.
+    const got = await call(r.url, 'GET', '/api/v1/kv/stock/k7', undefined, h);
     expect(got.status).toBe(200);
     expect(got.body.value).toEqual({ i: 7 });
     expect(others).toBeGreaterThan(20);
@@ -252,7 +252,7 @@ describe('what a move carries', () => {
     // B, from cell-b to cell-a, with rows of every kind; then back, so each case starts the same way.
     const tenant = B;
     await q(cellA.databaseUrl, 'DELETE FROM queen.tenant_moves WHERE tenant_id = $1', [tenant]);
-    if (!(await rowsOf(cellB.databaseUrl, tenant)).sealed_timers) await seed(tenant, cellB);
+    if (!(await rowsOf(cellB.databaseUrl, tenant)).sealed_timers) await stock(tenant, cellB);
     const before = await rowsOf(cellB.databaseUrl, tenant);
     await expect(moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a', { stopAfter: step }))).rejects.toThrow(`stopped after ${step}`);
     // Stopped: exactly one cell is the tenant's, by the router, and it holds all the rows.
@@ -260,12 +260,12 @@ describe('what a move carries', () => {
     expect(placed).toBe(step === 'precopy' || step === 'pause' || step === 'copy' ? 'cell-b' : 'cell-a');
     expect(await rowsOf((placed === 'cell-a' ? cellA : cellB).databaseUrl, tenant)).toEqual(before);
     // Paused until the move is finished, but before the pause and after the resume.
-    const res = await call(r.url, 'GET', '/api/v1/kv/seed/k1', undefined, as(tenant));
+    const res = await call(r.url, 'GET', '/api/v1/kv/stock/k1', undefined, as(tenant));
     if (step === 'precopy') {
       expect(res.status).toBe(200);
     } else if (step !== 'resume') {
       await sleep(1200); // every worker has read the pause
-      const paused = await call(r.url, 'GET', '/api/v1/kv/seed/k1', undefined, as(tenant));
+      const paused = await call(r.url, 'GET', '/api/v1/kv/stock/k1', undefined, as(tenant));
       expect([paused.status, paused.body.error, paused.headers.get('retry-after')]).toEqual([503, 'tenant_moving', '1']);
     } else {
       expect(res.status === 200 || res.body.error === 'tenant_moving').toBe(true);
@@ -276,7 +276,7 @@ describe('what a move carries', () => {
     expect(await rowsOf(cellA.databaseUrl, tenant)).toEqual(before);
     expect(Object.values(await rowsOf(cellB.databaseUrl, tenant)).every((n) => n === 0)).toBe(true);
     await sleep(1200);
-    const served = await call(r.url, 'GET', '/api/v1/kv/seed/k1', undefined, as(tenant));
+    const served = await call(r.url, 'GET', '/api/v1/kv/stock/k1', undefined, as(tenant));
     expect([served.status, served.body.value]).toEqual([200, { i: 1 }]);
     // And back home, for the next case (a move onto a cell it once left).
     await moveTenant(options(tenant, cellA, 'cell-a', cellB, 'cell-b'));
