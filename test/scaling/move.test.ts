@@ -9,7 +9,9 @@
 // The router suites need Debian's `haproxy`; without it they say they were not run and why.
 import { Client } from 'pg';
 import { MOVED_TABLES, CELL_TABLES } from '../../services/move/tables';
-import { moveTenant, MoveOptions, MoveResult, placementOf } from '../../services/move/move';
+import { abortMove, moveTenant, MoveOptions, MoveResult, placementOf } from '../../services/move/move';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
 import { useDatabase } from '../support/database';
 import { call, JsonResponse } from '../support/http';
@@ -283,4 +285,38 @@ describe('what a move carries', () => {
     expect(await rowsOf(cellB.databaseUrl, tenant)).toEqual(before);
     await sleep(1200);
   }, 60_000);
+
+  test('a move given up before its flip (--abort) leaves the tenant served by its source, and the target with nothing of it; past the flip it is refused', async () => {
+    const tenant = B;
+    if (!(await rowsOf(cellB.databaseUrl, tenant)).sealed_timers) await stock(tenant, cellB);
+    const before = await rowsOf(cellB.databaseUrl, tenant);
+    await expect(moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a', { stopAfter: 'copy' }))).rejects.toThrow('stopped after copy');
+    expect(Object.values(await rowsOf(cellA.databaseUrl, tenant)).some((n) => n > 0)).toBe(true);
+    await abortMove(options(tenant, cellB, 'cell-b', cellA, 'cell-a'));
+    expect(await placementOf(r.socket, r.map, tenant)).toBe('cell-b');
+    expect(Object.values(await rowsOf(cellA.databaseUrl, tenant)).every((n) => n === 0)).toBe(true);
+    expect(await rowsOf(cellB.databaseUrl, tenant)).toEqual(before);
+    expect(await q(cellB.databaseUrl, 'SELECT * FROM queen.tenant_moves WHERE tenant_id = $1', [tenant])).toEqual([]);
+    await sleep(1200);
+    const served = await call(r.url, 'GET', '/api/v1/kv/stock/k1', undefined, as(tenant));
+    expect([served.status, served.body.value]).toEqual([200, { i: 1 }]);
+    // Past the flip there is no going back but forward.
+    await expect(moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a', { stopAfter: 'flip' }))).rejects.toThrow('stopped after flip');
+    await expect(abortMove(options(tenant, cellB, 'cell-b', cellA, 'cell-a'))).rejects.toThrow('past its flip');
+    await moveTenant(options(tenant, cellB, 'cell-b', cellA, 'cell-a'));
+    await moveTenant(options(tenant, cellA, 'cell-a', cellB, 'cell-b'));
+    expect(await rowsOf(cellB.databaseUrl, tenant)).toEqual(before);
+  }, 60_000);
+
+  test('npm run tenant:move: a move from the command line prints its JSON line and exits 0; a wrong command line exits 2', () => {
+    const main = path.resolve(__dirname, '..', '..', 'services', 'move', 'main.js');
+    const wrong = spawnSync(process.execPath, [main, 'not-a-uuid'], { encoding: 'utf8', timeout: 20_000 });
+    expect([wrong.status, wrong.stderr]).toEqual([2, expect.stringContaining('the tenant is a UUID')]);
+    const args = [C, '--from-db', cellA.databaseUrl, '--from-cell', 'cell-a', '--to-db', cellB.databaseUrl, '--to-cell', 'cell-b', '--router', r.socket, '--map', r.map];
+    const done = spawnSync(process.execPath, [main, ...args], { encoding: 'utf8', timeout: 60_000 });
+    expect(done.status).toBe(0);
+    expect(JSON.parse(done.stdout)).toMatchObject({ tenant: C, servedBy: 'cell-b', startedAt: 'pause', copies: 1 });
+    // Run again, it finds the move done.
+    expect(JSON.parse(spawnSync(process.execPath, [main, ...args], { encoding: 'utf8', timeout: 60_000 }).stdout)).toMatchObject({ startedAt: 'done' });
+  }, 90_000);
 });
