@@ -118,6 +118,8 @@ const STATUS: Record<string, number> = {
   // Rung 1 is 503 on a route and 403 inside the transaction wire (IN_TRANSACTION below).
   kv_disabled: 503,
   timers_schedule_disabled: 503,
+  // A tenant moving between cells (docs/scaling.md): paused for seconds, then served by its new cell.
+  tenant_moving: 503,
   kv_disabled_for_tenant: 403,
   timers_disabled_for_tenant: 403,
   kv_quota_exceeded: 403,

@@ -28,6 +28,7 @@ TABLE sealed_timers
 TABLE shared_leases
 TABLE sweeper_shards
 TABLE system_state
+TABLE tenant_moves
 
 -- columns
 COLUMN consumer_retry_at.partition_id uuid NOT NULL
@@ -186,6 +187,12 @@ COLUMN sweeper_shards.swept_by text
 COLUMN system_state.key text NOT NULL
 COLUMN system_state.value jsonb NOT NULL
 COLUMN system_state.updated_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN tenant_moves.tenant_id uuid NOT NULL
+COLUMN tenant_moves.role text NOT NULL
+COLUMN tenant_moves.peer text NOT NULL
+COLUMN tenant_moves.step text NOT NULL
+COLUMN tenant_moves.paused_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN tenant_moves.updated_at timestamp with time zone NOT NULL DEFAULT now()
 
 -- constraints
 CONSTRAINT consumer_retry_at.consumer_retry_at_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
@@ -247,6 +254,8 @@ CONSTRAINT shared_leases.shared_leases_pkey PRIMARY KEY (partition_id, consumer_
 CONSTRAINT sweeper_shards.sweeper_shards_pkey PRIMARY KEY (shard)
 CONSTRAINT sweeper_shards.sweeper_shards_shard_check CHECK (((shard >= 0) AND (shard <= 63)))
 CONSTRAINT system_state.system_state_pkey PRIMARY KEY (key)
+CONSTRAINT tenant_moves.tenant_moves_pkey PRIMARY KEY (tenant_id)
+CONSTRAINT tenant_moves.tenant_moves_role_check CHECK ((role = ANY (ARRAY['source'::text, 'target'::text, 'moved'::text])))
 
 -- indexes
 CREATE UNIQUE INDEX consumer_retry_at_pkey ON queen.consumer_retry_at USING btree (partition_id, consumer_group)
@@ -290,6 +299,7 @@ CREATE UNIQUE INDEX sealed_timers_pkey ON queen.sealed_timers USING btree (timer
 CREATE UNIQUE INDEX shared_leases_pkey ON queen.shared_leases USING btree (partition_id, consumer_group)
 CREATE UNIQUE INDEX sweeper_shards_pkey ON queen.sweeper_shards USING btree (shard)
 CREATE UNIQUE INDEX system_state_pkey ON queen.system_state USING btree (key)
+CREATE UNIQUE INDEX tenant_moves_pkey ON queen.tenant_moves USING btree (tenant_id)
 
 -- sequences
 SEQUENCE kv_version_seq bigint cache 1000

@@ -6,7 +6,7 @@ import type { Config } from '../../shared/config';
 import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import type { ApiMetrics } from '../../shared/metrics';
-import { errorHandler, notFound } from './edge/answer';
+import { errorHandler, notFound, sendError } from './edge/answer';
 import { KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
@@ -20,6 +20,7 @@ import { requestLog } from './edge/requestLog';
 import { activeTracer } from '../../shared/tracing';
 import { traced } from './edge/requestSpan';
 import { ApiError } from '../../shared/errors';
+import { movingRefusal } from './edge/tenant';
 import { logRoutes, PUSH_ROUTES, pushRoute } from './routes/log';
 import { transactionRoutes } from './routes/transaction';
 import { timerRoutes } from './routes/timers';
@@ -79,7 +80,7 @@ export function createApp(deps: AppDeps): App {
   app.use(systemRoutes({ config, pool: pools.message, switches: ops.switches, log }));
   app.use(operatorRoutes({ config, pool: pools.message, log }));
   app.use(timerRoutes({ config, pool: pools.kv, metrics, log, guards: ops.guards }));
-  const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics });
+  const logSurface = logRoutes({ config, messagePool: pools.message, log, metrics, moveRole: (tenant) => ops.book.moveRole(tenant) });
   app.use(logSurface.router);
   app.use(transactionRoutes({ config, messagePool: pools.message, metrics, guards: ops.guards }));
   const metricsText = deps.metricsText ?? (() => metrics.register.metrics());
@@ -96,7 +97,21 @@ export function createApp(deps: AppDeps): App {
 
   app.use(notFound);
   app.use(errorHandler(log));
+  // A tenant moving between cells (queen.tenant_moves, docs/scaling.md): every data call of it is
+  // refused here, before any route reads its body or runs a statement, the one place every data route
+  // passes (the KV and push routes are answered before Express). Operator routes are not a tenant's.
+  const moving = (req: IncomingMessage, res: ServerResponse): boolean => {
+    if (!config.tenancyHeader) return false;
+    const header = req.headers['x-queen-tenant'];
+    if (typeof header !== 'string') return false;
+    const role = ops.book.moveRole(header.trim().toLowerCase());
+    if (role === undefined || !req.url?.startsWith('/api/v1/') || req.url.startsWith('/api/v1/system/')) return false;
+    logRequest(req, res);
+    sendError(res, movingRefusal(role));
+    return true;
+  };
   const route = (req: IncomingMessage, res: ServerResponse): void => {
+    if (moving(req, res)) return;
     if (kv(req, res) || push(req, res)) return;
     logRequest(req, res);
     if (consolePages(req, res)) return;

@@ -41,6 +41,15 @@ export const QUOTA_READ_ALL = {
  * database's clock at this read (now(): this statement's start, after the worker sent it), so
  * the worker can place computed_at on its own clock from below (services/api/admission/tenantBook.ts).
  */
+/**
+ * The tenants moving between cells (migration 057, docs/scaling.md): each one's data calls are refused
+ * here with 503 tenant_moving while its row stands. Read with the grants, every QUOTA_REFRESH_MS.
+ */
+export const MOVES_READ_ALL = {
+  name: 'system_moves_read_all_v1',
+  text: `SELECT tenant_id::text AS tenant, role FROM queen.tenant_moves`,
+};
+
 export const USAGE_READ_ALL = {
   name: 'system_usage_read_all_v2',
   text: `SELECT tenant_id::text AS tenant, rows::text AS rows, bytes::text AS bytes, timers::text AS timers,

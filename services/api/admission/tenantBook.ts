@@ -28,7 +28,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Logger } from '../../../shared/log';
-import { QUOTA_READ_ALL, USAGE_READ_ALL } from '../../../shared/sql/system';
+import { MOVES_READ_ALL, QUOTA_READ_ALL, USAGE_READ_ALL } from '../../../shared/sql/system';
 
 /** Short, because a grant an operator just wrote should not wait long; two small reads per second per worker. */
 export const QUOTA_REFRESH_MS = 1000;
@@ -62,6 +62,8 @@ export interface Usage {
 }
 
 export type Dimension = 'rows' | 'bytes' | 'timers';
+/** A tenant's part in a move between cells (queen.tenant_moves): every data call of it is refused while it has one. */
+export type MoveRole = 'source' | 'target' | 'moved';
 export type Grant = 'ok' | 'no_row' | 'not_granted' | 'disabled' | 'not_loaded';
 
 export interface Delta {
@@ -134,6 +136,7 @@ function num(text: string | null): number | null {
 export class TenantBook {
   private quotas = new Map<string, Quota>();
   private usage = new Map<string, Usage>();
+  private moves = new Map<string, MoveRole>();
   private readonly tenants = new Map<string, TenantState>();
   private readonly clock = new ClockBridge();
   private loaded = false;
@@ -181,10 +184,13 @@ export class TenantBook {
   private async load(): Promise<void> {
     // Taken before the read is sent, so at or before the instant the database reads its clock (read_ms).
     const sentAt = performance.now();
-    const [q, u] = await Promise.all([
+    const [q, u, m] = await Promise.all([
       this.pool.query<{ tenant: string; granted: boolean; enabled: boolean; max_rows: string | null; max_bytes: string | null; max_timers: string | null }>(QUOTA_READ_ALL),
       this.pool.query<{ tenant: string; rows: string; bytes: string; timers: string; computed_ms: number; read_ms: number }>(USAGE_READ_ALL),
+      this.pool.query<{ tenant: string; role: MoveRole }>(MOVES_READ_ALL),
     ]);
+    const moves = new Map<string, MoveRole>();
+    for (const r of m.rows) moves.set(r.tenant, r.role);
     const quotas = new Map<string, Quota>();
     for (const r of q.rows) {
       quotas.set(r.tenant, { granted: r.granted, enabled: r.enabled, maxRows: num(r.max_rows), maxBytes: num(r.max_bytes), maxTimers: num(r.max_timers) });
@@ -202,6 +208,7 @@ export class TenantBook {
     }
     this.quotas = quotas;
     this.usage = usage;
+    this.moves = moves;
     this.loaded = true;
     for (const [tenant, state] of this.tenants) this.settle(tenant, state);
   }
@@ -228,6 +235,16 @@ export class TenantBook {
       }
     }
     this.forgetIfIdle(tenant, state);
+  }
+
+  /**
+   * The tenant's part in a move between cells, or undefined (served as usual). Read where a data call's
+   * tenant is first known (app.ts), and again by a long-poll pop before each look. A move waits out
+   * QUOTA_REFRESH_MS and the transactions begun before it, then checks the copy was not written under
+   * it (services/move/move.ts): this copy is the gate, the move's checks are what make it exact.
+   */
+  moveRole(tenant: string): MoveRole | undefined {
+    return this.moves.size === 0 ? undefined : this.moves.get(tenant);
   }
 
   grant(tenant: string): Grant {

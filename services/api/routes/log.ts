@@ -16,7 +16,7 @@ import {
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
 import { nameRule, refusePushItems, refuseNul } from './fields';
-import { tenantOf } from '../edge/tenant';
+import { movingRefusal, tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
 import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
@@ -27,6 +27,8 @@ export interface LogRouteDeps {
   messagePool: Pool;
   log: Logger;
   metrics: ApiMetrics;
+  /** The tenant's part in a move between cells (admission/tenantBook.ts): a waiting pop stops looking once it has one. */
+  moveRole?: (tenant: string) => 'source' | 'target' | 'moved' | undefined;
 }
 
 /**
@@ -158,7 +160,7 @@ function objectBody(req: IncomingMessage): { text: string; body: Record<string, 
   return { text, body };
 }
 
-export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): LogRoutes {
+export function logRoutes({ config, messagePool, log, metrics, moveRole }: LogRouteDeps): LogRoutes {
   const router = Router();
   const body = rawBody(config);
   const signal = new PushSignal(directUrl(config), log);
@@ -231,6 +233,10 @@ export function logRoutes({ config, messagePool, log, metrics }: LogRouteDeps): 
       // anything: the messages would be held for the lease time by nobody, and the lapse counted
       // as a failed delivery. Without this, the push that woke the wait was leased to the gone request.
       if (gone) return void res.end();
+      // A move of this tenant began while the pop waited: it leases nothing more here (the move copies
+      // what this cell holds), and the client, told to retry, is sent to wherever the tenant now is.
+      const role = moveRole?.(tenant);
+      if (role !== undefined) throw movingRefusal(role);
       // Armed before looking, so a push that commits between the look and the wait still wakes us.
       // A pop by namespace/task waits on no one queue's notification: it looks again every recheck.
       const armed = wait ? await signal.arm(tenant, params.queue ?? '\u0000match') : undefined;
