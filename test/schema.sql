@@ -2671,6 +2671,17 @@ AS $function$
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
     FROM queen.log_backlog_v2() b
 $function$
+CREATE OR REPLACE FUNCTION queen.log_group_stale_v1(c queen.partition_consumers, p_floor bigint, p_empty boolean, p_idle_before timestamp with time zone, p_now timestamp with time zone)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT c.cursor_seq <= p_floor AND cardinality(c.done_seqs) = 0
+     AND (c.lease_id IS NULL OR (c.lease_expires_at <= p_now AND NOT EXISTS (SELECT 1 FROM unnest(c.lease_seqs) s WHERE s > p_floor)))
+     AND (p_empty OR coalesce(c.last_leased_at, c.created_at) < p_idle_before)
+     AND NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at t
+                      WHERE t.partition_id = c.partition_id AND t.consumer_group = c.consumer_group AND t.retry_at > p_now)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_item_queues_v1(p_items jsonb)
  RETURNS text[]
  LANGUAGE sql
@@ -3595,6 +3606,18 @@ DECLARE
   v_removed INT := 0;
   v_unfinished INT := 0;
   v_total_bytes BIGINT := 0;
+  v_idle_before TIMESTAMPTZ;
+  v_empty BOOLEAN;
+  v_g INT;
+  v_groups INT := 0;
+  v_partitions INT := 0;
+  -- What the removed rows had counted (queen.log_totals_v1 keeps it): messages pushed (a removed
+  -- partition's last_seq), and the completed and failed deliveries of removed group rows.
+  v_gone_pushed BIGINT := 0;
+  v_gone_completed BIGINT := 0;
+  v_gone_failed BIGINT := 0;
+  v_gc BIGINT;
+  v_gf BIGINT;
   -- The shard's partitions: those whose id's first 6 bits are the shard number, a range of the
   -- partitions' primary key (ids are random, so the 64 ranges hold about as many partitions each).
   v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
@@ -3621,8 +3644,13 @@ BEGIN
     ELSE
       v_floor := v_first - 1;
     END IF;
+    -- A group's row unused since this instant may be stale (queen.log_group_stale_v1).
+    v_idle_before := v_now - make_interval(secs => coalesce(r.unfinished_s, r.finished_s));
     CONTINUE WHEN (v_first IS NULL OR v_first_at >= v_now - make_interval(secs => least(r.unfinished_s, r.finished_s)))
-      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id AND c.cursor_seq < v_floor);
+      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id
+                       AND (c.cursor_seq < v_floor OR queen.log_group_stale_v1(c, v_floor, v_first IS NULL, v_idle_before, v_now)))
+      -- An empty partition without groups: the partition itself goes.
+      AND (v_first IS NOT NULL OR EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id));
 
     PERFORM 1 FROM queen.partitions p WHERE p.id = r.id FOR UPDATE SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
@@ -3695,9 +3723,48 @@ BEGIN
       UPDATE queen.partition_consumers SET cursor_seq = v_cursor, done_seqs = v_done, updated_at = v_now
        WHERE partition_id = r.id AND consumer_group = g.consumer_group;
     END LOOP;
+
+    -- The stale rows of groups (queen.log_group_stale_v1), at most the batch left, each taken
+    -- FOR UPDATE SKIP LOCKED and judged again on the version it locked: a row a pop, an ack or a
+    -- lease extend holds right now is not waited for and stays this pass. Still under the
+    -- partition's lock, so no group's row can be created meanwhile (its foreign key's KEY SHARE).
+    EXIT WHEN v_budget <= 0;
+    v_empty := NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = r.id);
+    WITH gone AS (
+      DELETE FROM queen.partition_consumers d USING (
+        SELECT c.consumer_group FROM queen.partition_consumers c
+         WHERE c.partition_id = r.id AND queen.log_group_stale_v1(c, v_floor, v_empty, v_idle_before, clock_timestamp())
+         ORDER BY c.consumer_group LIMIT v_budget
+         FOR UPDATE OF c SKIP LOCKED) s
+       WHERE d.partition_id = r.id AND d.consumer_group = s.consumer_group
+      RETURNING d.completed, d.failures)
+    SELECT count(*)::int, coalesce(sum(gone.completed), 0), coalesce(sum(gone.failures), 0) INTO v_g, v_gc, v_gf FROM gone;
+    v_groups := v_groups + v_g;
+    v_gone_completed := v_gone_completed + v_gc;
+    v_gone_failed := v_gone_failed + v_gf;
+    v_budget := v_budget - v_g;
+    -- An empty partition with no group row left goes, with what hangs on it (ON DELETE
+    -- CASCADE: nothing but the rows just removed). No message can arrive meanwhile: a push needs
+    -- the row's lock (FOR NO KEY UPDATE, queen.log_ensure_partition_v1 and the fast path's), which
+    -- waits behind this pass's FOR UPDATE, finds the row gone and creates the partition anew.
+    IF v_empty AND v_budget > 0 AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = r.id) THEN
+      DELETE FROM queen.partitions p WHERE p.id = r.id RETURNING p.last_seq INTO v_last;
+      v_gone_pushed := v_gone_pushed + v_last;
+      v_partitions := v_partitions + 1;
+      v_budget := v_budget - 1;
+    END IF;
   END LOOP;
+  -- One row per shard, which this pass holds the claim of: sweepers never wait on each other here.
+  IF v_groups > 0 OR v_partitions > 0 THEN
+    INSERT INTO queen.system_state AS s (key, value, updated_at)
+    VALUES ('log_removed_rows:' || p_shard, jsonb_build_object('pushed', v_gone_pushed, 'completed', v_gone_completed, 'failed', v_gone_failed), now())
+    ON CONFLICT (key) DO UPDATE SET updated_at = now(), value = jsonb_build_object(
+      'pushed', (s.value ->> 'pushed')::bigint + v_gone_pushed,
+      'completed', (s.value ->> 'completed')::bigint + v_gone_completed,
+      'failed', (s.value ->> 'failed')::bigint + v_gone_failed);
+  END IF;
   RETURN jsonb_build_object('removed', v_removed, 'unfinished', v_unfinished, 'bytes', v_total_bytes,
-    'full', v_budget <= 0,
+    'groups', v_groups, 'partitions', v_partitions, 'full', v_budget <= 0,
     'queues', coalesce((SELECT jsonb_agg(e.value ORDER BY e.key) FROM jsonb_each(v_per) e), '[]'::jsonb));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_retention_ages_v1(p_ttl integer, p_retention integer, p_completed integer, p_enabled boolean, p_max_wait integer, p_default integer, OUT any_s integer, OUT unfinished_s integer, OUT finished_s integer)
@@ -3824,6 +3891,17 @@ BEGIN
      FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_totals_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT jsonb_build_object(
+    'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p) + coalesce(sum((g.value ->> 'pushed')::bigint), 0),
+    'completed', (SELECT coalesce(sum(c.completed), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'completed')::bigint), 0),
+    'failed', (SELECT coalesce(sum(c.failures), 0) FROM queen.partition_consumers c) + coalesce(sum((g.value ->> 'failed')::bigint), 0))
+  FROM queen.system_state g WHERE g.key LIKE 'log_removed_rows:%'
+$function$
 CREATE OR REPLACE FUNCTION queen.log_trace_id_v1(p_value jsonb, p_index integer)
  RETURNS uuid
  LANGUAGE plpgsql
@@ -4404,6 +4482,8 @@ BEGIN
     SELECT p.id, p_group, p.last_seq FROM queen.partitions p
      WHERE p.queue_id = v_q.id AND (p_partition IS NULL OR p.name = p_partition)
      ORDER BY p.id
+     -- A partition being removed (retention, or its queue's delete) is waited for and skipped.
+     FOR KEY SHARE OF p
     ON CONFLICT (partition_id, consumer_group) DO UPDATE
        SET cursor_seq = greatest(c.cursor_seq, EXCLUDED.cursor_seq), done_seqs = '{}', lease_id = NULL, lease_expires_at = NULL,
            lease_seqs = '{}', lease_failed = '{}', updated_at = clock_timestamp()
@@ -4713,6 +4793,8 @@ DECLARE
   v_retain_full BOOLEAN := false;
   v_retain_queues JSONB := '[]';
   v_retained_at TIMESTAMPTZ;
+  v_groups INT := 0;
+  v_partitions INT := 0;
 BEGIN
   IF p_prune THEN
     SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
@@ -4737,6 +4819,8 @@ BEGIN
     v_retained_at := clock_timestamp();
     FOREACH v_s IN ARRAY v_shards LOOP
       v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+      v_groups := v_groups + (v_retain ->> 'groups')::int;
+      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
       v_removed := v_removed + (v_retain ->> 'removed')::int;
       v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
       v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
@@ -4769,6 +4853,7 @@ BEGIN
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+    'removedGroups', v_groups, 'removedPartitions', v_partitions,
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
@@ -4802,12 +4887,7 @@ BEGIN
   IF NOT FOUND OR v_at > now() - make_interval(secs => greatest(1, p_sample_seconds)) THEN
     RETURN jsonb_build_object('sampled', false);
   END IF;
-  SELECT jsonb_build_object('atMs', (extract(epoch FROM now()) * 1000)::bigint,
-           'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p),
-           'completed', c.completed, 'failed', c.failed)
-    INTO v_sample
-    FROM (SELECT coalesce(sum(pc.completed), 0) AS completed, coalesce(sum(pc.failures), 0) AS failed
-            FROM queen.partition_consumers pc) c;
+  v_sample := jsonb_build_object('atMs', (extract(epoch FROM now()) * 1000)::bigint) || queen.log_totals_v1();
   SELECT coalesce(jsonb_agg(e ORDER BY (e ->> 'atMs')::bigint), '[]'::jsonb) INTO v_samples FROM (
     SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v_samples) = 'array' THEN v_samples ELSE '[]' END) e
      WHERE (e ->> 'atMs')::bigint >= (extract(epoch FROM now() - interval '10 minutes') * 1000)::bigint
@@ -5217,8 +5297,10 @@ BEGIN
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_ensure_partition_v1(r.tenant_id, r.queue, r.partition);
-    SELECT p.last_seq INTO v_last FROM queen.partitions p WHERE p.id = v_ids.p_id FOR NO KEY UPDATE;
+    -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
+    -- removed by retention) between the look-up and the lock is created anew.
+    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
+    v_last := v_ids.last_seq;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;

@@ -615,10 +615,10 @@ END $$;
 --
 -- The same call samples the log's counters for the overview's throughput, at most once every
 -- p_sample_seconds cell-wide (the sweeper that finds the sample row free and old enough takes it;
--- SKIP LOCKED, so sweepers never wait on each other): the messages ever pushed (the sum of the
--- partitions' last_seq, which retention does not lower), the completed acks and the failed deliveries
--- (failed acks and expired leases: the partition_consumers counters), with the time, kept for 10 minutes (at most 120 samples) in
--- 'log_throughput'. A sample is one pass over partitions and partition_consumers, the rows the
+-- SKIP LOCKED, so sweepers never wait on each other): queen.log_totals_v1, the messages ever pushed,
+-- the completed acks and the failed deliveries (failed acks and expired leases), which retention's
+-- removal of partitions and group rows does not lower, with the time, kept for 10 minutes (at most
+-- 120 samples) in 'log_throughput'. A sample is one pass over partitions and partition_consumers, the rows the
 -- log's gauges already pass over every 15 s. Nothing here is worth an fsync: a report lost in a
 -- crash is rewritten by the next.
 CREATE OR REPLACE FUNCTION queen.sweeper_report_v1(p_worker TEXT, p_state JSONB, p_sample_seconds INT) RETURNS JSONB
@@ -647,12 +647,7 @@ BEGIN
   IF NOT FOUND OR v_at > now() - make_interval(secs => greatest(1, p_sample_seconds)) THEN
     RETURN jsonb_build_object('sampled', false);
   END IF;
-  SELECT jsonb_build_object('atMs', (extract(epoch FROM now()) * 1000)::bigint,
-           'pushed', (SELECT coalesce(sum(p.last_seq), 0) FROM queen.partitions p),
-           'completed', c.completed, 'failed', c.failed)
-    INTO v_sample
-    FROM (SELECT coalesce(sum(pc.completed), 0) AS completed, coalesce(sum(pc.failures), 0) AS failed
-            FROM queen.partition_consumers pc) c;
+  v_sample := jsonb_build_object('atMs', (extract(epoch FROM now()) * 1000)::bigint) || queen.log_totals_v1();
   SELECT coalesce(jsonb_agg(e ORDER BY (e ->> 'atMs')::bigint), '[]'::jsonb) INTO v_samples FROM (
     SELECT e FROM jsonb_array_elements(CASE WHEN jsonb_typeof(v_samples) = 'array' THEN v_samples ELSE '[]' END) e
      WHERE (e ->> 'atMs')::bigint >= (extract(epoch FROM now() - interval '10 minutes') * 1000)::bigint
