@@ -7,17 +7,15 @@
 // that carries over is the CPU: the router's µs per call says how many calls a router core routes,
 // and the model printed at the end puts that beside the per-cell rate.
 // Options: --duration=5 (BENCH_DURATION_S), --rounds=3 (BENCH_ROUNDS), --clients=16 (BENCH_CLIENTS).
-import { spawn, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { Client } from 'pg';
-import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { BenchCell, startCell } from './lib/cell';
 import { HAPROXY_MISSING, startRouter } from '../test/support/router';
 import { median, positiveOption } from './lib/options';
 import { closedLoop, HttpClient, rawClient } from './lib/load';
-import { cellEnv, loadAverage, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
+import { loadAverage, machineLine, stopChild, TreeCpu } from './lib/procs';
 
 const DURATION_S = positiveOption('duration', 'BENCH_DURATION_S', 5);
 const ROUNDS = positiveOption('rounds', 'BENCH_ROUNDS', 3);
@@ -46,24 +44,10 @@ async function main(): Promise<void> {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-router-'));
   fs.chmodSync(scratch, 0o755);
   const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-  const cells: Array<{ port: number; proc: ChildProcess }> = [];
+  const cells: BenchCell[] = [];
   let router: Awaited<ReturnType<typeof startRouter>> | undefined;
   try {
-    for (const name of ['cell_a', 'cell_b']) {
-      const admin = new Client({ connectionString: pg.url });
-      await admin.connect();
-      await admin.query(`CREATE DATABASE ${name}`);
-      await admin.end();
-      const url = pg.url.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
-      await applySchema(url);
-      const port = await freePort();
-      const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
-        env: { ...cellEnv(url, port, 1), DB_POOL_SIZE: '40', ...TENANCY },
-        stdio: ['ignore', 'inherit', 'inherit'],
-      });
-      cells.push({ port, proc });
-      await waitReady(port, '/ready');
-    }
+    for (const name of ['cell_a', 'cell_b']) cells.push(await startCell(pg.url, name, { DB_POOL_SIZE: '40', ...TENANCY }));
     router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
     process.stdout.write(`bench:router: ${machineLine('embedded PostgreSQL')}; load ${loadAverage()}; ${ROUNDS} rounds of ${DURATION_S} s, ${CLIENTS} clients (half a tenant), one API worker a cell\n`);
     for (const [i, tenant] of TENANTS.entries()) {

@@ -7,18 +7,17 @@
 // window is the time from the probe's first 503 tenant_moving to its first success after the last
 // one. Rounds alternate the direction.
 // Options: --keys=100000 (BENCH_KEYS), --messages=100000 (BENCH_MESSAGES), --rounds=3 (BENCH_ROUNDS).
-import { spawn, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
-import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
+import { BenchCell, startCell } from './lib/cell';
 import { moveTenant, MoveResult } from '../services/move/move';
 import { HAPROXY_MISSING, startRouter } from '../test/support/router';
 import { median, positiveOption } from './lib/options';
 import { rawClient } from './lib/load';
-import { cellEnv, loadAverage, machineLine, stopChild, waitReady } from './lib/procs';
+import { loadAverage, machineLine, stopChild } from './lib/procs';
 
 const KEYS = positiveOption('keys', 'BENCH_KEYS', 100_000);
 const MESSAGES = positiveOption('messages', 'BENCH_MESSAGES', 100_000);
@@ -34,24 +33,10 @@ async function main(): Promise<void> {
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-move-'));
   fs.chmodSync(scratch, 0o755);
   const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-  const cells: Array<{ name: string; url: string; port: number; proc: ChildProcess }> = [];
+  const cells: BenchCell[] = [];
   let router: Awaited<ReturnType<typeof startRouter>> | undefined;
   try {
-    for (const name of ['cell_a', 'cell_b']) {
-      const admin = new Client({ connectionString: pg.url });
-      await admin.connect();
-      await admin.query(`CREATE DATABASE ${name}`);
-      await admin.end();
-      const url = pg.url.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
-      await applySchema(url);
-      const port = await freePort();
-      const proc = spawn(process.execPath, [path.resolve(__dirname, '..', 'services', 'api', 'main.js')], {
-        env: { ...cellEnv(url, port, 1), DB_POOL_SIZE: '20', ...TENANCY },
-        stdio: ['ignore', 'inherit', 'inherit'],
-      });
-      cells.push({ name: name.replace('_', '-'), url, port, proc });
-      await waitReady(port, '/ready');
-    }
+    for (const name of ['cell_a', 'cell_b']) cells.push(await startCell(pg.url, name, { DB_POOL_SIZE: '20', ...TENANCY }));
     router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
     const routerPort = Number(new URL(router.url).port);
 
