@@ -4558,8 +4558,8 @@ DECLARE
   v_state TEXT := coalesce(p_state, 'all');
   v_now TIMESTAMPTZ := clock_timestamp();
   v_late TIMESTAMPTZ;
-  v_at TIMESTAMPTZ := '-infinity';
-  v_id UUID := '00000000-0000-0000-0000-000000000000';
+  v_at TIMESTAMPTZ;
+  v_id UUID;
   v_rows JSONB;
   v_count INT;
 BEGIN
@@ -4573,17 +4573,7 @@ BEGIN
     PERFORM queen.fail_v1('operator_invalid_state', 'lateSeconds is a whole number from 0 to 86400.', NULL);
   END IF;
   v_late := v_now - make_interval(secs => coalesce(p_late_seconds, 60));
-  IF p_after IS NOT NULL THEN
-    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END IF;
-    BEGIN
-      v_at := split_part(p_after, ',', 1)::timestamptz;
-      v_id := split_part(p_after, ',', 2)::uuid;
-    EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END;
-  END IF;
+  SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (
     SELECT t.* FROM queen.log_timers t
      WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue = p_queue)
@@ -4680,91 +4670,6 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
-END $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v2(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_since TIMESTAMPTZ := coalesce(p_since, now());
-  v_shards SMALLINT[];
-  v_claimed_at TIMESTAMPTZ;
-  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
-  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
-  v_fired INT;
-  v_pruned INT := 0;
-  v_prune_full BOOLEAN := false;
-  v_fired_at TIMESTAMPTZ;
-  v_next TIMESTAMPTZ;
-  v_n INT;
-  v_s SMALLINT;
-  v_retain JSONB;
-  v_removed INT := 0;
-  v_unfinished INT := 0;
-  v_removed_bytes BIGINT := 0;
-  v_retain_full BOOLEAN := false;
-  v_retain_queues JSONB := '[]';
-  v_retained_at TIMESTAMPTZ;
-BEGIN
-  IF p_prune THEN
-    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
-      SELECT s.shard FROM queen.sweeper_shards s
-      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
-      ORDER BY s.last_swept_at NULLS FIRST, s.shard
-      LIMIT p_shard_count
-      FOR UPDATE SKIP LOCKED) c;
-  END IF;
-  v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
-    v_fire := queen.timers_fire_v1(p_fire_limit);
-  END IF;
-  v_fired := (v_fire ->> 'fired')::int;
-  v_fired_at := clock_timestamp();
-  IF v_shards IS NOT NULL THEN
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
-      v_pruned := v_pruned + v_n;
-      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
-    END LOOP;
-    v_retained_at := clock_timestamp();
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_removed := v_removed + (v_retain ->> 'removed')::int;
-      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
-      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
-      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
-      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
-    END LOOP;
-    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
-  END IF;
-  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
-    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
-    -- idx_log_timers_due).
-    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
-      ORDER BY t.deliver_at LIMIT 1;
-  END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
-  IF v_fired = 0 AND v_pruned = 0 AND v_removed = 0 THEN
-    SET LOCAL synchronous_commit = off;
-  END IF;
-  RETURN jsonb_build_object(
-    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
-    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
-    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
-    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
-    'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
-    'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
-    'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
-    'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
     'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
@@ -5166,6 +5071,26 @@ BEGIN
   END IF;
   RETURN queen.timers_when_v1(p_op, p_index, p_now);
 END $function$
+CREATE OR REPLACE FUNCTION queen.timers_cursor_v1(p_after text, OUT at timestamp with time zone, OUT id uuid)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  at := '-infinity';
+  id := '00000000-0000-0000-0000-000000000000';
+  IF p_after IS NOT NULL THEN
+    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END IF;
+    BEGIN
+      at := split_part(p_after, ',', 1)::timestamptz;
+      id := split_part(p_after, ',', 2)::uuid;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END;
+  END IF;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1()
  RETURNS boolean
  LANGUAGE sql
@@ -5355,8 +5280,8 @@ CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_a
  STABLE
 AS $function$
 DECLARE
-  v_at TIMESTAMPTZ := '-infinity';
-  v_id UUID := '00000000-0000-0000-0000-000000000000';
+  v_at TIMESTAMPTZ;
+  v_id UUID;
   v_limit INT := coalesce(p_limit, 100);
   v_rows JSONB;
   v_last queen.log_timers;
@@ -5371,17 +5296,7 @@ BEGIN
     PERFORM queen.fail_v1('timers_invalid_queue',
       'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
-  IF p_after IS NOT NULL THEN
-    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END IF;
-    BEGIN
-      v_at := split_part(p_after, ',', 1)::timestamptz;
-      v_id := split_part(p_after, ',', 2)::uuid;
-    EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END;
-  END IF;
+  SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (
     SELECT t FROM queen.log_timers t
     WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue = p_queue)

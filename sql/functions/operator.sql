@@ -262,8 +262,8 @@ DECLARE
   v_state TEXT := coalesce(p_state, 'all');
   v_now TIMESTAMPTZ := clock_timestamp();
   v_late TIMESTAMPTZ;
-  v_at TIMESTAMPTZ := '-infinity';
-  v_id UUID := '00000000-0000-0000-0000-000000000000';
+  v_at TIMESTAMPTZ;
+  v_id UUID;
   v_rows JSONB;
   v_count INT;
 BEGIN
@@ -277,17 +277,7 @@ BEGIN
     PERFORM queen.fail_v1('operator_invalid_state', 'lateSeconds is a whole number from 0 to 86400.', NULL);
   END IF;
   v_late := v_now - make_interval(secs => coalesce(p_late_seconds, 60));
-  IF p_after IS NOT NULL THEN
-    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END IF;
-    BEGIN
-      v_at := split_part(p_after, ',', 1)::timestamptz;
-      v_id := split_part(p_after, ',', 2)::uuid;
-    EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END;
-  END IF;
+  SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (
     SELECT t.* FROM queen.log_timers t
      WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue = p_queue)

@@ -327,13 +327,34 @@ LANGUAGE sql STABLE AS $$
     '{"found": false}'::jsonb)
 $$;
 
+-- A timer list's keyset cursor, `<deliverAt ISO>,<timerId>` as a page's `next` gives it: where the
+-- page starts (before every timer when p_after is NULL). Anything else is 400 timers_invalid_cursor.
+-- One parser for the client's timer list and the operator's (sql/functions/operator.sql).
+CREATE OR REPLACE FUNCTION queen.timers_cursor_v1(p_after TEXT, OUT at TIMESTAMPTZ, OUT id UUID)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  at := '-infinity';
+  id := '00000000-0000-0000-0000-000000000000';
+  IF p_after IS NOT NULL THEN
+    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END IF;
+    BEGIN
+      at := split_part(p_after, ',', 1)::timestamptz;
+      id := split_part(p_after, ',', 2)::uuid;
+    EXCEPTION WHEN OTHERS THEN
+      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
+    END;
+  END IF;
+END $$;
+
 -- List, keyset by (deliverAt, timerId). `after` is the `next` of the previous page: the last
 -- timer's deliverAt and timerId joined by a comma. Page size 1 to 1000, default 100.
 CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant UUID, p_queue TEXT, p_after TEXT, p_limit INT) RETURNS JSONB
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-  v_at TIMESTAMPTZ := '-infinity';
-  v_id UUID := '00000000-0000-0000-0000-000000000000';
+  v_at TIMESTAMPTZ;
+  v_id UUID;
   v_limit INT := coalesce(p_limit, 100);
   v_rows JSONB;
   v_last queen.log_timers;
@@ -348,17 +369,7 @@ BEGIN
     PERFORM queen.fail_v1('timers_invalid_queue',
       'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
-  IF p_after IS NOT NULL THEN
-    IF p_after !~* ('^\d{4}-\d{2}-\d{2}T[0-9:.]+Z,' || queen.uuid_pattern_v1() || '$') THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END IF;
-    BEGIN
-      v_at := split_part(p_after, ',', 1)::timestamptz;
-      v_id := split_part(p_after, ',', 2)::uuid;
-    EXCEPTION WHEN OTHERS THEN
-      PERFORM queen.fail_v1('timers_invalid_cursor', 'after must be the next value of a previous page.', NULL);
-    END;
-  END IF;
+  SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (
     SELECT t FROM queen.log_timers t
     WHERE t.tenant_id = p_tenant AND (p_queue IS NULL OR t.queue = p_queue)
