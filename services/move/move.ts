@@ -205,110 +205,76 @@ async function hasRows(c: Client, tenant: string): Promise<boolean> {
   return false;
 }
 
+/** A chunk of rows is at most this many, and sized to about CHUNK_BYTES from the rows read so far. */
+const CHUNK_ROWS = 10_000;
+const CHUNK_BYTES = 8 * 2 ** 20;
 /**
- * The tenant's rows from one REPEATABLE READ snapshot of the source, written to the target in one
- * transaction after whatever the target held of the tenant is deleted; the snapshot's checks. The
- * target writes each table while the source reads the next; each read counts and sums its rows in the same pass.
+ * Past this many rows changed since the pre-copy, the copy under the pause takes everything instead:
+ * their hashes travel as one parameter, and a list that long would cost more than a full copy.
  */
-async function fullCopy(src: Client, dst: Client, tenant: string, fromCell: string, log: (line: string) => void): Promise<TableCheck[]> {
-  const tables: TableCheck[] = [];
-  const cols = await insertableColumns(src);
-  type Read = { rows: string; n: string; sum: string };
-  const reads = MOVED_TABLES.map(() => {
-    let settle!: { resolve: (r: Read) => void; reject: (e: unknown) => void };
-    const promise = new Promise<Read>((resolve, reject) => (settle = { resolve, reject }));
-    promise.catch(() => undefined);
-    return { promise, ...settle };
-  });
-  const reader = (async () => {
-    await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-    try {
-      for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
-        reads[i].resolve((await src.query<Read>(`SELECT coalesce(array_agg(t), '{}')::text AS rows, ${CHECK} FROM queen.${table} t WHERE ${scope}`, [tenant])).rows[0]);
-      }
-      return (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
-    } catch (err) {
-      for (const r of reads) r.reject(err);
-      throw err;
-    } finally {
-      await src.query('COMMIT');
-    }
-  })();
-  reader.catch(() => undefined);
-  await dst.query('BEGIN');
+const DELTA_ROWS = 100_000;
+
+/**
+ * The first column of `query`'s rows, read through a cursor in the caller's transaction a chunk at a
+ * time: a tenant's table never becomes one value (PostgreSQL caps a value at 1 GB and V8 a string at
+ * about 512 MB), and the rows the move holds are about a chunk whatever the tenant has stored.
+ */
+async function* chunks(c: Client, query: string, params: unknown[]): AsyncGenerator<Array<{ r: string; h: string }>> {
+  await c.query(`DECLARE move_rows NO SCROLL CURSOR FOR ${query}`, params);
   try {
-    await removeRows(dst, tenant);
-    for (const [i, { table }] of MOVED_TABLES.entries()) {
-      const at = Date.now();
-      const read = await reads[i].promise;
-      tables.push({ table, rows: Number(read.n), checksum: read.sum });
-      const list = cols[i].map((c) => `"${c}"`).join(', ');
-      const wrote = Date.now();
-      await dst.query(`INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r`, [read.rows]);
-      if (read.rows.length > 1e6) log(`  ${table}: ${read.n} rows, ${(read.rows.length / 1e6).toFixed(1)} MB, read waited ${wrote - at} ms, written in ${Date.now() - wrote} ms`);
+    for (let size = 100; ; ) {
+      const { rows } = await c.query<{ r: string; h: string }>(`FETCH ${size} FROM move_rows`);
+      if (rows.length > 0) yield rows;
+      if (rows.length < size) return;
+      const bytes = rows.reduce((sum, row) => sum + row.r.length, 0);
+      size = Math.max(1, Math.min(CHUNK_ROWS, Math.floor(CHUNK_BYTES / Math.max(1, bytes / rows.length))));
     }
-    const seq = await reader;
-    // A KV version is the cell's sequence: the target's next ones pass every version the tenant has seen.
-    await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
-    await setMoveRow(dst, tenant, 'target', fromCell, 'copied');
-    await dst.query('COMMIT');
-  } catch (err) {
-    await dst.query('ROLLBACK').catch(() => undefined);
-    await reader.catch(() => undefined);
-    throw err;
+  } finally {
+    // A failed transaction refuses the CLOSE too; its end closes the cursor, and the first error stands.
+    await c.query('CLOSE move_rows').catch(() => undefined);
   }
-  return tables;
+}
+
+/** A table's count and checksum as checks() takes them in SQL: the sum of the first 15 hex digits (60 bits) of each row's md5. */
+function tally(table: string, hashes: Iterable<string>): TableCheck {
+  let rows = 0;
+  let sum = 0n;
+  for (const h of hashes) {
+    rows++;
+    sum += BigInt(`0x${h.slice(0, 15)}`);
+  }
+  return { table, rows, checksum: sum.toString() };
+}
+
+/** Writes row texts (`t::text`) of a moved table; `onConflict` for rows the target may hold already. */
+async function insertRows(dst: Client, table: string, cols: string[], rows: string[], onConflict = ''): Promise<void> {
+  await dst.query(
+    `INSERT INTO queen.${table} (${cols.map((c) => `"${c}"`).join(', ')})
+     SELECT ${cols.map((c) => `(s.r)."${c}"`).join(', ')} FROM (SELECT x::queen.${table} AS r FROM unnest($1::text[]) x) s ${onConflict}`,
+    [rows],
+  );
+}
+
+/** The source's KV version, carried so the target's next versions pass every one the tenant has seen. */
+async function carryVersion(src: Client, dst: Client): Promise<void> {
+  const seq = (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
+  await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
 }
 
 /**
- * What changed since a copy the target already holds (the pre-copy), from one REPEATABLE READ
- * snapshot of the source, in one transaction on the target: each row is known by the md5 of its
- * text, both sides hashing at once; a source row the target lacks is fetched and written over its
- * primary key (an update, so no cascade), then every target row the source does not have is
- * deleted, children first (a parent gone from the source took its children with it there). The snapshot's checks, from the hashes.
- * Throws on anything unusual (another unique key in the way): the caller copies everything instead.
+ * Runs `copy` with the source in one REPEATABLE READ snapshot and the target in one transaction,
+ * which commits with the target's move row at 'copied', or rolls back.
  */
-async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: string): Promise<TableCheck[]> {
-  const cols = await insertableColumns(src);
-  const keys = await primaryKeys(src);
-  const hashes: string[][] = [];
+async function inSnapshot(src: Client, dst: Client, tenant: string, fromCell: string, copy: () => Promise<TableCheck[]>): Promise<TableCheck[]> {
   await src.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-  let seq: string;
   try {
     await dst.query('BEGIN');
     try {
-      const extras: string[][] = [];
-      for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
-        // Both sides hash their rows at once; the difference is taken here.
-        const hashOf = (c: Client) => c.query<{ h: string[] }>(`SELECT coalesce(array_agg(md5(t::text)), '{}') AS h FROM queen.${table} t WHERE ${scope}`, [tenant]);
-        const [{ rows: [here] }, { rows: [there] }] = await Promise.all([hashOf(src), hashOf(dst)]);
-        hashes.push(here.h);
-        const has = new Set(there.h);
-        const wanted = new Set(here.h);
-        const missing = here.h.filter((h) => !has.has(h));
-        extras.push(there.h.filter((h) => !wanted.has(h)));
-        if (missing.length === 0) continue;
-        const rows = (await src.query<{ rows: string }>(
-          `SELECT array_agg(t)::text AS rows FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`,
-          [tenant, missing],
-        )).rows[0].rows;
-        const list = cols[i].map((c) => `"${c}"`).join(', ');
-        const rest = cols[i].filter((c) => !keys[i].includes(c));
-        const onConflict = rest.length === 0 ? 'DO NOTHING' : `DO UPDATE SET ${rest.map((c) => `"${c}" = EXCLUDED."${c}"`).join(', ')}`;
-        await dst.query(
-          `INSERT INTO queen.${table} (${list}) SELECT ${cols[i].map((c) => `(r)."${c}"`).join(', ')} FROM unnest($1::queen.${table}[]) r
-           ON CONFLICT (${keys[i].map((c) => `"${c}"`).join(', ')}) ${onConflict}`,
-          [rows],
-        );
-      }
-      // The target's rows the source does not have (an overwritten version is already gone).
-      for (const [i, { table, scope }] of [...MOVED_TABLES.entries()].reverse()) {
-        if (extras[i].length > 0) await dst.query(`DELETE FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`, [tenant, extras[i]]);
-      }
-      seq = (await src.query<{ v: string }>('SELECT last_value::text AS v FROM queen.kv_version_seq')).rows[0].v;
-      await dst.query(`SELECT setval('queen.kv_version_seq', greatest((SELECT last_value FROM queen.kv_version_seq), $1::bigint))`, [seq]);
+      const tables = await copy();
+      await carryVersion(src, dst);
       await setMoveRow(dst, tenant, 'target', fromCell, 'copied');
       await dst.query('COMMIT');
+      return tables;
     } catch (err) {
       await dst.query('ROLLBACK').catch(() => undefined);
       throw err;
@@ -316,12 +282,80 @@ async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: str
   } finally {
     await src.query('COMMIT').catch(() => undefined);
   }
-  // The same sum checks() takes in SQL: the first 15 hex digits (60 bits) of each row's md5.
-  return MOVED_TABLES.map(({ table }, i) => ({
-    table,
-    rows: hashes[i].length,
-    checksum: hashes[i].reduce((sum, h) => sum + BigInt(`0x${h.slice(0, 15)}`), 0n).toString(),
-  }));
+}
+
+/**
+ * The tenant's rows from one REPEATABLE READ snapshot of the source, written to the target in one
+ * transaction after whatever the target held of the tenant is deleted, a chunk at a time (the next
+ * chunk read while this one is written); the snapshot's checks, from the same pass.
+ */
+async function fullCopy(src: Client, dst: Client, tenant: string, fromCell: string, log: (line: string) => void): Promise<TableCheck[]> {
+  const cols = await insertableColumns(src);
+  return inSnapshot(src, dst, tenant, fromCell, async () => {
+    await removeRows(dst, tenant);
+    const tables: TableCheck[] = [];
+    for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
+      const at = Date.now();
+      const hashes: string[] = [];
+      let bytes = 0;
+      const reader = chunks(src, `SELECT t::text AS r, md5(t::text) AS h FROM queen.${table} t WHERE ${scope}`, [tenant]);
+      for (let next = reader.next(); ; ) {
+        const chunk = await next;
+        if (chunk.done) break;
+        next = reader.next();
+        // Read while the chunk before it is written: a failed read is answered when it is awaited.
+        next.catch(() => undefined);
+        for (const row of chunk.value) hashes.push(row.h);
+        bytes += chunk.value.reduce((sum, row) => sum + row.r.length, 0);
+        await insertRows(dst, table, cols[i], chunk.value.map((row) => row.r));
+      }
+      tables.push(tally(table, hashes));
+      if (bytes > 1e6) log(`  ${table}: ${hashes.length} rows, ${(bytes / 1e6).toFixed(1)} MB in ${Date.now() - at} ms`);
+    }
+    return tables;
+  });
+}
+
+/**
+ * What changed since a copy the target already holds (the pre-copy), from one REPEATABLE READ
+ * snapshot of the source, in one transaction on the target: each row is known by the md5 of its
+ * text, both sides hashing at once; a source row the target lacks is fetched and written over its
+ * primary key (an update, so no cascade), then every target row the source does not have is
+ * deleted, children first (a parent gone from the source took its children with it there). The
+ * snapshot's checks, from the hashes. The move holds every row's hash, about 150 bytes a row of the
+ * tenant's largest table. Throws on anything unusual (another unique key in the way, more than
+ * DELTA_ROWS changed): the caller copies everything instead.
+ */
+async function deltaCopy(src: Client, dst: Client, tenant: string, fromCell: string): Promise<TableCheck[]> {
+  const cols = await insertableColumns(src);
+  const keys = await primaryKeys(src);
+  return inSnapshot(src, dst, tenant, fromCell, async () => {
+    const tables: TableCheck[] = [];
+    const extras: string[][] = [];
+    for (const [i, { table, scope }] of MOVED_TABLES.entries()) {
+      // Both sides hash their rows at once; the difference is taken here.
+      const hashOf = async (c: Client) => {
+        const out = new Set<string>();
+        for await (const chunk of chunks(c, `SELECT md5(t::text) AS r, '' AS h FROM queen.${table} t WHERE ${scope}`, [tenant])) for (const row of chunk) out.add(row.r);
+        return out;
+      };
+      const [here, there] = await Promise.all([hashOf(src), hashOf(dst)]);
+      tables.push(tally(table, here));
+      const missing = [...here].filter((h) => !there.has(h));
+      extras.push([...there].filter((h) => !here.has(h)));
+      if (missing.length > DELTA_ROWS || extras[i].length > DELTA_ROWS) throw new MoveError(`${table}: more than ${DELTA_ROWS} rows changed since the pre-copy`);
+      if (missing.length === 0) continue;
+      const rest = cols[i].filter((c) => !keys[i].includes(c));
+      const onConflict = `ON CONFLICT (${keys[i].map((c) => `"${c}"`).join(', ')}) ${rest.length === 0 ? 'DO NOTHING' : `DO UPDATE SET ${rest.map((c) => `"${c}" = EXCLUDED."${c}"`).join(', ')}`}`;
+      const changed = `SELECT t::text AS r, '' AS h FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`;
+      for await (const chunk of chunks(src, changed, [tenant, missing])) await insertRows(dst, table, cols[i], chunk.map((row) => row.r), onConflict);
+    }
+    // The target's rows the source does not have (an overwritten version is already gone).
+    for (const [i, { table, scope }] of [...MOVED_TABLES.entries()].reverse()) {
+      if (extras[i].length > 0) await dst.query(`DELETE FROM queen.${table} t WHERE ${scope} AND md5(t::text) IN (SELECT unnest($2::text[]))`, [tenant, extras[i]]);
+    }
+    return tables;
+  });
 }
 
 /** Each moved table's primary key columns, in MOVED_TABLES' order. */

@@ -25,6 +25,7 @@ const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_
 const A = '00000000-0000-4000-8000-00000000000a';
 const B = '00000000-0000-4000-8000-00000000000b';
 const C = 'cccccccc-cccc-4ccc-8ccc-cccccccccccc';
+const D = 'dddddddd-dddd-4ddd-8ddd-dddddddddddd';
 
 async function q<T = any>(url: string, text: string, values: unknown[] = []): Promise<T[]> {
   const c = new Client({ connectionString: url });
@@ -307,6 +308,22 @@ describe('what a move carries', () => {
     await moveTenant(options(tenant, cellA, 'cell-a', cellB, 'cell-b'));
     expect(await rowsOf(cellB.databaseUrl, tenant)).toEqual(before);
   }, 60_000);
+
+  test('a tenant whose table is larger than the move\'s whole memory moves: the rows travel a chunk at a time', async () => {
+    // 128 MB of KV values (512 rows of 256 KB), moved by a process allowed 64 MB of heap: a table
+    // read as one value would need twice that in one string.
+    await r.runtime(`add map ${r.map} ${D} cell-a`);
+    await q(cellA.databaseUrl, `INSERT INTO queen.kv (tenant_id, namespace, key, value, version)
+      SELECT $1, 'big', 'k' || g, to_jsonb(repeat(md5(g::text), 8192)), nextval('queen.kv_version_seq') FROM generate_series(1, 512) g`, [D]);
+    const main = path.resolve(__dirname, '..', '..', 'services', 'move', 'main.js');
+    const args = [D, '--from-db', cellA.databaseUrl, '--from-cell', 'cell-a', '--to-db', cellB.databaseUrl, '--to-cell', 'cell-b', '--router', r.socket, '--map', r.map];
+    const done = spawnSync(process.execPath, ['--max-old-space-size=64', main, ...args], { encoding: 'utf8', timeout: 120_000 });
+    expect([done.status, done.stderr.split('\n').filter((l) => /heap|error/i.test(l))]).toEqual([0, []]);
+    expect(JSON.parse(done.stdout)).toMatchObject({ tenant: D, servedBy: 'cell-b', copies: 1 });
+    const [moved] = await q(cellB.databaseUrl, `SELECT count(*)::int AS n, sum(length(value #>> '{}'))::bigint AS bytes FROM queen.kv WHERE tenant_id = $1`, [D]);
+    expect([moved.n, Number(moved.bytes)]).toEqual([512, 512 * 256 * 1024]);
+    expect((await rowsOf(cellA.databaseUrl, D)).kv).toBe(0);
+  }, 180_000);
 
   test('npm run tenant:move: a move from the command line prints its JSON line and exits 0; a wrong command line exits 2', () => {
     const main = path.resolve(__dirname, '..', '..', 'services', 'move', 'main.js');
