@@ -55,6 +55,10 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
   // requireHostHeader off: node's own refusal of an HTTP/1.1 request without Host is a bare 400 with
   // no body; the request listener refuses it instead, in JSON.
   const options = { IncomingMessage: app.IncomingMessage, ServerResponse: app.ServerResponse, requireHostHeader: false };
+  // A request line in absolute form (`GET http://host/path`, RFC 9112 section 3.2.2, which a server
+  // must accept) becomes its origin form here, once: the KV and push routes, answered before Express,
+  // match the path as it arrives, and would answer a 404 for a call Express's routes serve.
+  const ABSOLUTE_FORM = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(.*)$/is;
   const server = http.createServer(options, (req, res) => handle(req, res, false));
   /** `admitted`: the body budget already took it (an Expect: 100-continue, below). */
   const handle = (req: http.IncomingMessage, res: http.ServerResponse, admitted: boolean) => {
@@ -64,6 +68,8 @@ export async function startApiServer(config: Config, log: Logger, sizes: PoolSiz
       res.shouldKeepAlive = false;
       return sendError(res, new ApiError('bad_request', 'An HTTP/1.1 request carries a Host header (RFC 9112, section 3.2).'));
     }
+    const absolute = ABSOLUTE_FORM.exec(req.url ?? '');
+    if (absolute) req.url = absolute[1].startsWith('/') ? absolute[1] : `/${absolute[1]}`;
     if (!admitted && budget.refuse(req, res)) return;
     app.handle(req, res);
   };

@@ -231,6 +231,20 @@ describe('odd paths', () => {
     expect(await rawExchange('GET /api/v1/kv/g/head HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
   });
 
+  test('a request line in absolute form is served as its path (RFC 9112, section 3.2.2): the KV routes, push, Express\'s routes and the probes alike', async () => {
+    const put = '{"value":{"abs":1},"forever":true}';
+    const wrote = await rawExchange(`PUT http://cell.example/api/v1/kv/g/absolute HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${put.length}\r\nConnection: close\r\n\r\n${put}`);
+    expect(wrote).toMatch(/^HTTP\/1\.1 200 /);
+    const read = await rawExchange('GET http://cell.example/api/v1/kv/g/absolute HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    expect(read).toMatch(/^HTTP\/1\.1 200 /);
+    expect(JSON.parse(read.slice(read.indexOf('\r\n\r\n') + 4))).toMatchObject({ value: { abs: 1 } });
+    expect(await rawExchange('HEAD HTTP://cell.example/api/v1/kv/g/absolute HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
+    const push = '{"items":[{"queue":"absolute","payload":1}]}';
+    expect(await rawExchange(`POST http://cell.example/api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${push.length}\r\nConnection: close\r\n\r\n${push}`)).toMatch(/^HTTP\/1\.1 201 /);
+    expect(await rawExchange('GET http://cell.example/ready HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 /);
+    expect(await rawExchange('GET http://cell.example?x=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')).toMatch(/^HTTP\/1\.1 404 /);
+  });
+
   test('an Expect other than 100-continue is 417 expectation_failed JSON, and the write does not happen', async () => {
     const body = '{"value":1,"forever":true}';
     const head = `PUT /api/v1/kv/g/expect-header HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n`;
