@@ -22,8 +22,15 @@ export function loadConfigOrExit(processName: string): Config {
   }
 }
 
-/** Attempts at starting the embedded PostgreSQL again after it died, before the process gives up. */
-const EMBEDDED_RESTART_ATTEMPTS = 8;
+/** Attempts at starting the embedded PostgreSQL again after it died, before the process gives up (about 30 s of pauses). */
+const EMBEDDED_RESTART_ATTEMPTS = 16;
+/**
+ * The pause before each further attempt, doubling up to 2 s: the first goes at once (the start
+ * ends the dead server's orphaned processes first, embeddedPostgres.ts), so a pause only waits out
+ * what that could not end. It was 0.5 s before the first and doubled to 10 s, and an attempt that
+ * failed for a moment cost the whole next pause: 7.8-8.2 s to serve again where 1.1 s sufficed.
+ */
+export const reviveDelayMs = (attempt: number): number => (attempt <= 1 ? 0 : Math.min(2000, 250 * 2 ** (attempt - 2)));
 
 export interface LookedAfterPostgres extends EmbeddedPostgres {
   /**
@@ -63,8 +70,8 @@ export async function ensureDatabase(
       'embedded PostgreSQL exited unexpectedly; starting it again (calls answer 503 db_unavailable meanwhile)',
     );
     for (let attempt = 1; !stopping; attempt++) {
-      // Its orphaned backends may still hold the shared memory for a moment: back off between tries.
-      await new Promise((r) => setTimeout(r, Math.min(10_000, 250 * 2 ** attempt)));
+      const pause = reviveDelayMs(attempt);
+      if (pause > 0) await new Promise((r) => setTimeout(r, pause));
       if (stopping) return;
       try {
         const next = await start();

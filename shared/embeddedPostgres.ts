@@ -299,6 +299,63 @@ async function stopOrphan(dataDir: string, log?: Logger): Promise<void> {
   }
 }
 
+/** The processes whose working folder is `dataDir` and whose command names postgres (Linux: /proc); [] elsewhere. */
+function processesIn(dataDir: string): number[] {
+  let real: string;
+  let entries: string[];
+  try {
+    real = fs.realpathSync(dataDir);
+    entries = fs.readdirSync('/proc');
+  } catch {
+    return [];
+  }
+  const found: number[] = [];
+  for (const d of entries) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      if (fs.readlinkSync(`/proc/${d}/cwd`) !== real) continue;
+      if (fs.readFileSync(`/proc/${d}/cmdline`, 'utf8').includes('postgres')) found.push(Number(d));
+    } catch {
+      // another user's process, or gone meanwhile
+    }
+  }
+  return found;
+}
+
+/** Grace for SIGQUIT before SIGKILL, and again for SIGKILL, in endOrphanedBackends. */
+const ORPHAN_GRACE_MS = 2000;
+
+/**
+ * The processes of a server whose postmaster died (SIGKILL, OOM) outlive it, each with the old shared
+ * memory attached until it notices; one busy in a statement (a loop never waits, so never looks)
+ * keeps it for the statement's whole run. Every start meanwhile failed "pre-existing shared memory
+ * block is still in use", and the restart's doubling back-off (0.5, 1, 2, 4 s...) turned a wait
+ * of a few seconds into 8 (issue #28 item 6), and a statement without a limit into a cell that
+ * gave up. Called once no live postmaster holds the folder (after clearStaleLock), so every postgres
+ * process still working in it is such an orphan: each gets SIGQUIT, what a postmaster sends its
+ * children when one of them crashed (exit at once; crash recovery rolls back what was not
+ * committed), then SIGKILL past a grace. A server's processes all run in its data folder (the
+ * postmaster's chdir, inherited), which is how they are found. Linux only (/proc); elsewhere nothing.
+ */
+async function endOrphanedBackends(dataDir: string, log?: Logger): Promise<void> {
+  const orphans = processesIn(dataDir);
+  if (orphans.length === 0) return;
+  log?.warn({ processes: orphans.length, dataDir }, 'embedded postgres: processes of a server that died still hold its shared memory; ending them (SIGQUIT) before starting');
+  for (const [sig, graceMs] of [['SIGQUIT', ORPHAN_GRACE_MS], ['SIGKILL', ORPHAN_GRACE_MS]] as const) {
+    for (const pid of processesIn(dataDir)) {
+      try {
+        process.kill(pid, sig);
+      } catch {
+        // gone meanwhile
+      }
+    }
+    const deadline = Date.now() + graceMs;
+    while (processesIn(dataDir).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    if (processesIn(dataDir).length === 0) return;
+  }
+  // Still there (a process in uninterruptible I/O): the start that follows says why it cannot.
+}
+
 /** A postmaster.pid left by a server that is gone is removed; one whose server runs is an error. */
 function clearStaleLock(dataDir: string, log?: Logger): void {
   const lock = path.join(dataDir, 'postmaster.pid');
@@ -362,6 +419,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     await run(path.join(bin, 'initdb'), ['-D', dataDir, '-U', 'postgres', '--auth=trust', '--encoding=UTF8', '--locale=C', '--no-instructions'], ids);
   }
   clearStaleLock(dataDir, log);
+  await endOrphanedBackends(dataDir, log);
 
   const settings = { ...DEFAULT_SETTINGS, ...options.settings };
   const args = ['-D', dataDir, '-p', String(port)];

@@ -7,7 +7,7 @@
 // that no key, prefix, value or payload reaches anything outside the database. A span carries a
 // route template, a statement's name, a pool, a status and a code: names the code chose, never a
 // value a client sent.
-import { context, propagation, ROOT_CONTEXT, Span, SpanKind, SpanStatusCode, trace, Tracer } from '@opentelemetry/api';
+import { context, isSpanContextValid, propagation, ROOT_CONTEXT, Span, SpanKind, SpanStatusCode, trace, TraceFlags, Tracer } from '@opentelemetry/api';
 import type { IncomingHttpHeaders } from 'node:http';
 
 let tracer: Tracer | undefined;
@@ -125,6 +125,35 @@ export async function inSpan<T>(name: string, fn: () => Promise<T>, describe?: (
   } finally {
     span.end();
   }
+}
+
+/** Links one fire span carries at most: the SDK's default link limit (OTEL_SPAN_LINK_COUNT_LIMIT). */
+export const FIRE_LINKS = 128;
+
+const HEX_TRACE = /^[0-9a-f]{32}$/;
+const HEX_SPAN = /^[0-9a-f]{16}$/;
+
+/**
+ * The span of one sweeper pass that fired timers (`sweeper fire`, a child of its `sweeper cycle`),
+ * recorded once the pass has answered, over its start and end: one pass fires the timers of many
+ * traces, so the span is of the sweeper's trace, and links to the span that scheduled each fired
+ * timer (its stored trace context; up to FIRE_LINKS distinct ones). The message a timer becomes
+ * keeps the schedule's context itself (sql/functions/sweeper.sql). Counts and ids only: no queue,
+ * tenant, key or payload. Called only with tracing on (the caller tests activeTracer()).
+ */
+export function recordFireSpan(t: Tracer, o: { startMs: number; endMs: number; fired: number; duplicates: number; traced: number; links: Array<{ traceId: string; spanId: string }> }): void {
+  const links = o.links
+    .filter((l) => HEX_TRACE.test(l.traceId) && HEX_SPAN.test(l.spanId))
+    .slice(0, FIRE_LINKS)
+    .map((l) => ({ context: { traceId: l.traceId, spanId: l.spanId, traceFlags: TraceFlags.SAMPLED, isRemote: true } }))
+    .filter((l) => isSpanContextValid(l.context));
+  const span = t.startSpan('sweeper fire', {
+    kind: SpanKind.INTERNAL,
+    startTime: o.startMs,
+    links,
+    attributes: { 'queen.fired': o.fired, 'queen.duplicates': o.duplicates, 'queen.traced': o.traced, 'queen.links': links.length },
+  });
+  span.end(o.endMs);
 }
 
 /**

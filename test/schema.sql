@@ -4676,6 +4676,10 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_links integer)
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
@@ -4711,7 +4715,7 @@ BEGIN
   END IF;
   v_claimed_at := clock_timestamp();
   IF v_fire_on THEN
-    v_fire := queen.timers_fire_v2(p_fire_limit);
+    v_fire := queen.timers_fire_v3(p_fire_limit, p_links);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -4762,7 +4766,8 @@ BEGIN
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $function$
 CREATE OR REPLACE FUNCTION queen.sweeper_report_v1(p_worker text, p_state jsonb, p_sample_seconds integer)
  RETURNS jsonb
@@ -5184,11 +5189,17 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.timers_fire_v3(p_limit, 0) $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit integer, p_links integer)
+ RETURNS jsonb
  LANGUAGE plpgsql
  SET enable_bitmapscan TO 'off'
  SET plan_cache_mode TO 'force_custom_plan'
 AS $function$
 DECLARE
+  v_traced INT := 0;
+  v_links JSONB := '[]';
   v_claimed queen.log_timers[];
   r RECORD;
   v_ids RECORD;
@@ -5271,6 +5282,18 @@ BEGIN
   FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
         WHERE k.pid = ANY (v_hit)) x;
   DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
+  IF p_links > 0 THEN
+    SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
+    IF v_traced > 0 THEN
+      SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
+        INTO v_links
+        FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
+              WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
+    END IF;
+    RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+      'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision,
+      'traced', v_traced, 'links', v_links);
+  END IF;
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $function$

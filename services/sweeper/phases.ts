@@ -31,6 +31,15 @@ export interface PassResult {
   finishedAtUs: number;
   /** On the pass that ends a cycle (no shard claimed): ms until the cell's next future timer; null when none. */
   nextDueInMs: number | null;
+  /** Asked for (PassArgs.links > 0): the fired timers that carry a schedule's trace context, and up to `links` distinct contexts. */
+  traced: number;
+  links: FireLink[];
+}
+
+/** A fired timer's trace context: the W3C ids of the request span that scheduled it. */
+export interface FireLink {
+  traceId: string;
+  spanId: string;
 }
 
 export interface RetainedQueue {
@@ -50,12 +59,14 @@ export interface PassArgs {
   prune: boolean;
   /** The cell's default log retention in seconds (QUEEN_LOG_RETENTION_SECONDS); 0: none. */
   retentionSeconds: number;
+  /** Trace contexts of fired timers to answer (tracing on: the span's links); 0 or absent: none. */
+  links?: number;
 }
 
 export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
   const { rows } = await pool.query({
     ...SWEEPER_PASS,
-    values: [a.since, a.worker, a.shardsPerPass, a.fireBatch, a.pruneBatch, a.prune, a.retentionSeconds],
+    values: [a.since, a.worker, a.shardsPerPass, a.fireBatch, a.pruneBatch, a.prune, a.retentionSeconds, a.links ?? 0],
   });
   const p = rows[0].pass;
   return {
@@ -81,6 +92,8 @@ export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
     claimedAtUs: Number(p.claimedAtUs ?? 0),
     finishedAtUs: Number(p.finishedAtUs ?? 0),
     nextDueInMs: typeof p.nextDueInMs === 'number' ? p.nextDueInMs : null,
+    traced: p.traced ?? 0,
+    links: p.links ?? [],
   };
 }
 

@@ -21,7 +21,7 @@ import type { Logger } from '../../shared/log';
 import type { SweeperMetrics } from '../../shared/metrics';
 import { PassResult, readGauges, readLogGauges, readLogRetentionGauges, report, rollupUsageSlice, runPass, ShedState } from './phases';
 import { DEFAULT_SLOW_PASS_MS, Pressure } from './pressure';
-import { inSpan } from '../../shared/tracing';
+import { activeTracer, FIRE_LINKS, inSpan, recordFireSpan } from '../../shared/tracing';
 
 /** Shards per claim transaction: 8 of 64 lets up to eight sweepers work at once (by analogy, not measured). */
 export const DEFAULT_SHARDS_PER_PASS = 8;
@@ -293,8 +293,12 @@ export class Sweeper extends EventEmitter {
     }
     // Each pass is one statement, so one transaction: stopping between passes is the "finish the
     // batch, commit" of SIGTERM.
+    // Tracing on: each pass asks for its fired timers' trace contexts, and one that fired is a span
+    // linked to them (shared/tracing.ts). Off: nothing asked, no OpenTelemetry call.
+    const tracer = activeTracer();
     while (!this.stopping) {
       const t0 = performance.now();
+      const startMs = tracer ? Date.now() : 0;
       const pass = await runPass(this.o.pool, {
         since,
         worker: this.id,
@@ -303,8 +307,12 @@ export class Sweeper extends EventEmitter {
         pruneBatch: this.pressure.batch,
         prune: pruneNow,
         retentionSeconds: this.retentionSeconds,
+        links: tracer ? FIRE_LINKS : 0,
       });
       const ms = performance.now() - t0;
+      if (tracer && pass.fired > 0) {
+        recordFireSpan(tracer, { startMs, endMs: Date.now(), fired: pass.fired, duplicates: pass.duplicates, traced: pass.traced, links: pass.links });
+      }
       since = pass.since;
       fireEnabled = pass.fireEnabled;
       // Firing is cell-wide (the oldest due timers, whatever their shard); shards are claimed only

@@ -1,13 +1,14 @@
-// The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v3 claims,
+// The statements the sweeper sends. Named; every rule is in sql/functions/sweeper.sql (queen.sweeper_pass_v4 claims,
 // fires, prunes and marks in one transaction).
 
 /**
  * One pass: $1 cycle start (null on a cycle's first pass), $2 who, $3 shards, $4 fire batch, $5 prune
- * batch (also the log retention's, per shard), $6 prune on, $7 the cell's default log retention in seconds.
+ * batch (also the log retention's, per shard), $6 prune on, $7 the cell's default log retention in seconds,
+ * $8 how many fired timers' trace contexts to answer for the pass's span links (0 with tracing off: none).
  */
 export const SWEEPER_PASS = {
-  name: 'sweeper_pass_v3',
-  text: `SELECT queen.sweeper_pass_v3($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean, $7::int) AS pass`,
+  name: 'sweeper_pass_v4',
+  text: `SELECT queen.sweeper_pass_v4($1::timestamptz, $2::text, $3::int, $4::int, $5::int, $6::boolean, $7::int, $8::int) AS pass`,
 };
 
 export const SWEEPER_GAUGES = {

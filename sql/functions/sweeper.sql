@@ -122,10 +122,20 @@ END $$;
 -- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
 -- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
 -- (its message already stored) marks nothing again. The message carries its timer's trace context
--- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql).
+-- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql). Kept for its
+-- callers (a sweeper of the release before, bench:sealed-timers): queen.timers_fire_v3 answering no links.
 CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.timers_fire_v3(p_limit, 0) $$;
+
+-- queen.timers_fire_v2, and, when p_links > 0 (the sweeper traces: docs/tracing.md), the trace
+-- context of the timers it fired, for its span's links: `traced`, how many of them carry one (a
+-- schedule's request span), and `links`, at most p_links distinct {traceId, spanId} (32 and 16 hex
+-- digits, the W3C forms). Ids only: nothing a client wrote. 0 (tracing off) computes nothing more.
+CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit INT, p_links INT) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
+  v_traced INT := 0;
+  v_links JSONB := '[]';
   v_claimed queen.log_timers[];
   r RECORD;
   v_ids RECORD;
@@ -208,6 +218,18 @@ BEGIN
   FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
         WHERE k.pid = ANY (v_hit)) x;
   DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
+  IF p_links > 0 THEN
+    SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
+    IF v_traced > 0 THEN
+      SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
+        INTO v_links
+        FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
+              WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
+    END IF;
+    RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+      'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision,
+      'traced', v_traced, 'links', v_links);
+  END IF;
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $$;
@@ -313,10 +335,19 @@ END $$;
 -- p_retention_default the cell's default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0:
 -- none). The shard claim is what makes several sweepers share the work without two ever working
 -- one partition at once. It fires through queen.timers_fire_v2 (a sealed timer's message marked
--- sealed). 0.1.0's sweepers keep calling v1 during a rolling upgrade.
+-- sealed). 0.1.0's sweepers keep calling v1 during a rolling upgrade. Kept for a sweeper of the
+-- release before: queen.sweeper_pass_v4 answering no links.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
   p_retention_default INT)
+RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $$;
+
+-- queen.sweeper_pass_v3 firing through queen.timers_fire_v3: p_links > 0 (the sweeper traces) adds
+-- the fired timers' `traced` count and trace-context `links` to the answer, for the pass's span.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
+  p_retention_default INT, p_links INT)
 RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -352,7 +383,7 @@ BEGIN
   END IF;
   v_claimed_at := clock_timestamp();
   IF v_fire_on THEN
-    v_fire := queen.timers_fire_v2(p_fire_limit);
+    v_fire := queen.timers_fire_v3(p_fire_limit, p_links);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -403,7 +434,8 @@ BEGIN
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $$;
 
 -- What the sweeper's gauges show. One probe of idx_log_timers_due for the oldest due timer, per-shard

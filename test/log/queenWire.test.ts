@@ -130,6 +130,42 @@ describe('push item fields: refused by name, never dropped', () => {
     expect([wire.status, wire.body.ok]).toEqual([200, true]);
     expect((await pop(api.url, 'qw-client', { batch: 10 })).map((m) => m.data)).toEqual([{ a: 1 }, null, 3, 4]);
   });
+
+  // Before: the body's own stray keys (beside `items`, or a push operation's beside `type` and
+  // `items`) were ignored and the items answered 201, a `partition` meant for every item among them.
+  const strayBody: Array<[string, Record<string, unknown>, string]> = [
+    ['a misspelled key beside items', { itemz: 1 }, 'itemz'],
+    ['a partition meant for every item', { partition: 'p1' }, 'partition'],
+    ['a queue meant for every item', { queue: 'qw-body-other' }, 'queue'],
+  ];
+  test.each(strayBody)('push body: %s is 400 log_invalid_field naming it; nothing stored', async (_name, extra, field) => {
+    const res = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-body', payload: 0 }], ...extra });
+    expect([res.status, res.body.error, res.body.index]).toEqual([400, 'log_invalid_field', undefined]);
+    expect(res.body.message).toContain(field);
+    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-body?wait=false')).status).toBe(204);
+  });
+
+  test('push body: a lone misspelled itemz is named, not answered log_items_required', async () => {
+    const res = await call(api.url, 'POST', '/api/v1/push', { itemz: [{ queue: 'qw-body', payload: 0 }] });
+    expect([res.status, res.body.error]).toEqual([400, 'log_invalid_field']);
+    expect(res.body.message).toContain('itemz');
+  });
+
+  test("push body: Queen's documented bufferMs / bufferMax (its server reads neither) are 400 unsupported, naming them", async () => {
+    const res = await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'qw-body', payload: 0 }], bufferMs: 100, bufferMax: 100 });
+    expect([res.status, res.body.error]).toEqual([400, 'unsupported']);
+    expect(res.body.message).toContain('bufferMs and bufferMax');
+    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-body?wait=false')).status).toBe(204);
+  });
+
+  test.each(strayBody)('transaction wire: %s in a push operation is 400 log_invalid_field, the operation\'s index; nothing stored', async (_name, extra, field) => {
+    const res = await call(api.url, 'POST', '/api/v1/transaction', {
+      operations: [{ type: 'push', items: [{ queue: 'qw-body', payload: 0 }] }, { type: 'push', items: [{ queue: 'qw-body', payload: 0 }], ...extra }],
+    });
+    expect([res.status, res.body.error, res.body.index]).toEqual([400, 'log_invalid_field', 1]);
+    expect(res.body.message).toContain(field);
+    expect((await call(api.url, 'GET', '/api/v1/pop/queue/qw-body?wait=false')).status).toBe(204);
+  });
 });
 
 describe('pop', () => {

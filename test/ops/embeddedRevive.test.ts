@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { request } from '../support/http';
 import { allInOneEnv, spawnApi, Spawned, untilHealthy } from '../support/processes';
@@ -22,8 +23,10 @@ afterAll(async () => {
   fs.rmSync(root, { recursive: true, force: true });
 });
 
+let port: number;
+
 test('an embedded PostgreSQL killed under the cell is logged, started again, and the cell serves again', async () => {
-  const port = await freePort();
+  port = await freePort();
   api = spawnApi({ ...(await allInOneEnv(root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
   await untilHealthy(api, port);
   const before = await request(port, 'POST', '/api/v1/push', { body: { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] } });
@@ -46,4 +49,32 @@ test('an embedded PostgreSQL killed under the cell is logged, started again, and
   const fired = await request(port, 'GET', '/api/v1/pop/queue/after?wait=true&timeout=15000', { timeoutMs: 60_000 });
   expect([fired.status, fired.body?.messages?.[0]?.transactionId]).toEqual([200, `timer:${timer.body.timerId}`]);
   expect(api.child.exitCode).toBeNull();
+});
+
+test('a backend busy in a statement when the server dies (it never waits, so never notices) does not hold the restart back: ended, and the first attempt starts', async () => {
+  // Before: it kept the old shared memory attached, every start failed "pre-existing shared memory
+  // block is still in use", and the back-off doubled (0.5, 1, 2, 4 s...) until the cell gave up.
+  // The same port and data folder after every restart.
+  const { dataDir, url } = api!.lines.find((l) => l.msg === 'embedded PostgreSQL is up')!;
+  const busy = new Client({ connectionString: url });
+  busy.on('error', () => undefined);
+  await busy.connect();
+  // A loop with no wait in it; its own limit (60 s) ends it should nothing else.
+  await busy.query("SET statement_timeout = '60s'");
+  const looping = busy.query('DO $$ BEGIN LOOP END LOOP; END $$').then(() => 'finished', (err: Error) => err.message);
+  await new Promise((r) => setTimeout(r, 300));
+  const mark = api!.lines.length;
+  const postmaster = Number(fs.readFileSync(path.join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+  process.kill(postmaster, 'SIGKILL');
+
+  const again = await api!.waitForLine((l) => l.msg === 'embedded PostgreSQL is up again' && api!.lines.indexOf(l) >= mark, 'embedded PostgreSQL is up again', 15_000);
+  expect(again.attempt).toBe(1);
+  const since = api!.lines.slice(mark);
+  expect(since.some((l) => String(l.msg).startsWith('embedded postgres: processes of a server that died still hold its shared memory'))).toBe(true);
+  expect(since.filter((l) => l.msg === 'embedded PostgreSQL could not be started again')).toEqual([]);
+  expect(await looping).not.toBe('finished');
+  await busy.end().catch(() => undefined);
+  await untilHealthy(api!, port);
+  const put = await request(port, 'PUT', '/api/v1/kv/ns/after-busy', { body: { value: 1, forever: true } });
+  expect(put.status).toBe(200);
 });

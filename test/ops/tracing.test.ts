@@ -22,6 +22,7 @@ interface OtlpSpan {
   name: string;
   kind: number;
   attributes?: Array<{ key: string; value: Record<string, unknown> }>;
+  links?: Array<{ traceId: string; spanId: string; attributes?: unknown[] }>;
 }
 interface Exported {
   service: string;
@@ -119,9 +120,9 @@ test('with OTEL_EXPORTER_OTLP_ENDPOINT set, requests and their statements come o
     await waitFor(
       () =>
         ['GET /api/v1/kv/:ns/*key', 'PUT /api/v1/kv/:ns/*key', 'POST /api/v1/push', 'POST /api/v1/transaction', 'POST /api/v1/timers', 'POST /api/v1/kv'].every((n) => names().has(`queen-kv-api ${n}`)) &&
-        names().has('queen-kv-sweeper sweeper cycle') &&
+        names().has('queen-kv-sweeper sweeper cycle') && names().has('queen-kv-sweeper sweeper fire') &&
         collector.spans.some((s) => s.span.traceId === traceId && s.span.kind === 2),
-      { what: 'the spans of every call, and a sweeper cycle', timeoutMs: 20_000, everyMs: 100 },
+      { what: 'the spans of every call, a sweeper cycle and the timer\'s fire', timeoutMs: 20_000, everyMs: 100 },
     );
 
     const servers = collector.spans.filter((s) => s.span.kind === 2);
@@ -144,6 +145,14 @@ test('with OTEL_EXPORTER_OTLP_ENDPOINT set, requests and their statements come o
     const cycle = collector.spans.find((s) => s.service === 'queen-kv-sweeper' && s.span.name === 'sweeper cycle' && collector.spans.some((c) => c.span.parentSpanId === s.span.spanId))!;
     expect(cycle).toBeDefined();
     expect(typeof cycle.attrs['queen.fired']).toBe('number');
+    // The timer's fire: a span of the sweeper's cycle, linked to the request span that scheduled the
+    // timer; counts for attributes, and nothing else (no queue, tenant, key or payload).
+    const schedule = servers.find((s) => s.span.name === 'POST /api/v1/timers')!;
+    const fire = collector.spans.find((s) => s.service === 'queen-kv-sweeper' && s.span.name === 'sweeper fire')!;
+    expect(fire.span.links?.map((l) => [l.traceId, l.spanId])).toEqual([[schedule.span.traceId, schedule.span.spanId]]);
+    expect(collector.spans.find((s) => s.span.spanId === fire.span.parentSpanId)?.span.name).toBe('sweeper cycle');
+    expect(fire.attrs).toEqual({ 'queen.fired': 1, 'queen.duplicates': 0, 'queen.traced': 1, 'queen.links': 1 });
+    expect(fire.span.traceId).not.toBe(schedule.span.traceId);
 
     // Nothing a client sent: not in a span name, an attribute, a resource, anywhere in what was posted.
     const exported = collector.bodies.join('\n');
@@ -166,9 +175,10 @@ test('one trace from a producer push through a timer, its fire, the consumer pop
     const api = spawnApi({ DATABASE_URL: db.url, PORT: String(port), QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', ...UNLIMITED_RATES, ...OTEL(collector.url) });
     started.push(api);
     await untilHealthy(api, port);
-    // The sweeper fires untraced here: its cycle spans are traces of their own (one cycle fires
-    // the timers of many traces); the message a timer becomes carries the schedule's context.
-    started.push(await spawnSweeper(db.url));
+    // The sweeper traces too: its cycle and fire spans are traces of their own (one pass fires the
+    // timers of many traces), the fire linked to the schedule's span; the message a timer becomes
+    // carries the schedule's context itself.
+    started.push(await spawnSweeper(db.url, OTEL(collector.url)));
     const queen = new Queen({ url: `http://127.0.0.1:${port}` });
     const producer = trace.getTracer('flow').startSpan('place order');
     const traceId = producer.spanContext().traceId;
@@ -202,11 +212,12 @@ test('one trace from a producer push through a timer, its fire, the consumer pop
       service: 'flow-app', attrs: {},
       span: { traceId: s.spanContext().traceId, spanId: s.spanContext().spanId, parentSpanId: s.parentSpanContext?.spanId, name: s.name, kind: s.kind },
     }));
-    const flow = () => [...collector.spans, ...appSpans()].filter((s) => !probes().has(s.span.traceId));
+    const flow = () => [...collector.spans, ...appSpans()].filter((s) => !probes().has(s.span.traceId) && s.service !== 'queen-kv-sweeper');
+    const fires = () => collector.spans.filter((s) => s.service === 'queen-kv-sweeper' && s.span.name === 'sweeper fire');
     const servers = () => flow().filter((s) => s.service === 'queen-kv-api' && s.span.kind === 2).map((s) => s.span.name);
     await waitFor(() => servers().filter((n) => n === 'POST /api/v1/transaction').length === 2 && servers().includes('POST /api/v1/push')
-      && flow().filter((s) => s.service === 'flow-app' && s.span.name === 'queen process').length === 2,
-    { what: 'the flow\'s spans: the push, two bundles, two handlers', timeoutMs: 20_000, everyMs: 100 }).catch((err: Error) => {
+      && flow().filter((s) => s.service === 'flow-app' && s.span.name === 'queen process').length === 2 && fires().length > 0,
+    { what: 'the flow\'s spans: the push, two bundles, two handlers, the timer\'s fire', timeoutMs: 20_000, everyMs: 100 }).catch((err: Error) => {
       throw new Error(`${err.message}; exported: ${flow().map((s) => `${s.service} ${s.span.name}`).join(', ')}`);
     });
     const spans = flow();
@@ -219,6 +230,11 @@ test('one trace from a producer push through a timer, its fire, the consumer pop
     const bundles = spans.filter((s) => s.span.name === 'POST /api/v1/transaction');
     expect(bundles.map((b) => byId.get(b.span.parentSpanId!)?.span.name)).toEqual(['queen process', 'queen process']);
     expect(spans.some((s) => s.span.name.startsWith('GET /api/v1/pop'))).toBe(true);
+    // The fire is not in the producer's trace but linked into it: to the first bundle's request
+    // span, which scheduled the timer (and which the second handler continues).
+    const scheduled = bundles.find((b) => handlers.some((h) => h.span.parentSpanId === b.span.spanId))!;
+    expect(fires().flatMap((f) => (f.span.links ?? []).map((l) => [l.traceId, l.spanId]))).toEqual([[traceId, scheduled.span.spanId]]);
+    expect(fires().every((f) => f.span.traceId !== traceId)).toBe(true);
   } finally {
     await provider.shutdown();
     trace.disable();

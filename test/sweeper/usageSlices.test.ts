@@ -43,14 +43,28 @@ async function slice(on: Pool | PoolClient = pool, pages = PAGES): Promise<Answe
   return (await on.query(`SELECT queen.kv_usage_rollup_v2($1, interval '0') AS r`, [pages])).rows[0].r;
 }
 
-/** Calls until every slice, including any the table grew meanwhile, was counted once since the first call. */
+/** refresh()'s own bound: half the test's timeout, and a number of calls no layout here comes near (PAGES 1: a slice a page). */
+const REFRESH_DEADLINE_MS = 60_000;
+const REFRESH_MAX_CALLS = 20_000;
+
+/**
+ * Calls until every slice, including any the table grew meanwhile, was counted once since the first
+ * call. Bounded: a refresh that never publishes (a writer outgrowing it, a roller answering busy
+ * forever) fails saying so, instead of running into the test's timeout and on into the next tests.
+ */
 async function refresh(on: Pool | PoolClient = pool): Promise<Answer> {
   let last: Answer;
+  let counted = 0;
   let calls = 0;
+  const deadline = Date.now() + REFRESH_DEADLINE_MS;
   do {
+    if (calls >= REFRESH_MAX_CALLS || Date.now() > deadline) {
+      throw new Error(`refresh: not published after ${calls} calls in ${REFRESH_DEADLINE_MS - (deadline - Date.now())} ms (bounds: ${REFRESH_MAX_CALLS} calls, ${REFRESH_DEADLINE_MS} ms); last answer: ${JSON.stringify(last!)}`);
+    }
     last = await slice(on);
-    if (last.counted) calls++;
-  } while (last.busy || calls < last.slices || !last.published);
+    calls++;
+    if (last.counted) counted++;
+  } while (last.busy || counted < last.slices || !last.published);
   return last;
 }
 

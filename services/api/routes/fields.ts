@@ -66,7 +66,7 @@ export function refusePushItems(items: unknown[], operation?: number): boolean {
     const index = operation ?? i;
     const stray = Object.keys(item).filter((f) => !PUSH_ITEM_SET.has(f));
     if (stray.length > 0) {
-      const named = stray.slice(0, 5).map((f) => (f.length > 64 ? `${f.slice(0, 64)}...` : f)).join(', ');
+      const named = nameFields(stray);
       const hint = stray.includes('data') && !('payload' in item) ? ' (the message goes in payload)' : '';
       throw new ApiError('log_invalid_field', `${where} has a field push does not take: ${named}${hint}. Its fields are ${PUSH_ITEM_FIELDS.join(', ')}.`, { index });
     }
@@ -82,6 +82,44 @@ export function refusePushItems(items: unknown[], operation?: number): boolean {
     }
   }
   return traced;
+}
+
+/**
+ * The fields of a push body: `items`, all Queen's JavaScript client sends (its push, its buffer's
+ * flush and its producer all post `{items}`). Anything else was ignored, so a misspelled key
+ * beside `items` (an `itemz`, a `queue` meant as every item's default) was answered 201 as if it
+ * were not there. Queen's API.md documents `bufferMs` / `bufferMax` (server-side buffering, with
+ * a buffer status in the answer); its server reads neither, and the cell does not buffer: 400
+ * unsupported, naming them. Checked before `items`, so a body of only a misspelled `itemz` names
+ * it rather than answering log_items_required.
+ */
+export const PUSH_BODY_FIELDS: readonly string[] = ['items'];
+const QUEEN_BUFFER_FIELDS = new Set(['bufferMs', 'bufferMax']);
+
+/** A push operation of the transaction wire takes `type` and `items`, as Queen's TransactionBuilder sends it. */
+export const PUSH_OPERATION_FIELDS: readonly string[] = ['type', 'items'];
+
+const nameFields = (fields: string[]) => fields.slice(0, 5).map((f) => (f.length > 64 ? `${f.slice(0, 64)}...` : f)).join(', ');
+
+/** POST /api/v1/push's body: 400 log_invalid_field naming a field other than `items` (unsupported for Queen's buffering). */
+export function refusePushBody(body: Record<string, unknown>): void {
+  const stray = Object.keys(body).filter((f) => !PUSH_BODY_FIELDS.includes(f));
+  if (stray.length === 0) return;
+  const buffering = stray.filter((f) => QUEEN_BUFFER_FIELDS.has(f));
+  if (buffering.length === stray.length) {
+    throw new ApiError('unsupported', `${buffering.join(' and ')}: server-side buffering is not implemented; a push is stored when it is answered (buffer in the client).`);
+  }
+  throw new ApiError('log_invalid_field', `The push has a field it does not take: ${nameFields(stray)}. Its only field is items (each item takes ${PUSH_ITEM_FIELDS.join(', ')}).`);
+}
+
+/**
+ * A transaction-wire push operation's own fields: `type` and `items`. A `queue` or `partition`
+ * beside `items` (meant for every item) was ignored, the items going to their own queue or Default.
+ */
+export function refusePushOperation(op: Record<string, unknown>, operation: number): void {
+  const stray = Object.keys(op).filter((f) => !PUSH_OPERATION_FIELDS.includes(f));
+  if (stray.length === 0) return;
+  throw new ApiError('log_invalid_field', `Operation ${operation} (push) has a field it does not take: ${nameFields(stray)}. Its fields are type and items (each item takes ${PUSH_ITEM_FIELDS.join(', ')}).`, { index: operation });
 }
 
 /** Queen's traceId: UUID text, either case (a W3C trace id's 32 hex digits, with the UUID's dashes). */

@@ -15,7 +15,7 @@ import {
 } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
-import { nameRule, refusePushItems, refuseNul } from './fields';
+import { nameRule, refusePushBody, refusePushItems, refuseNul } from './fields';
 import { movingRefusal, tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
@@ -381,6 +381,7 @@ export function pushRoute({ config, messagePool, log, metrics, logRequest }: Log
   const push = timed(metrics, 'push', async (req: IncomingMessage, res: ServerResponse) => {
     const tenant = tenantOf(config, req);
     const { text, body } = objectBody(req);
+    refusePushBody(body);
     // Queen's wire: 201 with one entry per item; no items is 201 [] (nothing to do, nothing wrong).
     let traceIds = false;
     if (Array.isArray(body.items)) {

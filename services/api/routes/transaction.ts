@@ -27,7 +27,7 @@ import { sealAll, sealingRequired } from '../seal/seal';
 import { TX_TIMERS_EXPR, TX_TIMERS_EXPR_TRACED, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
 import { timed } from './log';
-import { refuseNulKeys, refusePushItems } from './fields';
+import { refuseNulKeys, refusePushItems, refusePushOperation } from './fields';
 import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, parseObject } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
@@ -118,7 +118,9 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     // A push operation's items keep the push route's field rules (routes/fields.ts), named by the operation's index.
     let traceIds = false;
     operations.forEach((op, i) => {
-      if (isPlainObject(op) && op.type === 'push' && Array.isArray(op.items) && refusePushItems(op.items, i)) traceIds = true;
+      if (!isPlainObject(op) || op.type !== 'push') return;
+      refusePushOperation(op, i);
+      if (Array.isArray(op.items) && refusePushItems(op.items, i)) traceIds = true;
     });
     if (operations.length + kv.length + timers.length === 0) {
       throw new ApiError('tx_empty', 'A transaction carries at least one of operations, kv, timers (non-empty arrays).');
