@@ -430,6 +430,7 @@ BEGIN
     v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
     IF v_type = 'ack' THEN
       v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+      v_acks := v_acks || v_norm[i + 1];
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
@@ -453,12 +454,16 @@ BEGIN
     END IF;
   END LOOP;
 
-  v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
   -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
-  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1). A bundle
+  -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
+  -- planned at every call).
+  IF cardinality(v_items) > 0 THEN
+    v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+    PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
+  END IF;
+  -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
