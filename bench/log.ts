@@ -24,8 +24,10 @@
 // Options: --duration=3 (seconds a side a round), --rounds=3, --clients=16, --lanes=push1,pop,...
 // (prefixes), --wal=false, --compare=<git ref> (a second cell whose database has that revision's
 // sql/functions overlaid on this tree's schema: function bodies changed in place compare; a
-// migration of this tree that the ref lacks is said and not undone), DATABASE_URL (an existing server).
+// migration of this tree that the ref lacks is said and not undone, unless --before-sql=<file> holds
+// the statements that undo it, run there after the overlay), DATABASE_URL (an existing server).
 import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { Client, Pool } from 'pg';
 import { DEFAULT_TENANT } from '../shared/config';
@@ -45,6 +47,7 @@ const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
 const LANES = (flag('lanes') ?? 'push1,push100,pop,ack,pop+ack10,bundle').split(',');
 const WAL = flag('wal') !== 'false';
 const COMPARE = flag('compare');
+const BEFORE_SQL = flag('before-sql');
 const WARM_S = 1;
 /** Partitions of 10 messages for the pop lane (each pop takes a fresh one; every group reads them all). */
 const POP_PARTITIONS = positiveOption('pop-partitions', 'BENCH_POP_PARTITIONS', 12_000);
@@ -167,8 +170,12 @@ async function overlay(url: string, ref: string): Promise<void> {
   const theirs = execFileSync('git', ['ls-tree', '--name-only', ref, 'sql/migrations/'], { cwd: root }).toString().trim().split('\n');
   const ours = execFileSync('git', ['ls-files', 'sql/migrations/'], { cwd: root }).toString().trim().split('\n');
   const extra = ours.filter((f) => f.endsWith('.sql') && !theirs.includes(f));
-  if (extra.length) out(`(--compare=${ref}: this tree's ${extra.join(', ')} stay applied in both databases)`);
+  if (extra.length && !BEFORE_SQL) out(`(--compare=${ref}: this tree's ${extra.join(', ')} stay applied in both databases)`);
   await onServer(url, ['BEGIN', ...files.slice(at), 'COMMIT']);
+  if (BEFORE_SQL) {
+    out(`(--compare=${ref}: ${extra.join(', ')} undone there by ${BEFORE_SQL})`);
+    await onServer(url, [fs.readFileSync(BEFORE_SQL, 'utf8')]);
+  }
 }
 
 // ---------------------------------------------------------------- one measured stretch

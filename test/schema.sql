@@ -15,7 +15,7 @@ TABLE message_failure_texts
 TABLE message_failures
 TABLE message_traces
 TABLE messages
-TABLE partition_consumers
+TABLE partition_consumers fillfactor=70
 TABLE partitions
 TABLE queue_delays
 TABLE queue_options
@@ -265,7 +265,7 @@ CREATE INDEX idx_log_timers_shard_due ON queen.log_timers USING btree (shard, de
 CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_id, deliver_at, timer_id)
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
-CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
+CREATE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (partition_id) WHERE false
 CREATE INDEX idx_queue_options_namespace ON queen.queue_options USING btree (namespace, task) WHERE ((namespace <> ''::text) OR (task <> ''::text))
 CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
@@ -2630,11 +2630,20 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_extend_lease_v2(p_tenant, p_lease, p_seconds)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v2(p_tenant uuid, p_lease text, p_seconds integer)
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
   v_expires TIMESTAMPTZ;
+  v_own BOOLEAN;
+  v_from UUID := '00000000-0000-0000-0000-000000000000';
+  v_to UUID := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 BEGIN
   IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
@@ -2642,15 +2651,11 @@ BEGIN
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
     PERFORM queen.fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
   END IF;
-  UPDATE queen.partition_consumers c
-     SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
-           SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
-         updated_at = v_now
-   WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
-     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
-  RETURNING c.lease_expires_at INTO v_expires;
-  IF v_expires IS NULL THEN
+  v_own := substr(lower(p_lease), 15, 1) = '8';
+  IF v_own THEN
+    v_from := (left(replace(lower(p_lease), '-', ''), 12) || '00000000000000000000')::uuid;
+    v_to := (left(replace(lower(p_lease), '-', ''), 12) || 'ffffffffffffffffffff')::uuid;
+  ELSE
     -- The shared id of a pop of several partitions: every live lease handed out under it.
     WITH extended AS (
       UPDATE queen.partition_consumers c
@@ -2664,6 +2669,16 @@ BEGIN
                       WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
       RETURNING c.lease_expires_at)
     SELECT min(e.lease_expires_at) INTO v_expires FROM extended e;
+  END IF;
+  IF v_expires IS NULL THEN
+    UPDATE queen.partition_consumers c
+       SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+             SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+           updated_at = v_now
+     WHERE c.partition_id BETWEEN v_from AND v_to AND c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+       AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+    RETURNING c.lease_expires_at INTO v_expires;
   END IF;
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
@@ -2784,6 +2799,13 @@ BEGIN
          dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
    WHERE partition_id = p_partition AND consumer_group = p_group;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_lease_id_v1(p_partition uuid)
+ RETURNS uuid
+ LANGUAGE sql
+AS $function$
+  SELECT (left(replace(p_partition::text, '-', ''), 12) || '8' || substr(r, 14, 3) || substr(r, 17, 16))::uuid
+    FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS r) g
+$function$
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant uuid, p_acks jsonb[])
  RETURNS void
  LANGUAGE plpgsql
@@ -3279,7 +3301,7 @@ BEGIN
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  v_lease := gen_random_uuid();
+  v_lease := queen.log_lease_id_v1(v_pc.partition_id);
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',

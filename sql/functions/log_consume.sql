@@ -478,6 +478,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
               ELSE least(p_max::numeric, p_delay::numeric * power(2::numeric, least(greatest(p_failures - 1, 0), 40)))::bigint END
 $$;
 
+-- A lease id that says where its lease is: the first six bytes (12 hex digits) of the partition's
+-- id, the UUID version 8 (RFC 9562's custom layout), then 74 random bits. POST
+-- /api/v1/lease/:leaseId/extend finds the group's row through the primary key's partitions of that
+-- prefix (queen.log_extend_lease_v2), so no index on lease_id is needed, and a pop's write of a new
+-- lease, like the ack's that ends it, is a HOT update (sql/migrations/058_lease_lookup.sql).
+CREATE OR REPLACE FUNCTION queen.log_lease_id_v1(p_partition UUID) RETURNS UUID
+LANGUAGE sql VOLATILE AS $$
+  SELECT (left(replace(p_partition::text, '-', ''), 12) || '8' || substr(r, 14, 3) || substr(r, 17, 16))::uuid
+    FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS r) g
+$$;
+
 -- queen.log_pop_v1 and two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
 -- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not
@@ -628,7 +639,7 @@ BEGIN
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  v_lease := gen_random_uuid();
+  v_lease := queen.log_lease_id_v1(v_pc.partition_id);
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',

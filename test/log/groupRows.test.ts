@@ -1,6 +1,9 @@
-// An ack batch keeps each group's row in memory from one ack to the next and writes it once
-// (queen.log_ack_batch_v2 over queen.log_ack_step_v1): the same answers and the same rows as the
-// acks sent one call each, with one row version for the batch instead of one per ack.
+// What a pop and its acks write to the group's row (queen.partition_consumers). An ack batch keeps
+// each group's row in memory from one ack to the next and writes it once (queen.log_ack_batch_v2
+// over queen.log_ack_step_v1): the same answers and the same rows as the acks sent one call each,
+// with one row version for the batch instead of one per ack. A pop's lease id names its partition
+// (queen.log_lease_id_v1), so no index holds lease_id and both writes are HOT updates
+// (sql/migrations/058_lease_lookup.sql); a lease extend still finds every lease.
 import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
 import { useApi } from '../support/api';
@@ -9,6 +12,21 @@ import { call } from '../support/http';
 import { ack, ackOf, configure, Message, pop, push } from './helpers';
 
 const api = useApi();
+
+/** Runs `work` in a transaction and answers how many updates of queen.partition_consumers it made, and how many were HOT. */
+async function updates(work: (c: Client) => Promise<void>): Promise<{ n: number; hot: number }> {
+  const c = new Client({ connectionString: api.databaseUrl });
+  await c.connect();
+  try {
+    await c.query('BEGIN');
+    await work(c);
+    const { rows } = await c.query(`SELECT n_tup_upd::int AS n, n_tup_hot_upd::int AS hot FROM pg_stat_xact_user_tables WHERE relid = 'queen.partition_consumers'::regclass`);
+    await c.query('COMMIT');
+    return rows[0];
+  } finally {
+    await c.end();
+  }
+}
 
 async function leased(queue: string, n: number): Promise<Message[]> {
   await configure(api.url, queue, { retryLimit: 3 });
@@ -51,22 +69,46 @@ test('a batch answers and leaves the rows as the same acks one call each', async
   expect(await state('ack-rows-batch')).toEqual(await state('ack-rows-one'));
 });
 
-test('ten acks of one lease write the group row once', async () => {
+test('ten acks of one lease write the group row once, a HOT update', async () => {
   const m = await leased('ack-rows-once', 10);
-  const c = new Client({ connectionString: api.databaseUrl });
-  await c.connect();
-  try {
-    await c.query('BEGIN');
+  const written = await updates(async (c) => {
     const { rows } = await c.query(`SELECT queen.log_ack_batch_body_v2($1, $2::jsonb) AS r`, [DEFAULT_TENANT, JSON.stringify({ acknowledgments: m.map((x) => ackOf(x)) })]);
     expect(rows[0].r.every((r: any) => r.ok === true)).toBe(true);
-    const upd = await c.query(`SELECT n_tup_upd::int AS n FROM pg_stat_xact_user_tables WHERE relid = 'queen.partition_consumers'::regclass`);
-    expect(upd.rows[0].n).toBe(1);
-    await c.query('COMMIT');
-  } finally {
-    await c.end();
-  }
+  });
+  expect(written).toEqual({ n: 1, hot: 1 });
   expect(await state('ack-rows-once')).toMatchObject({ cursor: 10, released: true, completed: 10 });
   // Released: the next pop of the group finds nothing left, and an ack again is already_acked.
   expect(await pop(api.url, 'ack-rows-once')).toEqual([]);
   expect((await ack(api.url, m[9])).body).toMatchObject({ ok: false, ackReason: 'already_acked' });
+});
+
+test('a pop writes its lease as a HOT update, under a lease id that names the partition', async () => {
+  await push(api.url, [{ queue: 'lease-hot', payload: 1 }, { queue: 'lease-hot', payload: 2 }]);
+  // The group's row exists (a group that read the partition before): the pop's one write is the lease.
+  const [first] = await pop(api.url, 'lease-hot', { batch: 1 });
+  expect((await ack(api.url, first)).body.ok).toBe(true);
+  let leased: any[] = [];
+  const written = await updates(async (c) => {
+    leased = (await c.query(`SELECT queen.log_pop_v2($1, 'lease-hot', NULL, NULL, 1) AS m`, [DEFAULT_TENANT])).rows[0].m;
+  });
+  expect(leased).toHaveLength(1);
+  expect(written).toEqual({ n: 1, hot: 1 });
+  const [m] = leased;
+  expect(m.leaseId.slice(14, 15)).toBe('8');
+  expect(m.leaseId.replace(/-/g, '').slice(0, 12)).toBe(m.partitionId.replace(/-/g, '').slice(0, 12));
+  const extended = await call(api.url, 'POST', `/api/v1/lease/${m.leaseId}/extend`, { seconds: 600 });
+  expect(extended.body).toMatchObject({ ok: true, leaseId: m.leaseId });
+});
+
+test('a lease id of another shape (a pop from before 058) is still found by an extend, v2 and v1', async () => {
+  await push(api.url, [{ queue: 'lease-old', payload: 1 }]);
+  const [m] = await pop(api.url, 'lease-old');
+  const old = '0b7c8d2e-1f3a-4b5c-9d6e-7f8091a2b3c4';
+  await sql(api.databaseUrl, `UPDATE queen.partition_consumers SET lease_id = $1 WHERE partition_id = $2`, [old, m.partitionId]);
+  expect((await call(api.url, 'POST', `/api/v1/lease/${old}/extend`, { seconds: 600 })).body).toMatchObject({ ok: true, leaseId: old });
+  const [v1] = await sql(api.databaseUrl, `SELECT queen.log_extend_lease_v1($1, $2, 60) AS r`, [DEFAULT_TENANT, old]);
+  expect(v1.r).toMatchObject({ ok: true, leaseId: old });
+  // The pop's own id no longer names a lease: refused as an expired one, by both.
+  expect((await call(api.url, 'POST', `/api/v1/lease/${m.leaseId}/extend`, {})).body).toMatchObject({ ok: false, reason: 'lease_expired' });
+  expect((await call(api.url, 'POST', '/api/v1/ack', { ...ackOf(m), leaseId: old })).body).toMatchObject({ ok: true });
 });
