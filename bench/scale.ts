@@ -30,6 +30,7 @@ import { applySchema } from '../shared/db';
 import { EmbeddedPostgres, freePort, startEmbeddedPostgres } from '../shared/embeddedPostgres';
 import { SWEEPER_PASS, KV_USAGE_ROLLUP } from '../shared/sql/sweeper';
 import { DEFAULT_USAGE_SLICE_PAGES } from '../services/sweeper/sweeper';
+import { barePopAck } from './lib/bareLog';
 import { closedLoop, HttpClient, PointResult, rawClient, Task } from './lib/load';
 import { cellEnv, childrenOf, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
 import { spawnSweeper } from '../test/support/processes';
@@ -117,8 +118,6 @@ const SQL = {
            RETURNING timer_id, payload)
          INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
          SELECT $1, nextval('bench_fire_seq'), 'timer:' || timer_id, payload FROM c`,
-  popBare: `SELECT seq, transaction_id, payload FROM queen.messages WHERE partition_id = $1 AND seq > $2 ORDER BY seq LIMIT 10`,
-  ackBare: `UPDATE queen.partition_consumers SET cursor_seq = $3, updated_at = now() WHERE partition_id = $1 AND consumer_group = $2`,
 };
 
 // ---------------------------------------------------------------- processes
@@ -503,23 +502,9 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
     };
     const cursors = new Map<number, number>();
     await both('pop+ack10', popAck, sqlLoop(ctx, (pool, c) => async () => {
-      const pid = ctx.partitions[c % PARTITIONS];
-      const cl = await pool.connect();
-      try {
-        await cl.query('BEGIN');
-        const { rows } = await cl.query(named('s_pop', SQL.popBare, [pid, cursors.get(c) ?? 0]));
-        if (!rows.length) {
-          await cl.query('COMMIT');
-          return 0;
-        }
-        const top = Number(rows[rows.length - 1].seq);
-        await cl.query(named('s_ack', SQL.ackBare, [pid, groupSql, top]));
-        await cl.query('COMMIT');
-        cursors.set(c, top);
-        return rows.length;
-      } finally {
-        cl.release();
-      }
+      const { n, top } = await barePopAck(pool, ctx.partitions[c % PARTITIONS], groupSql, cursors.get(c) ?? 0);
+      cursors.set(c, top);
+      return n;
     }, T));
   }
 

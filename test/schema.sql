@@ -15,7 +15,7 @@ TABLE message_failure_texts
 TABLE message_failures
 TABLE message_traces
 TABLE messages
-TABLE partition_consumers
+TABLE partition_consumers fillfactor=70
 TABLE partitions
 TABLE queue_delays
 TABLE queue_options
@@ -265,7 +265,7 @@ CREATE INDEX idx_log_timers_shard_due ON queen.log_timers USING btree (shard, de
 CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_id, deliver_at, timer_id)
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
-CREATE UNIQUE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (lease_id) WHERE (lease_id IS NOT NULL)
+CREATE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (partition_id) WHERE false
 CREATE INDEX idx_queue_options_namespace ON queen.queue_options USING btree (namespace, task) WHERE ((namespace <> ''::text) OR (task <> ''::text))
 CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
@@ -1561,6 +1561,13 @@ DECLARE
   v_norm JSONB[] := '{}';
   v_out JSONB[] := '{}';
   v_n INT;
+  -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
+  v_keys TEXT[] := '{}';
+  v_rows queen.partition_consumers[] := '{}';
+  v_dirty BOOLEAN[] := '{}';
+  v_key TEXT;
+  v_at INT;
+  s RECORD;
   i INT;
 BEGIN
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
@@ -1571,7 +1578,21 @@ BEGIN
   END LOOP;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v2(p_tenant, v_norm[i], i - 1, p_raise);
+    v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
+    v_at := array_position(v_keys, v_key);
+    SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
+    IF v_at IS NOT NULL THEN
+      v_rows[v_at] := s.o_pc;
+      v_dirty[v_at] := v_dirty[v_at] OR s.o_applied;
+    ELSIF (s.o_pc).partition_id IS NOT NULL THEN
+      v_keys := v_keys || v_key;
+      v_rows := v_rows || s.o_pc;
+      v_dirty := v_dirty || s.o_applied;
+    END IF;
+    v_out := v_out || s.o_answer;
+  END LOOP;
+  FOR i IN 1 .. cardinality(v_keys) LOOP
+    IF v_dirty[i] THEN PERFORM queen.log_ack_write_v1(v_rows[i]); END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
@@ -1692,6 +1713,17 @@ CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant uuid, a jsonb, p_index 
  LANGUAGE plpgsql
 AS $function$
 DECLARE
+  s RECORD;
+BEGIN
+  SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, a, p_index, p_raise, NULL);
+  IF s.o_applied THEN PERFORM queen.log_ack_write_v1(s.o_pc); END IF;
+  RETURN s.o_answer;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_step_v1(p_tenant uuid, a jsonb, p_index integer, p_raise boolean, p_pc queen.partition_consumers, OUT o_answer jsonb, OUT o_pc queen.partition_consumers, OUT o_applied boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
   v_pid UUID := (a->>'partitionId')::uuid;
   v_group TEXT := a->>'consumerGroup';
   v_lease UUID := (a->>'leaseId')::uuid;
@@ -1706,6 +1738,8 @@ DECLARE
   v_dead BOOLEAN := false;
   v_finished BOOLEAN := false;
 BEGIN
+  o_pc := p_pc;
+  o_applied := false;
   -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
   SELECT m.seq INTO v_seq FROM queen.messages m
     JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -1713,8 +1747,13 @@ BEGIN
   IF v_seq IS NULL THEN
     v_reason := 'not_found';
   ELSE
-    SELECT * INTO v_pc FROM queen.partition_consumers c
-     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF p_pc.partition_id IS NOT NULL THEN
+      v_pc := p_pc;
+    ELSE
+      SELECT * INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    END IF;
+    o_pc := v_pc;
     IF v_pc.partition_id IS NULL THEN
       v_reason := 'not_leased';
     ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
@@ -1738,8 +1777,9 @@ BEGIN
         DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
     END IF;
     -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
-    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
+    o_answer := jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
       'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+    RETURN;
   END IF;
 
   IF a->>'status' = 'completed' THEN
@@ -1801,14 +1841,22 @@ BEGIN
     v_pc.lease_failed := '{}';
   END IF;
 
-  UPDATE queen.partition_consumers
-     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
-         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
-         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
-   WHERE partition_id = v_pid AND consumer_group = v_group;
-
-  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+  v_pc.updated_at := v_now;
+  o_pc := v_pc;
+  o_applied := true;
+  o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_write_v1(p_pc queen.partition_consumers)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  UPDATE queen.partition_consumers
+     SET cursor_seq = p_pc.cursor_seq, done_seqs = p_pc.done_seqs, lease_id = p_pc.lease_id,
+         lease_expires_at = p_pc.lease_expires_at, lease_seqs = p_pc.lease_seqs, lease_failed = p_pc.lease_failed,
+         completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters, updated_at = p_pc.updated_at
+   WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_trace jsonb)
  RETURNS jsonb
@@ -1927,6 +1975,7 @@ BEGIN
     v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
     IF v_type = 'ack' THEN
       v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+      v_acks := v_acks || v_norm[i + 1];
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
@@ -1950,12 +1999,16 @@ BEGIN
     END IF;
   END LOOP;
 
-  v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
   -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
-  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1). A bundle
+  -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
+  -- planned at every call).
+  IF cardinality(v_items) > 0 THEN
+    v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+    PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
+  END IF;
+  -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
@@ -2577,11 +2630,20 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_extend_lease_v2(p_tenant, p_lease, p_seconds)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v2(p_tenant uuid, p_lease text, p_seconds integer)
+ RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
   v_expires TIMESTAMPTZ;
+  v_own BOOLEAN;
+  v_from UUID := '00000000-0000-0000-0000-000000000000';
+  v_to UUID := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 BEGIN
   IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
@@ -2589,15 +2651,11 @@ BEGIN
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
     PERFORM queen.fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
   END IF;
-  UPDATE queen.partition_consumers c
-     SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
-           SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
-         updated_at = v_now
-   WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
-     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
-  RETURNING c.lease_expires_at INTO v_expires;
-  IF v_expires IS NULL THEN
+  v_own := substr(lower(p_lease), 15, 1) = '8';
+  IF v_own THEN
+    v_from := (left(replace(lower(p_lease), '-', ''), 12) || '00000000000000000000')::uuid;
+    v_to := (left(replace(lower(p_lease), '-', ''), 12) || 'ffffffffffffffffffff')::uuid;
+  ELSE
     -- The shared id of a pop of several partitions: every live lease handed out under it.
     WITH extended AS (
       UPDATE queen.partition_consumers c
@@ -2611,6 +2669,16 @@ BEGIN
                       WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
       RETURNING c.lease_expires_at)
     SELECT min(e.lease_expires_at) INTO v_expires FROM extended e;
+  END IF;
+  IF v_expires IS NULL THEN
+    UPDATE queen.partition_consumers c
+       SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+             SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+           updated_at = v_now
+     WHERE c.partition_id BETWEEN v_from AND v_to AND c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+       AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+    RETURNING c.lease_expires_at INTO v_expires;
   END IF;
   IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
@@ -2731,6 +2799,13 @@ BEGIN
          dead_letters = dead_letters + cardinality(v_dead), updated_at = p_now
    WHERE partition_id = p_partition AND consumer_group = p_group;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_lease_id_v1(p_partition uuid)
+ RETURNS uuid
+ LANGUAGE sql
+AS $function$
+  SELECT (left(replace(p_partition::text, '-', ''), 12) || '8' || substr(r, 14, 3) || substr(r, 17, 16))::uuid
+    FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS r) g
+$function$
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant uuid, p_acks jsonb[])
  RETURNS void
  LANGUAGE plpgsql
@@ -3226,7 +3301,7 @@ BEGIN
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  v_lease := gen_random_uuid();
+  v_lease := queen.log_lease_id_v1(v_pc.partition_id);
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',

@@ -18,7 +18,10 @@ export interface PointResult {
   firstError?: string;
 }
 
-/** A task sends one request and resolves with how many operations it carried (0 = refused). */
+/**
+ * A task sends one request and resolves with how many operations it carried (0 = refused); a
+ * negative count ends that client's loop (a finite supply ran out) without counting a request.
+ */
 export type Task = () => Promise<number>;
 
 export async function closedLoop(concurrency: number, durationMs: number, makeTask: (client: number) => Task): Promise<PointResult> {
@@ -36,6 +39,7 @@ export async function closedLoop(concurrency: number, durationMs: number, makeTa
       if (t0 >= deadline) return;
       try {
         const n = await task();
+        if (n < 0) return;
         if (n > 0) ops += n;
         else errors++;
       } catch (err) {

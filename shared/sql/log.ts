@@ -127,8 +127,8 @@ export const LOG_ACK_BATCH = {
 
 /** POST /api/v1/lease/:leaseId/extend: $2 the lease id, $3 seconds (NULL: the queue's lease time). */
 export const LOG_EXTEND_LEASE = {
-  name: 'log_extend_lease_v1',
-  text: `SELECT queen.log_extend_lease_v1($1::uuid, $2::text, $3::int)::text AS body`,
+  name: 'log_extend_lease_v2',
+  text: `SELECT queen.log_extend_lease_v2($1::uuid, $2::text, $3::int)::text AS body`,
 };
 
 /**

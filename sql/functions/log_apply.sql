@@ -209,11 +209,19 @@ END $$;
 -- POST /api/v1/lease/:leaseId/extend: pushes a live lease's expiry to now + p_seconds (the queue's
 -- lease time when NULL). An expired or unknown lease is not revived: a consumer whose lease lapsed
 -- may already have been overtaken. Another tenant's lease is answered as an unknown one.
-CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant UUID, p_lease TEXT, p_seconds INT) RETURNS JSONB
+-- Where the lease is looked for (no index on lease_id since 058): a pop's own id
+-- (queen.log_lease_id_v1, version 8) in the group rows of the partitions its prefix names, through
+-- the primary key; any other id is first a shared id (queen.shared_leases), else a lease of a pop
+-- from before 058 (a 0.1 API's, during a rolling upgrade), found by a scan of the group rows.
+-- The same answers as 0.1's queen.log_extend_lease_v1, which is this function now.
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v2(p_tenant UUID, p_lease TEXT, p_seconds INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
   v_expires TIMESTAMPTZ;
+  v_own BOOLEAN;
+  v_from UUID := '00000000-0000-0000-0000-000000000000';
+  v_to UUID := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 BEGIN
   IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
@@ -221,15 +229,11 @@ BEGIN
   IF p_seconds IS NOT NULL AND (p_seconds < 1 OR p_seconds > 86400) THEN
     PERFORM queen.fail_v1('log_invalid_lease_time', 'seconds is a whole number from 1 to 86400.', NULL);
   END IF;
-  UPDATE queen.partition_consumers c
-     SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
-           SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
-         updated_at = v_now
-   WHERE c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
-     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
-  RETURNING c.lease_expires_at INTO v_expires;
-  IF v_expires IS NULL THEN
+  v_own := substr(lower(p_lease), 15, 1) = '8';
+  IF v_own THEN
+    v_from := (left(replace(lower(p_lease), '-', ''), 12) || '00000000000000000000')::uuid;
+    v_to := (left(replace(lower(p_lease), '-', ''), 12) || 'ffffffffffffffffffff')::uuid;
+  ELSE
     -- The shared id of a pop of several partitions: every live lease handed out under it.
     WITH extended AS (
       UPDATE queen.partition_consumers c
@@ -245,10 +249,26 @@ BEGIN
     SELECT min(e.lease_expires_at) INTO v_expires FROM extended e;
   END IF;
   IF v_expires IS NULL THEN
+    UPDATE queen.partition_consumers c
+       SET lease_expires_at = v_now + make_interval(secs => coalesce(p_seconds, (
+             SELECT q.lease_time FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = c.partition_id))),
+           updated_at = v_now
+     WHERE c.partition_id BETWEEN v_from AND v_to AND c.lease_id = p_lease::uuid AND c.lease_expires_at > v_now
+       AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                    WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+    RETURNING c.lease_expires_at INTO v_expires;
+  END IF;
+  IF v_expires IS NULL THEN
     RETURN jsonb_build_object('ok', false, 'success', false, 'error', 'lease_expired', 'reason', 'lease_expired', 'leaseId', p_lease);
   END IF;
   RETURN jsonb_build_object('ok', true, 'success', true, 'leaseId', lower(p_lease), 'leaseExpiresAt', queen.ts_v1(v_expires));
 END $$;
+
+-- 0.1's POST /api/v1/lease/:leaseId/extend: queen.log_extend_lease_v2 (the same answers).
+CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant UUID, p_lease TEXT, p_seconds INT) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_extend_lease_v2(p_tenant, p_lease, p_seconds)
+$$;
 
 -- A pop with Queen's subscriptionMode=new (or subscriptionFrom=now) for a named consumer group:
 -- the group starts at the end of each partition of the queue (or of the named one) it has not read
@@ -430,6 +450,7 @@ BEGIN
     v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
     IF v_type = 'ack' THEN
       v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+      v_acks := v_acks || v_norm[i + 1];
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
@@ -453,12 +474,16 @@ BEGIN
     END IF;
   END LOOP;
 
-  v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
   -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1).
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed); END IF;
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
-  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1). A bundle
+  -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
+  -- planned at every call).
+  IF cardinality(v_items) > 0 THEN
+    v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+    PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
+  END IF;
+  -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP

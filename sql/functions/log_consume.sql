@@ -478,6 +478,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
               ELSE least(p_max::numeric, p_delay::numeric * power(2::numeric, least(greatest(p_failures - 1, 0), 40)))::bigint END
 $$;
 
+-- A lease id that says where its lease is: the first six bytes (12 hex digits) of the partition's
+-- id, the UUID version 8 (RFC 9562's custom layout), then 74 random bits. POST
+-- /api/v1/lease/:leaseId/extend finds the group's row through the primary key's partitions of that
+-- prefix (queen.log_extend_lease_v2), so no index on lease_id is needed, and a pop's write of a new
+-- lease, like the ack's that ends it, is a HOT update (sql/migrations/058_lease_lookup.sql).
+CREATE OR REPLACE FUNCTION queen.log_lease_id_v1(p_partition UUID) RETURNS UUID
+LANGUAGE sql VOLATILE AS $$
+  SELECT (left(replace(p_partition::text, '-', ''), 12) || '8' || substr(r, 14, 3) || substr(r, 17, 16))::uuid
+    FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS r) g
+$$;
+
 -- queen.log_pop_v1 and two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
 -- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not
@@ -628,7 +639,7 @@ BEGIN
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  v_lease := gen_random_uuid();
+  v_lease := queen.log_lease_id_v1(v_pc.partition_id);
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
@@ -655,9 +666,18 @@ BEGIN
      WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $$;
 
--- queen.log_ack_one_v1 with the queue's retryDelay: a `failed` ack that leaves the message for
--- redelivery holds the group's partition back (queen.consumer_retry_at) for the delay. Else as v1.
-CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+-- queen.log_ack_one_v1's decision with the queue's retryDelay (a `failed` ack that leaves the
+-- message for redelivery holds the group's partition back, queen.consumer_retry_at, for the
+-- delay), taken on the group's row as the caller holds it in memory: `p_pc` is the row as the acks
+-- before this one in the same call left it (read under its lock), or NULL, and then it is read here
+-- FOR NO KEY UPDATE as v1 reads it. Nothing is written to queen.partition_consumers: the answer,
+-- the row as this ack leaves it (o_pc, NULL when the row was never read), and whether the ack
+-- applied (o_applied: o_pc must be written, queen.log_ack_write_v1). Why: a batch of ten acks of
+-- one lease wrote the row ten times, nine of them a fresh version to lock again and a foreign-key
+-- check of partitions (the row's xmin was this transaction's); now once (npm run bench:log, ack:
+-- bench/README.md).
+CREATE OR REPLACE FUNCTION queen.log_ack_step_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN, p_pc queen.partition_consumers,
+  OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID := (a->>'partitionId')::uuid;
@@ -674,6 +694,8 @@ DECLARE
   v_dead BOOLEAN := false;
   v_finished BOOLEAN := false;
 BEGIN
+  o_pc := p_pc;
+  o_applied := false;
   -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
   SELECT m.seq INTO v_seq FROM queen.messages m
     JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -681,8 +703,13 @@ BEGIN
   IF v_seq IS NULL THEN
     v_reason := 'not_found';
   ELSE
-    SELECT * INTO v_pc FROM queen.partition_consumers c
-     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    IF p_pc.partition_id IS NOT NULL THEN
+      v_pc := p_pc;
+    ELSE
+      SELECT * INTO v_pc FROM queen.partition_consumers c
+       WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
+    END IF;
+    o_pc := v_pc;
     IF v_pc.partition_id IS NULL THEN
       v_reason := 'not_leased';
     ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
@@ -706,8 +733,9 @@ BEGIN
         DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
     END IF;
     -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
-    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
+    o_answer := jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
       'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
+    RETURN;
   END IF;
 
   IF a->>'status' = 'completed' THEN
@@ -769,23 +797,51 @@ BEGIN
     v_pc.lease_failed := '{}';
   END IF;
 
-  UPDATE queen.partition_consumers
-     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
-         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
-         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
-   WHERE partition_id = v_pid AND consumer_group = v_group;
-
-  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+  v_pc.updated_at := v_now;
+  o_pc := v_pc;
+  o_applied := true;
+  o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- queen.log_ack_batch_v1 through queen.log_ack_one_v2.
+-- The group's row as queen.log_ack_step_v1 left it, written: the columns an ack changes.
+CREATE OR REPLACE FUNCTION queen.log_ack_write_v1(p_pc queen.partition_consumers) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE queen.partition_consumers
+     SET cursor_seq = p_pc.cursor_seq, done_seqs = p_pc.done_seqs, lease_id = p_pc.lease_id,
+         lease_expires_at = p_pc.lease_expires_at, lease_seqs = p_pc.lease_seqs, lease_failed = p_pc.lease_failed,
+         completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters, updated_at = p_pc.updated_at
+   WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
+END $$;
+
+-- queen.log_ack_one_v1 with the queue's retryDelay (queen.log_ack_step_v1), its row written at once.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  s RECORD;
+BEGIN
+  SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, a, p_index, p_raise, NULL);
+  IF s.o_applied THEN PERFORM queen.log_ack_write_v1(s.o_pc); END IF;
+  RETURN s.o_answer;
+END $$;
+
+-- queen.log_ack_batch_v1 with queen.log_ack_one_v2's decisions, in request order, each group's row
+-- kept in memory from one ack to the next and written once at the end (the answers and the rows
+-- as one queen.log_ack_one_v2 per ack leaves them: each ack sees what the ones before it did).
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[] := '{}';
   v_out JSONB[] := '{}';
   v_n INT;
+  -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
+  v_keys TEXT[] := '{}';
+  v_rows queen.partition_consumers[] := '{}';
+  v_dirty BOOLEAN[] := '{}';
+  v_key TEXT;
+  v_at INT;
+  s RECORD;
   i INT;
 BEGIN
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
@@ -796,7 +852,21 @@ BEGIN
   END LOOP;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v2(p_tenant, v_norm[i], i - 1, p_raise);
+    v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
+    v_at := array_position(v_keys, v_key);
+    SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
+    IF v_at IS NOT NULL THEN
+      v_rows[v_at] := s.o_pc;
+      v_dirty[v_at] := v_dirty[v_at] OR s.o_applied;
+    ELSIF (s.o_pc).partition_id IS NOT NULL THEN
+      v_keys := v_keys || v_key;
+      v_rows := v_rows || s.o_pc;
+      v_dirty := v_dirty || s.o_applied;
+    END IF;
+    v_out := v_out || s.o_answer;
+  END LOOP;
+  FOR i IN 1 .. cardinality(v_keys) LOOP
+    IF v_dirty[i] THEN PERFORM queen.log_ack_write_v1(v_rows[i]); END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
 END $$;
