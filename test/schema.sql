@@ -1994,18 +1994,25 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || '{"leaseId": "", "leaseExpiresAt": null}'::jsonb ORDER BY k)
             FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_groups_v1()
+ RETURNS TABLE(queue_id uuid, consumer_group text)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT DISTINCT p.queue_id, c.consumer_group
+    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+  UNION ALL
+  SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+   WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                      WHERE p.queue_id = q.id)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
  LANGUAGE sql
  STABLE
 AS $function$
   WITH groups AS (
-    SELECT DISTINCT p.queue_id, c.consumer_group
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-    UNION ALL
-    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
-     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
-                        WHERE p.queue_id = q.id)
+    SELECT b.queue_id, b.consumer_group COLLATE "C" AS consumer_group FROM queen.log_backlog_groups_v1() b
   )
   SELECT q.tenant_id, q.name::text, g.consumer_group::text,
          sum(p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0))::bigint,
@@ -2025,12 +2032,7 @@ CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
  STABLE
 AS $function$
   WITH groups AS (
-    SELECT DISTINCT p.queue_id, c.consumer_group
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-    UNION ALL
-    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
-     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
-                        WHERE p.queue_id = q.id)
+    SELECT b.queue_id, b.consumer_group COLLATE "C" AS consumer_group FROM queen.log_backlog_groups_v1() b
   ), parts AS (
     SELECT p.id, p.queue_id, p.last_seq,
            coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
@@ -2645,31 +2647,31 @@ CREATE OR REPLACE FUNCTION queen.log_fast_transaction_id_v1(p_item jsonb)
 AS $function$
   SELECT CASE coalesce(jsonb_typeof(p_item->'transactionId'), 'null') WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_item->>'transactionId', '') END
 $function$
-CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
+CREATE OR REPLACE FUNCTION queen.log_gauges_answer_v1(p_backlog numeric, p_max_group bigint, p_oldest_at timestamp with time zone)
  RETURNS jsonb
  LANGUAGE sql
  STABLE
 AS $function$
   SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
+    'backlog', coalesce(p_backlog, 0),
+    'maxGroupBacklog', coalesce(p_max_group, 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - p_oldest_at)::double precision, 0),
     'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v1() b
+$function$
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b
 $function$
 CREATE OR REPLACE FUNCTION queen.log_gauges_v2()
  RETURNS jsonb
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
-    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
-                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v2() b
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b
 $function$
 CREATE OR REPLACE FUNCTION queen.log_group_stale_v1(c queen.partition_consumers, p_floor bigint, p_empty boolean, p_idle_before timestamp with time zone, p_now timestamp with time zone)
  RETURNS boolean
@@ -4608,73 +4610,7 @@ AS $function$
                    ORDER BY k.expires_at LIMIT 1) o
         WHERE o.expires_at < now()))::double precision, 0))
 $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_since TIMESTAMPTZ := coalesce(p_since, now());
-  v_shards SMALLINT[];
-  v_claimed_at TIMESTAMPTZ;
-  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
-  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
-  v_fired INT;
-  v_pruned INT := 0;
-  v_prune_full BOOLEAN := false;
-  v_fired_at TIMESTAMPTZ;
-  v_next TIMESTAMPTZ;
-  v_n INT;
-  v_s SMALLINT;
-BEGIN
-  IF p_prune THEN
-    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
-      SELECT s.shard FROM queen.sweeper_shards s
-      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
-      ORDER BY s.last_swept_at NULLS FIRST, s.shard
-      LIMIT p_shard_count
-      FOR UPDATE SKIP LOCKED) c;
-  END IF;
-  v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
-    v_fire := queen.timers_fire_v1(p_fire_limit);
-  END IF;
-  v_fired := (v_fire ->> 'fired')::int;
-  v_fired_at := clock_timestamp();
-  IF v_shards IS NOT NULL THEN
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
-      v_pruned := v_pruned + v_n;
-      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
-    END LOOP;
-    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
-  END IF;
-  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
-    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
-    -- idx_log_timers_due).
-    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
-      ORDER BY t.deliver_at LIMIT 1;
-  END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
-  IF v_fired = 0 AND v_pruned = 0 THEN
-    SET LOCAL synchronous_commit = off;
-  END IF;
-  RETURN jsonb_build_object(
-    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
-    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
-    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
-    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
-    'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
-    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
-END $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_body_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_current boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -4711,7 +4647,7 @@ BEGIN
   END IF;
   v_claimed_at := clock_timestamp();
   IF v_fire_on THEN
-    v_fire := queen.timers_fire_v2(p_fire_limit);
+    v_fire := queen.timers_fire_batch_v1(p_fire_limit, p_current);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -4721,17 +4657,19 @@ BEGIN
       v_pruned := v_pruned + v_n;
       v_prune_full := v_prune_full OR v_n >= p_prune_limit;
     END LOOP;
-    v_retained_at := clock_timestamp();
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_groups := v_groups + (v_retain ->> 'groups')::int;
-      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
-      v_removed := v_removed + (v_retain ->> 'removed')::int;
-      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
-      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
-      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
-      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
-    END LOOP;
+    IF p_current THEN
+      v_retained_at := clock_timestamp();
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+        v_groups := v_groups + (v_retain ->> 'groups')::int;
+        v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
+        v_removed := v_removed + (v_retain ->> 'removed')::int;
+        v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+        v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+        v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+        v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+      END LOOP;
+    END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
   IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
@@ -4756,14 +4694,29 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
-    'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
-    'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'removedGroups', v_groups, 'removedPartitions', v_partitions,
-    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    || CASE WHEN p_current THEN jsonb_build_object(
+      'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
+      'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+      'removedGroups', v_groups, 'removedPartitions', v_partitions,
+      'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
+    ELSE '{}'::jsonb END;
 END $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.sweeper_pass_body_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, 0, false)
+$function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.sweeper_pass_body_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune,
+    p_retention_default, true)
+$function$
 CREATE OR REPLACE FUNCTION queen.sweeper_report_v1(p_worker text, p_state jsonb, p_sample_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5091,98 +5044,7 @@ BEGIN
     END;
   END IF;
 END $function$
-CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1()
- RETURNS boolean
- LANGUAGE sql
- STABLE
-AS $function$
-  SELECT NOT EXISTS (
-    SELECT 1 FROM queen.system_state
-    WHERE key = 'timers_fire_enabled'
-      AND (value = 'false'::jsonb OR value = '"false"'::jsonb OR value -> 'enabled' = 'false'::jsonb))
-$function$
-CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit integer)
- RETURNS jsonb
- LANGUAGE plpgsql
- SET enable_bitmapscan TO 'off'
- SET plan_cache_mode TO 'force_custom_plan'
-AS $function$
-DECLARE
-  v_claimed queen.log_timers[];
-  r RECORD;
-  v_ids RECORD;
-  v_last BIGINT;
-  v_tenants UUID[] := '{}';
-  v_queues TEXT[] := '{}';
-  v_parts TEXT[] := '{}';
-  v_pids UUID[] := '{}';
-  v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
-  v_fired INT;
-  v_stored INT;
-BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
-    SELECT t FROM queen.log_timers t
-    WHERE t.deliver_at <= now()
-    ORDER BY t.deliver_at, t.timer_id
-    LIMIT p_limit
-    FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
-  END IF;
-  v_fired := cardinality(v_claimed);
-  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
-  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
-  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
-  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
-  FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
-  LOOP
-    -- The log's own name rules, once per partition (a schedule checked them already).
-    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
-    v_tenants := v_tenants || r.tenant_id;
-    v_queues := v_queues || r.queue;
-    v_parts := v_parts || r.partition;
-    v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
-  END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
-END $function$
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
+CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit integer, p_carry boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
  SET enable_bitmapscan TO 'off'
@@ -5248,11 +5110,12 @@ BEGIN
   ), ins AS (
     -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
+    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_carry THEN f.trace_id END, CASE WHEN p_carry THEN f.span_id END
+    FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
   ), unsealed AS (
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
-    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
+    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE p_carry AND s.timer_id = t.timer_id
     RETURNING s.timer_id
   ), marked AS (
     -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
@@ -5274,6 +5137,24 @@ BEGIN
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT NOT EXISTS (
+    SELECT 1 FROM queen.system_state
+    WHERE key = 'timers_fire_enabled'
+      AND (value = 'false'::jsonb OR value = '"false"'::jsonb OR value -> 'enabled' = 'false'::jsonb))
+$function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.timers_fire_batch_v1(p_limit, false) $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.timers_fire_batch_v1(p_limit, true) $function$
 CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_after text, p_limit integer)
  RETURNS jsonb
  LANGUAGE plpgsql

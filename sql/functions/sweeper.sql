@@ -39,91 +39,11 @@ $$;
 -- 17 ms with 100 messages in the log, 94 ms with 14,800; planned at each call, 5-7 ms flat (about a
 -- millisecond of planning a fire). A custom plan takes the (partition_id, transaction_id) unique
 -- index whatever the statistics say.
-CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit INT) RETURNS JSONB
-LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
-DECLARE
-  v_claimed queen.log_timers[];
-  r RECORD;
-  v_ids RECORD;
-  v_last BIGINT;
-  v_tenants UUID[] := '{}';
-  v_queues TEXT[] := '{}';
-  v_parts TEXT[] := '{}';
-  v_pids UUID[] := '{}';
-  v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
-  v_fired INT;
-  v_stored INT;
-BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
-    SELECT t FROM queen.log_timers t
-    WHERE t.deliver_at <= now()
-    ORDER BY t.deliver_at, t.timer_id
-    LIMIT p_limit
-    FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
-  END IF;
-  v_fired := cardinality(v_claimed);
-  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
-  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
-  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
-  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
-  FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
-  LOOP
-    -- The log's own name rules, once per partition (a schedule checked them already).
-    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
-    v_tenants := v_tenants || r.tenant_id;
-    v_queues := v_queues || r.queue;
-    v_parts := v_parts || r.partition;
-    v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
-  END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
-END $$;
-
--- Fire since encrypted timers: queen.timers_fire_v1, and each message stored from a sealed timer
--- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
--- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
--- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
--- (its message already stored) marks nothing again. The message carries its timer's trace context
--- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql).
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
+-- One body for both versions, p_carry choosing between them: true (queen.timers_fire_v2) carries
+-- each timer's trace context onto its message and marks a sealed timer's message; false
+-- (queen.timers_fire_v1, as 0.1.0 released it) stores neither and leaves queen.sealed_timers alone.
+-- Planned at each call, so p_carry is a constant of each plan and the branch not taken costs nothing.
+CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit INT, p_carry BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
   v_claimed queen.log_timers[];
@@ -185,11 +105,12 @@ BEGIN
   ), ins AS (
     -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
+    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_carry THEN f.trace_id END, CASE WHEN p_carry THEN f.span_id END
+    FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq
   ), unsealed AS (
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
-    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
+    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE p_carry AND s.timer_id = t.timer_id
     RETURNING s.timer_id
   ), marked AS (
     -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
@@ -212,6 +133,18 @@ BEGIN
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $$;
 
+CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit INT) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.timers_fire_batch_v1(p_limit, false) $$;
+
+-- Fire since encrypted timers: queen.timers_fire_v1, and each message stored from a sealed timer
+-- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
+-- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
+-- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
+-- (its message already stored) marks nothing again. The message carries its timer's trace context
+-- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql).
+CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.timers_fire_batch_v1(p_limit, true) $$;
+
 -- Prune: expired KV rows of one shard, at most p_limit, through idx_kv_shard_expires. SKIP LOCKED
 -- so the sweeper never waits on a KV writer (a row being rewritten is not ours to delete anyway).
 -- Reads never depended on this: kv_live_v1 already hides every row deleted here.
@@ -230,93 +163,27 @@ BEGIN
 END $$;
 
 -- One sweeper pass, one transaction. Firing is cell-wide: the oldest due timers of the cell, at most
--- p_fire_limit (queen.timers_fire_v1), unless the switch says no (read here, fresh). The shards are
--- for the rest: when p_prune, claim up to p_shard_count shards not yet swept since p_since (the start
--- of the caller's cycle; NULL = this instant, the first pass of a cycle), least recently swept
--- first, with FOR UPDATE SKIP LOCKED, held until commit (two sweepers never work one shard at once,
--- and a dead sweeper's claim ends with its connection), prune their expired keys and mark them
--- swept. A pass that claimed no shard and did not fill its fire batch ends the caller's cycle; it
--- answers when the cell's next future timer falls due, so the caller sleeps no longer than that.
--- claimedAtUs and finishedAtUs (epoch microseconds) are read from the server's clock inside the claim,
--- so a test can check that no two passes over one shard ever overlapped.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
-  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
-RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_since TIMESTAMPTZ := coalesce(p_since, now());
-  v_shards SMALLINT[];
-  v_claimed_at TIMESTAMPTZ;
-  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
-  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
-  v_fired INT;
-  v_pruned INT := 0;
-  v_prune_full BOOLEAN := false;
-  v_fired_at TIMESTAMPTZ;
-  v_next TIMESTAMPTZ;
-  v_n INT;
-  v_s SMALLINT;
-BEGIN
-  IF p_prune THEN
-    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
-      SELECT s.shard FROM queen.sweeper_shards s
-      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
-      ORDER BY s.last_swept_at NULLS FIRST, s.shard
-      LIMIT p_shard_count
-      FOR UPDATE SKIP LOCKED) c;
-  END IF;
-  v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
-    v_fire := queen.timers_fire_v1(p_fire_limit);
-  END IF;
-  v_fired := (v_fire ->> 'fired')::int;
-  v_fired_at := clock_timestamp();
-  IF v_shards IS NOT NULL THEN
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
-      v_pruned := v_pruned + v_n;
-      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
-    END LOOP;
-    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
-  END IF;
-  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
-    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
-    -- idx_log_timers_due).
-    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
-      ORDER BY t.deliver_at LIMIT 1;
-  END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
-  IF v_fired = 0 AND v_pruned = 0 THEN
-    SET LOCAL synchronous_commit = off;
-  END IF;
-  RETURN jsonb_build_object(
-    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
-    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
-    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
-    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
-    'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
-    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
-END $$;
-
--- One sweeper pass, as queen.sweeper_pass_v1, and the message log's retention in the shards it
--- claimed: after the prune of each claimed shard's expired keys, queen.log_retain_v1 removes the
--- messages of the shard's partitions that are past keeping, the stale consumer-group rows and the
--- emptied partitions (sql/functions/retention.sql), at most p_prune_limit per shard, with
--- p_retention_default the cell's default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0:
--- none). The shard claim is what makes several sweepers share the work without two ever working
--- one partition at once. It fires through queen.timers_fire_v2 (a sealed timer's message marked
--- sealed). 0.1.0's sweepers keep calling v1 during a rolling upgrade.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
+-- p_fire_limit, unless the switch says no (read here, fresh). The shards are for the rest: when
+-- p_prune, claim up to p_shard_count shards not yet swept since p_since (the start of the caller's
+-- cycle; NULL = this instant, the first pass of a cycle), least recently swept first, with FOR
+-- UPDATE SKIP LOCKED, held until commit (two sweepers never work one shard at once, and a dead
+-- sweeper's claim ends with its connection), prune their expired keys and mark them swept. A pass
+-- that claimed no shard and did not fill its fire batch ends the caller's cycle; it answers when the
+-- cell's next future timer falls due, so the caller sleeps no longer than that. claimedAtUs and
+-- finishedAtUs (epoch microseconds) are read from the server's clock inside the claim, so a test can
+-- check that no two passes over one shard ever overlapped.
+-- p_current chooses the release: true (queen.sweeper_pass_v3) fires through queen.timers_fire_v2
+-- (a sealed timer's message marked sealed) and, after the prune of each claimed shard's expired keys,
+-- runs the message log's retention in it: queen.log_retain_v1 removes the messages of the shard's
+-- partitions that are past keeping, the stale consumer-group rows and the emptied partitions
+-- (sql/functions/retention.sql), at most p_prune_limit per shard, with p_retention_default the cell's
+-- default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0: none), and answers its figures too.
+-- false (queen.sweeper_pass_v1, 0.1.0's) fires through queen.timers_fire_v1 and retains nothing.
+-- The shard claim is what makes several sweepers share the work without two ever working one
+-- partition at once.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_body_v1(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
-  p_retention_default INT)
+  p_retention_default INT, p_current BOOLEAN)
 RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -352,7 +219,7 @@ BEGIN
   END IF;
   v_claimed_at := clock_timestamp();
   IF v_fire_on THEN
-    v_fire := queen.timers_fire_v2(p_fire_limit);
+    v_fire := queen.timers_fire_batch_v1(p_fire_limit, p_current);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -362,17 +229,19 @@ BEGIN
       v_pruned := v_pruned + v_n;
       v_prune_full := v_prune_full OR v_n >= p_prune_limit;
     END LOOP;
-    v_retained_at := clock_timestamp();
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_groups := v_groups + (v_retain ->> 'groups')::int;
-      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
-      v_removed := v_removed + (v_retain ->> 'removed')::int;
-      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
-      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
-      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
-      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
-    END LOOP;
+    IF p_current THEN
+      v_retained_at := clock_timestamp();
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+        v_groups := v_groups + (v_retain ->> 'groups')::int;
+        v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
+        v_removed := v_removed + (v_retain ->> 'removed')::int;
+        v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+        v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+        v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+        v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+      END LOOP;
+    END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
   IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
@@ -397,14 +266,36 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
-    'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
-    'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'removedGroups', v_groups, 'removedPartitions', v_partitions,
-    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
     'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    || CASE WHEN p_current THEN jsonb_build_object(
+      'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
+      'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
+      'removedGroups', v_groups, 'removedPartitions', v_partitions,
+      'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
+    ELSE '{}'::jsonb END;
 END $$;
+
+-- 0.1.0's pass: no retention; it fires through queen.timers_fire_v1. 0.1.0's sweepers keep calling
+-- it during a rolling upgrade.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
+RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.sweeper_pass_body_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, 0, false)
+$$;
+
+-- This release's pass: the message log's retention in the shards it claimed, and the fire through
+-- queen.timers_fire_v2.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
+  p_retention_default INT)
+RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.sweeper_pass_body_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune,
+    p_retention_default, true)
+$$;
 
 -- What the sweeper's gauges show. One probe of idx_log_timers_due for the oldest due timer, per-shard
 -- probes of the KV's shard-led index (64 short index scans) rather than one scan of everything; the
