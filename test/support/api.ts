@@ -6,6 +6,8 @@ import { loadConfig, Config } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer, ApiServer } from '../../services/api/server';
 import { createTestDatabase, DatabaseSuite, SuiteOptions, useDatabase } from './database';
+import { freePort } from '../../shared/embeddedPostgres';
+import { spawnApi, Spawned, untilHealthy } from './processes';
 
 export interface TestApi {
   url: string;
@@ -81,4 +83,29 @@ export function useApi(env: Record<string, string> = {}, o: SuiteOptions = {}): 
       return db.client;
     },
   };
+}
+
+/**
+ * Two built API processes on one new database, one with `QUEEN_ENCRYPTION_KEY` `key` and one
+ * without, each one worker at `LOG_LEVEL` debug with the rate limits out of the way: `run` gets
+ * their base URLs and both processes (their output), then both stop and the database goes.
+ */
+export async function withKeyedAndKeyless(
+  key: string,
+  run: (o: { keyed: string; keyless: string; databaseUrl: string; processes: Spawned[] }) => Promise<void>,
+): Promise<void> {
+  const db = await createTestDatabase();
+  const keyedPort = await freePort();
+  const keylessPort = await freePort();
+  const env = { ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', LOG_LEVEL: 'debug' };
+  const keyed = spawnApi({ ...env, PORT: String(keyedPort), QUEEN_ENCRYPTION_KEY: key });
+  const keyless = spawnApi({ ...env, PORT: String(keylessPort) });
+  try {
+    await untilHealthy(keyed, keyedPort);
+    await untilHealthy(keyless, keylessPort);
+    await run({ keyed: `http://127.0.0.1:${keyedPort}`, keyless: `http://127.0.0.1:${keylessPort}`, databaseUrl: db.url, processes: [keyed, keyless] });
+  } finally {
+    await Promise.all([keyed.stop(), keyless.stop()]);
+    await db.drop();
+  }
 }
