@@ -2,6 +2,8 @@
 // suite starts from. `useApi` does it for a suite (with a pool on the same database); a test that
 // starts its own calls `startTestApi` and `close()` in afterAll (it ends the pools and drops the
 // database).
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import { loadConfig, Config } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer, ApiServer } from '../../services/api/server';
@@ -29,10 +31,19 @@ export const UNLIMITED_RATES: Record<string, string> = {
   QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
 };
 
-export async function startTestApi(env: Record<string, string> = {}): Promise<TestApi> {
+/** With `o.lines`, every line the API logs (debug included) is pushed onto it as written. */
+export async function startTestApi(env: Record<string, string> = {}, o: { lines?: string[] } = {}): Promise<TestApi> {
   const db = await createTestDatabase();
   const config = loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '20', ...UNLIMITED_RATES, ...env, DATABASE_URL: db.url });
-  const log = createLogger('api-test', process.env.TEST_LOG_LEVEL ?? 'silent');
+  const lines = o.lines;
+  const log = lines
+    ? pino({ level: 'debug' }, new Writable({
+        write(chunk, _enc, done) {
+          lines.push(...String(chunk).split('\n').filter(Boolean));
+          done();
+        },
+      }))
+    : createLogger('api-test', process.env.TEST_LOG_LEVEL ?? 'silent');
   const server = await startApiServer(config, log, { message: 10, kv: config.kvPoolSize }, 0);
   return {
     url: server.url,
