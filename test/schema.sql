@@ -1994,48 +1994,23 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || '{"leaseId": "", "leaseExpiresAt": null}'::jsonb ORDER BY k)
             FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k));
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_backlog_groups_v1()
- RETURNS TABLE(queue_id uuid, consumer_group text)
- LANGUAGE sql
- STABLE
-AS $function$
-  SELECT DISTINCT p.queue_id, c.consumer_group
-    FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-  UNION ALL
-  SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
-   WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
-                      WHERE p.queue_id = q.id)
-$function$
-CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
+CREATE OR REPLACE FUNCTION queen.log_backlog_of_v1(p_retained boolean)
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
  LANGUAGE sql
  STABLE
 AS $function$
   WITH groups AS (
-    SELECT b.queue_id, b.consumer_group COLLATE "C" AS consumer_group FROM queen.log_backlog_groups_v1() b
-  )
-  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
-         sum(p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0))::bigint,
-         min(m.created_at)
-    FROM groups g
-    JOIN queen.queues q ON q.id = g.queue_id
-    JOIN queen.partitions p ON p.queue_id = g.queue_id
-    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
-    -- The group's oldest unfinished message on the partition: the one right after its cursor.
-    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
-   WHERE p.last_seq > coalesce(c.cursor_seq, 0)
-   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
-$function$
-CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
- RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
- LANGUAGE sql
- STABLE
-AS $function$
-  WITH groups AS (
-    SELECT b.queue_id, b.consumer_group COLLATE "C" AS consumer_group FROM queen.log_backlog_groups_v1() b
+    SELECT DISTINCT p.queue_id, c.consumer_group
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+    UNION ALL
+    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
+                        WHERE p.queue_id = q.id)
   ), parts AS (
     SELECT p.id, p.queue_id, p.last_seq,
-           coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
+           CASE WHEN p_retained
+                THEN coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq)
+                ELSE 0 END AS floor
       FROM queen.partitions p
   )
   SELECT q.tenant_id, q.name::text, g.consumer_group::text,
@@ -2051,6 +2026,20 @@ AS $function$
     LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = greatest(coalesce(c.cursor_seq, 0), p.floor) + 1
    WHERE p.last_seq > greatest(coalesce(c.cursor_seq, 0), p.floor)
    GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
+$function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
+ RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT * FROM queen.log_backlog_of_v1(false)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+ RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT * FROM queen.log_backlog_of_v1(true)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
