@@ -70,11 +70,11 @@ describe('what a move carries', () => {
 });
 
 (reason ? describe.skip : describe)(reason ? `a tenant move through the router: not run, ${reason}` : 'a tenant move through the router (HAProxy)', () => {
+  const cells = useRoutedCells('move-test');
+  // The cells and the router, once started.
   let cellA: TestApi;
   let cellB: TestApi;
   let r: Router;
-
-  const cells = useRoutedCells('move-test');
   beforeAll(async () => {
     ({ a: cellA, b: cellB, router: r } = cells);
     await r.runtime(`add map ${r.map} ${C} cell-a`);
