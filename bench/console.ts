@@ -15,16 +15,11 @@ import { startApiServer } from '../services/api/server';
 import { Sweeper } from '../services/sweeper/sweeper';
 import { createSweeperMetrics, primeSweeperMetrics } from '../shared/metrics';
 import { benchDatabase } from './lib/database';
+import { wholeEnv } from './lib/options';
 
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a whole number, got ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
-const MESSAGES = envInt('BENCH_MESSAGES', 100_000);
-const PARTITIONS = envInt('BENCH_PARTITIONS', 10);
-const ROUNDS = envInt('BENCH_ROUNDS', 50);
+const MESSAGES = wholeEnv('BENCH_MESSAGES', 100_000);
+const PARTITIONS = wholeEnv('BENCH_PARTITIONS', 10);
+const ROUNDS = wholeEnv('BENCH_ROUNDS', 50);
 const TOKEN = 'bench-console-token';
 const out = (line = '') => process.stdout.write(`${line}\n`);
 

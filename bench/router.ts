@@ -11,8 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
-import { BenchCell, startCell } from './lib/cell';
-import { HAPROXY_MISSING, startRouter } from '../test/support/router';
+import { withRoutedCells } from './lib/cell';
 import { median, positiveOption } from './lib/options';
 import { closedLoop, HttpClient, rawClient } from './lib/load';
 import { loadAverage, machineLine, stopChild, TreeCpu } from './lib/procs';
@@ -23,7 +22,6 @@ const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
 
 // The two tenants deploy/router/placement.map places, one on each cell.
 const TENANTS = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-8000-00000000000b'];
-const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'bench-router', QUEEN_KV_REQUIRE_GRANT: '0' };
 
 /** A raw keep-alive client that calls as `tenant`. */
 const tenantClient = (port: number, tenant: string): HttpClient => rawClient('127.0.0.1', port, { 'x-queen-tenant': tenant });
@@ -37,18 +35,7 @@ const WORKLOADS: Array<{ name: string; request(c: number, i: number): { method: 
 ];
 
 async function main(): Promise<void> {
-  if (HAPROXY_MISSING) {
-    process.stdout.write(`bench:router not run: ${HAPROXY_MISSING}\n`);
-    process.exit(2);
-  }
-  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-router-'));
-  fs.chmodSync(scratch, 0o755);
-  const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-  const cells: BenchCell[] = [];
-  let router: Awaited<ReturnType<typeof startRouter>> | undefined;
-  try {
-    for (const name of ['cell_a', 'cell_b']) cells.push(await startCell(pg.url, name, { DB_POOL_SIZE: '40', ...TENANCY }));
-    router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
+  await withRoutedCells('bench:router', 'bench-router', 40, async (cells, router) => {
     process.stdout.write(`bench:router: ${machineLine('embedded PostgreSQL')}; load ${loadAverage()}; ${ROUNDS} rounds of ${DURATION_S} s, ${CLIENTS} clients (half a tenant), one API worker a cell\n`);
     for (const [i, tenant] of TENANTS.entries()) {
       const seed = tenantClient(cells[i].port, tenant);
@@ -106,12 +93,7 @@ async function main(): Promise<void> {
         `so throughput at N cells is min(N × one cell's, router cores × ${perRouterCore.toFixed(0)})\n`,
     );
     process.stdout.write(`load at the end ${loadAverage()}\n`);
-  } finally {
-    await router?.stop();
-    for (const c of cells) await stopChild(c.proc);
-    await pg.stop();
-    fs.rmSync(scratch, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((err) => {

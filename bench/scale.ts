@@ -544,7 +544,7 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   const pruneSql = await measured(ctx, drain(1, async (cl) => (await cl.query(named('s_prune', SQL.prune, []))).rowCount ?? 0));
   await loadExpired(`a${runId}`);
   const prunePass = async (cl: import('pg').PoolClient) =>
-    ((await cl.query({ ...SWEEPER_PASS, values: [null, 'bench-scale', 8, 0, 500, true, 0] })).rows[0].pass as { pruned: number }).pruned;
+    ((await cl.query({ ...SWEEPER_PASS, values: [null, 'bench-scale', 8, 0, 500, true, 0, 0] })).rows[0].pass as { pruned: number }).pruned;
   // The pass answers 0 when its 8 shards had nothing: 8 empty passes in a row cover all 64 shards.
   const pruneApi = await measured(ctx, drain(8, async (cl) => prunePass(cl)));
   const left = (await ctx.admin.query(`SELECT count(*)::int AS n FROM queen.kv WHERE tenant_id = $1 AND namespace = 'exp'`, [TENANT])).rows[0].n as number;
@@ -564,7 +564,7 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   const fireSql = await measured(ctx, drain(1, async (cl) => (await cl.query(named('s_fire', SQL.fire, [ctx.firePartition]))).rowCount ?? 0));
   await loadDue();
   const fireApi = await measured(ctx, drain(1, async (cl) =>
-    ((await cl.query({ ...SWEEPER_PASS, values: [null, 'bench-scale', 0, 500, 500, false, 0] })).rows[0].pass as { fired: number }).fired));
+    ((await cl.query({ ...SWEEPER_PASS, values: [null, 'bench-scale', 0, 500, 500, false, 0, 0] })).rows[0].pass as { fired: number }).fired));
   log(`  fire         pass ${Math.round(fireApi.opsPerSec)}/s  sql ${Math.round(fireSql.opsPerSec)}/s over ${FIRE_DUE} due (pass÷sql ${(fireApi.opsPerSec / fireSql.opsPerSec).toFixed(2)})`);
 
   // Fire lag: a real sweeper process, timers scheduled (inserted) at LAG_RATE a second, each due 1 s

@@ -7,32 +7,24 @@
 //             encrypted queue with the sealed text given (the API's second call; the refused first
 //             call and the read of the payload are two more round trips, not counted here);
 //   fire:     BENCH_FIRE_N (20,000) due timers over 16 partitions, at most BENCH_BATCH (2,000) a
-//             transaction, one connection: timers_fire_v1 on a database without queen.sealed_timers
-//             (the schema before 054), timers_fire_v1 and timers_fire_v2 with it, and
-//             timers_fire_v2 of sealed timers (each message marked, each sealed_timers row deleted).
-// A first version of 054 gave sealed_timers a foreign key to log_timers (ON DELETE CASCADE): its
-// trigger ran for every timer a fire deleted, and the fire of clear timers measured about 0.7x.
+//             transaction, one connection: timers_fire_v1 (the previous release's statement),
+//             timers_fire_v2 of clear timers, and timers_fire_v2 of sealed timers (each message
+//             marked, each sealed_timers row deleted).
 // Each case's timers a second (wall clock) and the backend's CPU µs a timer (/proc/<backend>/schedstat:
 // the figure to compare on a shared machine). Needs the server on this machine: the embedded
 // PostgreSQL in a temporary folder, or DATABASE_URL to a local server.
 import fs from 'node:fs';
 import os from 'node:os';
-import { Client, Pool } from 'pg';
-import { applySchema } from '../shared/db';
+import { Pool } from 'pg';
 import { benchDatabase } from './lib/database';
 import { loadAverage } from './lib/procs';
+import { median, wholeEnv } from './lib/options';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a whole number, got ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
-const ROUNDS = envInt('BENCH_ROUNDS', 3);
-const SCHEDULE_N = envInt('BENCH_SCHEDULE_N', 2000);
-const FIRE_N = envInt('BENCH_FIRE_N', 20_000);
-const BATCH = envInt('BENCH_BATCH', 2000);
+const ROUNDS = wholeEnv('BENCH_ROUNDS', 3);
+const SCHEDULE_N = wholeEnv('BENCH_SCHEDULE_N', 2000);
+const FIRE_N = wholeEnv('BENCH_FIRE_N', 20_000);
+const BATCH = wholeEnv('BENCH_BATCH', 2000);
 const out = (line = '') => process.stdout.write(`${line}\n`);
 /** Looks like the API's sealed text of a 100-byte payload (the SQL never opens it). */
 const SEALED = `qk1:0a1b2c3d:${Buffer.alloc(12, 1).toString('base64')}:${Buffer.alloc(16, 2).toString('base64')}:${Buffer.alloc(100, 3).toString('base64')}`;
@@ -44,10 +36,6 @@ function cpuNs(pid: number): number {
 }
 interface Figure { rate: number; cpuUs: number }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-}
 
 async function schedule(pool: Pool, name: string, text: string, queue: string, sealed: boolean): Promise<Figure> {
   const c = await pool.connect();
@@ -100,28 +88,15 @@ async function drain(pool: Pool, fn: string): Promise<Figure> {
 
 async function main(): Promise<void> {
   const db = await benchDatabase('sealed_timers', { schema: true });
-  // A second database beside it, as the schema stood before 054 (no queen.sealed_timers).
-  const before = new URL(db.url);
-  before.pathname = `${before.pathname}_before`;
-  const admin = new Client({ connectionString: db.url });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${before.pathname.slice(1)}`);
-  await admin.end();
-  await applySchema(before.toString());
   const pool = new Pool({ connectionString: db.url, max: 2 });
-  const poolBefore = new Pool({ connectionString: before.toString(), max: 2 });
   try {
-    await poolBefore.query('DROP TABLE queen.sealed_timers');
-    for (const p of [pool, poolBefore]) {
-      await p.query(`SELECT queen.log_configure_v2($1::uuid, '{"queue": "enc", "options": {"encryptionEnabled": true}}'::jsonb, true)`, [TENANT]);
-    }
+    await pool.query(`SELECT queen.log_configure_v2($1::uuid, '{"queue": "enc", "options": {"encryptionEnabled": true}}'::jsonb, true)`, [TENANT]);
     out(`# bench/sealedTimers — ${new Date().toISOString()}, ${os.availableParallelism()} cores, load average ${loadAverage()}`);
     out(`# schedule: ${SCHEDULE_N} one-timer calls, 1 connection; fire: ${FIRE_N} due timers over 16 partitions, batch ${BATCH}, 1 connection; ${ROUNDS} rounds, medians`);
     const cases: Array<[string, () => Promise<Figure>]> = [
       ['schedule  timers_apply_v1, clear queue', () => schedule(pool, 'bench_apply_v1', 'SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, clear queue', () => schedule(pool, 'bench_apply_v2', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, encrypted queue, sealed', () => schedule(pool, 'bench_apply_v2_sealed', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb, $3::jsonb)', 'enc', true)],
-      ['fire      timers_fire_v1, before 054', async () => { await fill(poolBefore, 'fire', false); return drain(poolBefore, 'timers_fire_v1'); }],
       ['fire      timers_fire_v1', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v1'); }],
       ['fire      timers_fire_v2', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v2'); }],
       ['fire      timers_fire_v2, sealed timers', async () => { await fill(pool, 'fire', true); return drain(pool, 'timers_fire_v2'); }],
@@ -139,11 +114,6 @@ async function main(): Promise<void> {
     out(`load average at the end ${loadAverage()}`);
   } finally {
     await pool.end();
-    await poolBefore.end();
-    const c = new Client({ connectionString: db.url.replace(/\/[^/]*$/, '/postgres') });
-    await c.connect();
-    await c.query(`DROP DATABASE IF EXISTS ${before.pathname.slice(1)} WITH (FORCE)`);
-    await c.end();
     await db.stop();
   }
 }

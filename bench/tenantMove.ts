@@ -12,9 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
-import { BenchCell, startCell } from './lib/cell';
+import { withRoutedCells } from './lib/cell';
 import { moveTenant, MoveResult } from '../services/move/move';
-import { HAPROXY_MISSING, startRouter } from '../test/support/router';
 import { median, positiveOption } from './lib/options';
 import { rawClient } from './lib/load';
 import { loadAverage, machineLine, stopChild } from './lib/procs';
@@ -23,21 +22,9 @@ const KEYS = positiveOption('keys', 'BENCH_KEYS', 100_000);
 const MESSAGES = positiveOption('messages', 'BENCH_MESSAGES', 100_000);
 const ROUNDS = positiveOption('rounds', 'BENCH_ROUNDS', 3);
 const TENANT = '00000000-0000-4000-8000-00000000000a';
-const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'bench-move', QUEEN_KV_REQUIRE_GRANT: '0' };
 
 async function main(): Promise<void> {
-  if (HAPROXY_MISSING) {
-    process.stdout.write(`bench:move not run: ${HAPROXY_MISSING}\n`);
-    process.exit(2);
-  }
-  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-bench-move-'));
-  fs.chmodSync(scratch, 0o755);
-  const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
-  const cells: BenchCell[] = [];
-  let router: Awaited<ReturnType<typeof startRouter>> | undefined;
-  try {
-    for (const name of ['cell_a', 'cell_b']) cells.push(await startCell(pg.url, name, { DB_POOL_SIZE: '20', ...TENANCY }));
-    router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
+  await withRoutedCells('bench:move', 'bench-move', 20, async (cells, router) => {
     const routerPort = Number(new URL(router.url).port);
 
     // The tenant, on cell-a as placement.map has it.
@@ -110,12 +97,7 @@ async function main(): Promise<void> {
     process.stdout.write(`\n| | median of ${ROUNDS} moves |\n| --- | ---: |\n| refusal window (probe) | ${median(runs.map((r) => r.windowMs)).toFixed(0)} ms |\n| the whole move | ${median(runs.map((r) => r.totalMs)).toFixed(0)} ms |\n`);
     for (const s of steps) process.stdout.write(`| step ${s} | ${median(runs.map((r) => r.result.steps[s] ?? 0)).toFixed(0)} ms |\n`);
     process.stdout.write(`load at the end ${loadAverage()}\n`);
-  } finally {
-    await router?.stop();
-    for (const c of cells) await stopChild(c.proc);
-    await pg.stop();
-    fs.rmSync(scratch, { recursive: true, force: true });
-  }
+  });
 }
 
 main().catch((err) => {

@@ -24,25 +24,20 @@ import { spawnSweeper, SweeperProcess } from '../test/support/processes';
 import { waitFor } from '../test/support/wait';
 import { benchDatabase } from './lib/database';
 import { loadAverage } from './lib/procs';
+import { wholeEnv } from './lib/options';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
-function envInt(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a whole number, got ${JSON.stringify(raw)}`);
-  return Number(raw);
-}
-const SCHEDULE_N = envInt('BENCH_SCHEDULE_N', 10_000);
-const DRAIN_N = envInt('BENCH_DRAIN_N', 20_000);
-const RATE = envInt('BENCH_RATE', 1000);
-const LAG_SECONDS = envInt('BENCH_LAG_SECONDS', 15);
-const HIGH_RATE = envInt('BENCH_HIGH_RATE', 10_000);
-const HIGH_SECONDS = envInt('BENCH_HIGH_SECONDS', 10);
+const SCHEDULE_N = wholeEnv('BENCH_SCHEDULE_N', 10_000);
+const DRAIN_N = wholeEnv('BENCH_DRAIN_N', 20_000);
+const RATE = wholeEnv('BENCH_RATE', 1000);
+const LAG_SECONDS = wholeEnv('BENCH_LAG_SECONDS', 15);
+const HIGH_RATE = wholeEnv('BENCH_HIGH_RATE', 10_000);
+const HIGH_SECONDS = wholeEnv('BENCH_HIGH_SECONDS', 10);
 const envList = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',').map((x) => Number(x));
 const BOSS_WORKER_COUNTS = envList('BENCH_BOSS_WORKERS', '2,8,16');
 const BOSS_BATCHES = envList('BENCH_BOSS_BATCHES', '100,500,2000');
 const SWEEPER_COUNTS = [1, 2, 4];
-const CLIENTS = envInt('BENCH_CLIENTS', 16);
+const CLIENTS = wholeEnv('BENCH_CLIENTS', 16);
 const ONLY = (process.env.BENCH_ONLY ?? 'a,b,c,d').split(',');
 const FIRE_BATCH = process.env.BENCH_FIRE_BATCH ?? '';
 const PAYLOAD = { order: 'A-1001', customer: 42, action: 'remind', note: 'x'.repeat(40) };

@@ -2047,32 +2047,7 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || '{"leaseId": "", "leaseExpiresAt": null}'::jsonb ORDER BY k)
             FROM jsonb_array_elements(p_messages) WITH ORDINALITY AS t (e, k));
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
- RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
- LANGUAGE sql
- STABLE
-AS $function$
-  WITH groups AS (
-    SELECT DISTINCT p.queue_id, c.consumer_group
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-    UNION ALL
-    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
-     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
-                        WHERE p.queue_id = q.id)
-  )
-  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
-         sum(p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0))::bigint,
-         min(m.created_at)
-    FROM groups g
-    JOIN queen.queues q ON q.id = g.queue_id
-    JOIN queen.partitions p ON p.queue_id = g.queue_id
-    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
-    -- The group's oldest unfinished message on the partition: the one right after its cursor.
-    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
-   WHERE p.last_seq > coalesce(c.cursor_seq, 0)
-   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
-$function$
-CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+CREATE OR REPLACE FUNCTION queen.log_backlog_of_v1(p_retained boolean)
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
  LANGUAGE sql
  STABLE
@@ -2086,7 +2061,9 @@ AS $function$
                         WHERE p.queue_id = q.id)
   ), parts AS (
     SELECT p.id, p.queue_id, p.last_seq,
-           coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
+           CASE WHEN p_retained
+                THEN coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq)
+                ELSE 0 END AS floor
       FROM queen.partitions p
   )
   SELECT q.tenant_id, q.name::text, g.consumer_group::text,
@@ -2102,6 +2079,20 @@ AS $function$
     LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = greatest(coalesce(c.cursor_seq, 0), p.floor) + 1
    WHERE p.last_seq > greatest(coalesce(c.cursor_seq, 0), p.floor)
    GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
+$function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
+ RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT * FROM queen.log_backlog_of_v1(false)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+ RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT * FROM queen.log_backlog_of_v1(true)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
@@ -2713,31 +2704,31 @@ CREATE OR REPLACE FUNCTION queen.log_fast_transaction_id_v1(p_item jsonb)
 AS $function$
   SELECT CASE coalesce(jsonb_typeof(p_item->'transactionId'), 'null') WHEN 'null' THEN '' WHEN 'string' THEN nullif(p_item->>'transactionId', '') END
 $function$
-CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
+CREATE OR REPLACE FUNCTION queen.log_gauges_answer_v1(p_backlog numeric, p_max_group bigint, p_oldest_at timestamp with time zone)
  RETURNS jsonb
  LANGUAGE sql
  STABLE
 AS $function$
   SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
+    'backlog', coalesce(p_backlog, 0),
+    'maxGroupBacklog', coalesce(p_max_group, 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - p_oldest_at)::double precision, 0),
     'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v1() b
+$function$
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b
 $function$
 CREATE OR REPLACE FUNCTION queen.log_gauges_v2()
  RETURNS jsonb
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
-    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
-                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v2() b
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b
 $function$
 CREATE OR REPLACE FUNCTION queen.log_group_stale_v1(c queen.partition_consumers, p_floor bigint, p_empty boolean, p_idle_before timestamp with time zone, p_now timestamp with time zone)
  RETURNS boolean
@@ -3054,7 +3045,7 @@ BEGIN
   -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
   -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
   -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
-  -- partition_consumers_partition_id_fkey, a 500 (issue #28); now the pop of a queue deleted under
+  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
   -- it answers what the pop of a missing queue answers: nothing (204).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
@@ -3205,7 +3196,7 @@ BEGIN
   END IF;
 
   -- The group's row per partition, created on first sight; locked as in queen.log_pop_v1 (a pop
-  -- racing its queue's delete, issue #28).
+  -- racing its queue's delete).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
    WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)

@@ -9,8 +9,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { applySchema } from '../../shared/db';
-import { freePort } from '../../shared/embeddedPostgres';
-import { cellEnv, waitReady } from './procs';
+import { freePort, startEmbeddedPostgres } from '../../shared/embeddedPostgres';
+import { HAPROXY_MISSING, Router, startRouter } from '../../test/support/router';
+import { cellEnv, stopChild, waitReady } from './procs';
 
 export interface BenchCell {
   /** `cell-a` for the database `cell_a`. */
@@ -49,4 +50,35 @@ export async function startCell(serverUrl: string, database: string, env: Record
   }
   await waitReady(port, '/ready');
   return { name, url, port, proc, log };
+}
+
+/**
+ * `run` on two cells (`cell-a`, `cell-b`: tenancy on, the admin token `token`, grants not required,
+ * `DB_POOL_SIZE` `poolSize`), each on its own database of one embedded PostgreSQL of their own,
+ * behind the shipped router; then the router, the cells and the server are stopped and removed.
+ * Without HAProxy, `bench` says it did not run and the process exits 2.
+ */
+export async function withRoutedCells(
+  bench: string, token: string, poolSize: number, run: (cells: BenchCell[], router: Router) => Promise<void>,
+): Promise<void> {
+  if (HAPROXY_MISSING) {
+    process.stdout.write(`${bench} not run: ${HAPROXY_MISSING}\n`);
+    process.exit(2);
+  }
+  const scratch = fs.mkdtempSync(path.join(os.tmpdir(), `queen-${bench.replace(':', '-')}-`));
+  fs.chmodSync(scratch, 0o755);
+  const pg = await startEmbeddedPostgres({ dataDir: path.join(scratch, 'pg'), port: await freePort(), throwaway: true });
+  const cells: BenchCell[] = [];
+  let router: Router | undefined;
+  try {
+    const env = { DB_POOL_SIZE: String(poolSize), QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: token, QUEEN_KV_REQUIRE_GRANT: '0' };
+    for (const name of ['cell_a', 'cell_b']) cells.push(await startCell(pg.url, name, env));
+    router = await startRouter(`127.0.0.1:${cells[0].port}`, `127.0.0.1:${cells[1].port}`);
+    await run(cells, router);
+  } finally {
+    await router?.stop();
+    for (const c of cells) await stopChild(c.proc);
+    await pg.stop();
+    fs.rmSync(scratch, { recursive: true, force: true });
+  }
 }

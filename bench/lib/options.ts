@@ -11,3 +11,11 @@ export function positiveOption(name: string, envName: string, fallback: number, 
 export function median(xs: number[]): number {
   return [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 }
+
+/** A whole number from the environment variable `name`, else `fallback`; anything else stops the run naming the variable. */
+export function wholeEnv(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a whole number, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}

@@ -277,7 +277,7 @@ $$;
 -- beginning. Called before the pop, in its own statement; creates rows only (ON CONFLICT DO
 -- NOTHING), so a concurrent pop of the group is never disturbed. Each partition read is locked FOR
 -- KEY SHARE, as the pop's own first-sight rows are (queen.log_pop_v1): a queue deleted under it is
--- skipped rather than breaking partition_consumers_partition_id_fkey (issue #28).
+-- skipped rather than breaking partition_consumers_partition_id_fkey.
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -300,7 +300,7 @@ END $$;
 -- CASCADE). Answers Queen's {deleted: true, queue, existed}; deleting a queue that does not exist
 -- is not an error (existed: false). A push, pop or fire in flight on it either finishes first (the
 -- delete waits for it) or waits for the delete and then answers as for a missing queue: a push
--- creates it anew, a pop finds nothing (issue #28, docs/log-and-transactions.md).
+-- creates it anew, a pop finds nothing (docs/log-and-transactions.md).
 -- The locks: the queue row, its partitions (in name order, as a push takes them) and their
 -- partition_consumers rows (in (partition, group) order, as an ack takes them), all FOR UPDATE,
 -- before anything is deleted. The cascade alone took them as it went, and the message path takes

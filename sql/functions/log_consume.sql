@@ -113,7 +113,7 @@ BEGIN
   -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
   -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
   -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
-  -- partition_consumers_partition_id_fkey, a 500 (issue #28); now the pop of a queue deleted under
+  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
   -- it answers what the pop of a missing queue answers: nothing (204).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
@@ -543,7 +543,7 @@ BEGIN
   END IF;
 
   -- The group's row per partition, created on first sight; locked as in queen.log_pop_v1 (a pop
-  -- racing its queue's delete, issue #28).
+  -- racing its queue's delete).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
    WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)

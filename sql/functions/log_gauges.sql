@@ -25,47 +25,12 @@
 -- groups behind): 0.4 s at 10,000 partitions, 1.5 to 2.5 s at 40,000.
 
 -- One row per (queue, consumer group) that has messages to finish: how many, and when the oldest
--- of them was pushed. A group with rows on some partitions of a queue owes the others from seq 1.
-CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
-RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
-LANGUAGE sql STABLE AS $$
-  WITH groups AS (
-    SELECT DISTINCT p.queue_id, c.consumer_group
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-    UNION ALL
-    SELECT q.id, '__QUEUE_MODE__' COLLATE "C" FROM queen.queues q
-     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.partition_consumers c ON c.partition_id = p.id
-                        WHERE p.queue_id = q.id)
-  )
-  SELECT q.tenant_id, q.name::text, g.consumer_group::text,
-         sum(p.last_seq - coalesce(c.cursor_seq, 0) - coalesce(cardinality(c.done_seqs), 0))::bigint,
-         min(m.created_at)
-    FROM groups g
-    JOIN queen.queues q ON q.id = g.queue_id
-    JOIN queen.partitions p ON p.queue_id = g.queue_id
-    LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = g.consumer_group
-    -- The group's oldest unfinished message on the partition: the one right after its cursor.
-    LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1
-   WHERE p.last_seq > coalesce(c.cursor_seq, 0)
-   GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
-$$;
-CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
-LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
-    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
-                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v1() b
-$$;
-
--- As queen.log_backlog_v1, counting from each partition's first retained message: what retention
--- removed (sql/functions/retention.sql) is owed by nobody. The retention moves the cursors of the
--- groups that have a row on the partition; a group without one (queue mode never popped, or a
--- group that never popped this partition) would otherwise owe every removed message from seq 1 for
--- ever. One probe more per partition (its first message, by the primary key).
-CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+-- of them was pushed. A group with rows on some partitions of a queue owes the others from their
+-- floor. The floor of a partition is 0 (every message from seq 1 is owed: queen.log_backlog_v1)
+-- or, with p_retained, the seq before its first stored message (queen.log_backlog_v2): with a
+-- floor of 0 each figure is v1's, since cursors and finished seqs are never below it. Inlined by
+-- the planner into both, p_retained a constant there.
+CREATE OR REPLACE FUNCTION queen.log_backlog_of_v1(p_retained BOOLEAN)
 RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
 LANGUAGE sql STABLE AS $$
   WITH groups AS (
@@ -77,7 +42,9 @@ LANGUAGE sql STABLE AS $$
                         WHERE p.queue_id = q.id)
   ), parts AS (
     SELECT p.id, p.queue_id, p.last_seq,
-           coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq) AS floor
+           CASE WHEN p_retained
+                THEN coalesce((SELECT m0.seq - 1 FROM queen.messages m0 WHERE m0.partition_id = p.id ORDER BY m0.seq LIMIT 1), p.last_seq)
+                ELSE 0 END AS floor
       FROM queen.partitions p
   )
   SELECT q.tenant_id, q.name::text, g.consumer_group::text,
@@ -94,14 +61,42 @@ LANGUAGE sql STABLE AS $$
    WHERE p.last_seq > greatest(coalesce(c.cursor_seq, 0), p.floor)
    GROUP BY q.id, q.tenant_id, q.name, g.consumer_group
 $$;
+
+-- Every message from seq 1 owed (0.1.0's reading).
+CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
+RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
+LANGUAGE sql STABLE AS $$
+  SELECT * FROM queen.log_backlog_of_v1(false)
+$$;
+-- The gauges' answer from the sums over one backlog reading (queen.log_gauges_v1 reads
+-- queen.log_backlog_v1, queen.log_gauges_v2 queen.log_backlog_v2), and the dead letters stored.
+CREATE OR REPLACE FUNCTION queen.log_gauges_answer_v1(p_backlog NUMERIC, p_max_group BIGINT, p_oldest_at TIMESTAMPTZ)
+RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object(
+    'backlog', coalesce(p_backlog, 0),
+    'maxGroupBacklog', coalesce(p_max_group, 0),
+    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - p_oldest_at)::double precision, 0),
+    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
+                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
+$$;
+CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
+LANGUAGE sql STABLE AS $$
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b
+$$;
+
+-- As queen.log_backlog_v1, counting from each partition's first retained message: what retention
+-- removed (sql/functions/retention.sql) is owed by nobody. The retention moves the cursors of the
+-- groups that have a row on the partition; a group without one (queue mode never popped, or a
+-- group that never popped this partition) would otherwise owe every removed message from seq 1 for
+-- ever. One probe more per partition (its first message, by the primary key).
+CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
+RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
+LANGUAGE sql STABLE AS $$
+  SELECT * FROM queen.log_backlog_of_v1(true)
+$$;
 -- As queen.log_gauges_v1, over queen.log_backlog_v2.
 CREATE OR REPLACE FUNCTION queen.log_gauges_v2() RETURNS JSONB
 LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object(
-    'backlog', coalesce(sum(b.backlog), 0),
-    'maxGroupBacklog', coalesce(max(b.backlog), 0),
-    'oldestUnconsumedSeconds', coalesce(extract(epoch FROM now() - min(b.oldest_at))::double precision, 0),
-    'deadLetters', (SELECT count(*) FROM (SELECT 1 FROM queen.message_failures
-                                           WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
-    FROM queen.log_backlog_v2() b
+  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b
 $$;

@@ -79,7 +79,7 @@ END $$;
 
 -- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
 -- existing row, so the common case is two index probes and no lock.
--- A queue deleted under a push (DELETE /api/v1/resources/queues/:queue, issue #28): the push reads
+-- A queue deleted under a push (DELETE /api/v1/resources/queues/:queue): the push reads
 -- the queue's id, the delete commits, and the partition's INSERT then broke partitions_queue_id_fkey
 -- (a 500). Before creating a partition the queue row is locked FOR KEY SHARE, the lock the foreign
 -- key's check takes anyway, so a partition's first push costs nothing more and a push to an
@@ -119,7 +119,7 @@ END $$;
 -- serializes pushes to a partition: seq order is commit order), with its last_seq. When the lock
 -- waited for a queue delete and found the partition gone (its queue deleted after
 -- log_ensure_partition_v1 read it), the queue and partition are ensured again, so created anew:
--- the push comes after the delete (issue #28; before, last_seq was NULL and the message's INSERT
+-- the push comes after the delete (without it, last_seq was NULL and the message's INSERT
 -- failed). Once the lock is held, a delete of the queue waits for this transaction. Bounded as above.
 CREATE OR REPLACE FUNCTION queen.log_lock_partition_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT,
   OUT q_id UUID, OUT p_id UUID, OUT last_seq BIGINT)

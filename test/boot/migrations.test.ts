@@ -185,40 +185,58 @@ test('a database of the release before versioning is adopted: the baseline runs 
   expect(await migrate(old.url)).toEqual({ applied: [], defined: [], adopted: false });
 });
 
-test('the upgrade from the release before versioning, beside its traffic: no call of that release fails', async () => {
-  const old = await previousRelease();
-  const kvOne = PREVIOUS.statements.kvOne;
-  const push = PREVIOUS.statements.push;
+/**
+ * Four connections to `url`, each calling `round` (its connection, its index, the round's number,
+ * the failures) in a loop while `during` runs and five rounds more at least; a call that throws is
+ * a failure. Answers the failures.
+ */
+async function withTraffic(
+  url: string,
+  round: (c: Client, w: number, i: number, failures: string[]) => Promise<void>,
+  during: (failures: string[]) => Promise<void>,
+): Promise<string[]> {
   const clients = await Promise.all(Array.from({ length: 4 }, async () => {
-    const c = new Client({ connectionString: old.url });
+    const c = new Client({ connectionString: url });
     await c.connect();
     return c;
   }));
   let stop = false;
   const failures: string[] = [];
-  let calls = 0;
   const traffic = clients.map(async (c, w) => {
     for (let i = 0; !stop || i < 5; i++) {
       try {
-        await c.query({ ...kvOne, values: [TENANT, 'put', 'up', `k${w}-${i % 20}`, `{"value":${i},"forever":true}`] });
-        await c.query({ ...kvOne, values: [TENANT, 'get', 'up', `k${w}-${i % 20}`, '{}'] });
-        await c.query({ ...push, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i }] })] });
-        calls += 3;
+        await round(c, w, i, failures);
       } catch (err) {
         failures.push((err as Error).message);
       }
     }
   });
   try {
-    // The new release's first boot, while the previous release's calls run on every connection.
-    const result = await migrate(old.url);
-    expect(result.adopted).toBe(true);
+    await during(failures);
     stop = true;
     await Promise.all(traffic);
   } finally {
     stop = true;
     await Promise.all(clients.map((c) => c.end()));
   }
+  return failures;
+}
+
+test('the upgrade from the release before versioning, beside its traffic: no call of that release fails', async () => {
+  const old = await previousRelease();
+  const kvOne = PREVIOUS.statements.kvOne;
+  const push = PREVIOUS.statements.push;
+  let calls = 0;
+  const failures = await withTraffic(old.url, async (c, w, i) => {
+    await c.query({ ...kvOne, values: [TENANT, 'put', 'up', `k${w}-${i % 20}`, `{"value":${i},"forever":true}`] });
+    await c.query({ ...kvOne, values: [TENANT, 'get', 'up', `k${w}-${i % 20}`, '{}'] });
+    await c.query({ ...push, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i }] })] });
+    calls += 3;
+  }, async () => {
+    // The new release's first boot, while the previous release's calls run on every connection.
+    const result = await migrate(old.url);
+    expect(result.adopted).toBe(true);
+  });
   expect(failures).toEqual([]);
   expect(calls).toBeGreaterThan(0);
 });
@@ -226,42 +244,28 @@ test('the upgrade from the release before versioning, beside its traffic: no cal
 test('the upgrade from 0.1 beside both releases\' traffic: no call fails, 0.1\'s records stay, and the schema ends as a fresh one', async () => {
   const old = await release01();
   const s = RELEASE_0_1.statements;
-  const clients = await Promise.all(Array.from({ length: 4 }, async () => {
-    const c = new Client({ connectionString: old.url });
-    await c.connect();
-    return c;
-  }));
-  let stop = false;
   let upgraded = false;
-  const failures: string[] = [];
   const calls = { old: 0, new: 0 };
   // Release 0.1's API on every connection, and once the new release has migrated, the new one's
   // statements beside it on the same database: a rolling upgrade's two halves.
-  const traffic = clients.map(async (c, w) => {
-    for (let i = 0; !stop || i < 5; i++) {
-      const key = `k${w}-${i % 20}`;
-      try {
-        await c.query({ ...s.kvOne, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
-        await c.query({ ...s.kvOne, values: [TENANT, 'get', 'up', key, '{}'] });
-        await c.query({ ...s.push, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i, transactionId: `t${w}-${i}` }] })] });
-        const popped = JSON.parse((await c.query({ ...s.pop, values: [TENANT, 'up', null, `g${w}`, 5, 1] })).rows[0].messages ?? '[]') as { transactionId: string; partitionId: string; leaseId: string }[];
-        for (const m of popped) {
-          const ack = JSON.parse((await c.query({ ...s.ackOne, values: [TENANT, JSON.stringify({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status: 'completed', consumerGroup: `g${w}` })] })).rows[0].body);
-          if (ack.ok !== true) failures.push(`ack: ${JSON.stringify(ack)}`);
-        }
-        await c.query({ ...s.timers, values: [TENANT, JSON.stringify([{ op: 'schedule', queue: 'later', payload: i, delaySeconds: 3600 }])] });
-        calls.old += 6;
-        if (upgraded) {
-          await c.query({ ...KV_APPLY_ONE, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
-          await c.query({ ...LOG_PUSH, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i }] })] });
-          calls.new += 2;
-        }
-      } catch (err) {
-        failures.push((err as Error).message);
-      }
+  const failures = await withTraffic(old.url, async (c, w, i, failures) => {
+    const key = `k${w}-${i % 20}`;
+    await c.query({ ...s.kvOne, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
+    await c.query({ ...s.kvOne, values: [TENANT, 'get', 'up', key, '{}'] });
+    await c.query({ ...s.push, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i, transactionId: `t${w}-${i}` }] })] });
+    const popped = JSON.parse((await c.query({ ...s.pop, values: [TENANT, 'up', null, `g${w}`, 5, 1] })).rows[0].messages ?? '[]') as { transactionId: string; partitionId: string; leaseId: string }[];
+    for (const m of popped) {
+      const ack = JSON.parse((await c.query({ ...s.ackOne, values: [TENANT, JSON.stringify({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status: 'completed', consumerGroup: `g${w}` })] })).rows[0].body);
+      if (ack.ok !== true) failures.push(`ack: ${JSON.stringify(ack)}`);
     }
-  });
-  try {
+    await c.query({ ...s.timers, values: [TENANT, JSON.stringify([{ op: 'schedule', queue: 'later', payload: i, delaySeconds: 3600 }])] });
+    calls.old += 6;
+    if (upgraded) {
+      await c.query({ ...KV_APPLY_ONE, values: [TENANT, 'put', 'up', key, `{"value":${i},"forever":true}`] });
+      await c.query({ ...LOG_PUSH, values: [TENANT, JSON.stringify({ items: [{ queue: 'up', payload: i }] })] });
+      calls.new += 2;
+    }
+  }, async (failures) => {
     const result = await migrate(old.url);
     // Every migration after 0.1's (047 and the ones since), in order.
     const since = migrations().map((m) => m.version).filter((v) => v >= 47);
@@ -269,12 +273,7 @@ test('the upgrade from 0.1 beside both releases\' traffic: no call fails, 0.1\'s
     upgraded = true;
     const until = calls.new + 40;
     while (calls.new < until && failures.length === 0) await new Promise((r) => setImmediate(r));
-    stop = true;
-    await Promise.all(traffic);
-  } finally {
-    stop = true;
-    await Promise.all(clients.map((c) => c.end()));
-  }
+  });
   expect(failures).toEqual([]);
   expect(calls.old).toBeGreaterThan(0);
   expect(calls.new).toBeGreaterThan(0);

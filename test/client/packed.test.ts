@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import ts from 'typescript';
+import { strictProgram } from './typecheck';
 import { useCell } from './helpers';
 
 const cell = useCell();
@@ -93,20 +93,10 @@ test('installed from the tarball into a fresh project: the README example type-c
   const project = path.join(work, 'project');
   const file = path.join(project, 'example.ts');
   fs.writeFileSync(file, EXAMPLE);
-  const program = ts.createProgram([file], {
-    strict: true,
-    target: ts.ScriptTarget.ES2022,
-    module: ts.ModuleKind.CommonJS,
-    moduleResolution: ts.ModuleResolutionKind.Node10,
-    lib: ['lib.es2022.d.ts'],
-    types: ['node'],
+  const { program, problems } = strictProgram([file], {
     typeRoots: [path.join(ROOT, 'node_modules', '@types')],
-    skipLibCheck: true,
     outDir: project,
   });
-  const problems = ts
-    .getPreEmitDiagnostics(program)
-    .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n') + (d.file && d.start !== undefined ? ` (line ${d.file.getLineAndCharacterOfPosition(d.start).line + 1})` : ''));
   expect(problems).toEqual([]);
   program.emit();
   // Not execFileSync: the cell answers from this process's event loop.

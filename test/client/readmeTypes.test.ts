@@ -2,7 +2,7 @@
 // .d.ts files in client/dist, reached through the package's exports as a user's code reaches them).
 import fs from 'node:fs';
 import path from 'node:path';
-import ts from 'typescript';
+import { strictProgram } from './typecheck';
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 
@@ -29,19 +29,6 @@ test('the README examples compile under strict TypeScript against @queen-kv/clie
   fs.mkdirSync(dir, { recursive: true });
   const file = path.join(dir, 'examples.ts');
   fs.writeFileSync(file, source);
-  const program = ts.createProgram([file], {
-    strict: true,
-    noEmit: true,
-    target: ts.ScriptTarget.ES2022,
-    module: ts.ModuleKind.CommonJS,
-    moduleResolution: ts.ModuleResolutionKind.Node10,
-    lib: ['lib.es2022.d.ts'],
-    types: ['node'],
-    esModuleInterop: true,
-    skipLibCheck: true,
-  });
-  const problems = ts
-    .getPreEmitDiagnostics(program)
-    .map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n') + (d.file && d.start !== undefined ? ` (line ${d.file.getLineAndCharacterOfPosition(d.start).line + 1})` : ''));
+  const { problems } = strictProgram([file], { noEmit: true, esModuleInterop: true });
   expect(problems).toEqual([]);
 });

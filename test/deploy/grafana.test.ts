@@ -59,7 +59,7 @@ test('the panels an operator on call reads are there', () => {
     'queen_timers_due', 'queen_timers_oldest_late_seconds', 'queen_timers_fired_total',
     'queen_sweeper_cycle_seconds_bucket', 'queen_sweeper_batch_size', 'queen_sweeper_phase_suspended',
     'queen_kv_timers_switch', 'queen_kv_expired_not_pruned', 'queen_kv_expiry_lag_seconds', 'queen_http_responses_total',
-    // The message log's rows and the rate limits' (issue 15's broker metrics, issue 19's fallback).
+    // The message log's rows, and the rate limits' shared buckets and their local fallback.
     'queen_log_request_duration_seconds_bucket', 'queen_log_request_duration_seconds_count', 'queen_log_backlog_messages',
     'queen_log_backlog_max_group_messages', 'queen_log_oldest_unconsumed_age_seconds', 'queen_log_dead_letters',
     'queen_kv_rate_store_fallback', 'queen_kv_rate_processes',

@@ -59,7 +59,7 @@ test('nf start runs both lines against DATABASE_URL; the API answers on PORT; SI
   expect((await request(port, 'GET', '/ready')).status).toBe(200);
   checkExposition((await request(port, 'GET', '/metrics')).text);
 
-  // The sweeper's own endpoint, once the sweeper has phases (the stub before the sweeper issue has none).
+  // The sweeper's own endpoint, when the sweeper runs any phase.
   if ((sweeperConfig.phases as string[]).length > 0) {
     const scraped = await request(sweeperMetricsPort, 'GET', '/metrics');
     expect(scraped.status).toBe(200);

@@ -1,4 +1,4 @@
-// A push, a pop or a timer's fire racing its queue's DELETE (issue #28, the fuzzer's first finding:
+// A push, a pop or a timer's fire racing its queue's DELETE (the fuzzer's first finding:
 // 500s breaking partitions_queue_id_fkey and partition_consumers_partition_id_fkey). No timing: in
 // connection A the queue is deleted by the route's own statement and the transaction held open;
 // the call under test is sent, and once its backend waits on a lock A commits. What each answers

@@ -7,10 +7,7 @@ import { ack, configure, pop, push, transaction } from './helpers';
 import { call } from '../support/http';
 import { useApi } from '../support/api';
 import { scrape } from '../support/metrics';
-import { spawnApi, untilHealthy } from '../support/processes';
-import { createTestDatabase } from '../support/database';
-import { UNLIMITED_RATES } from '../support/api';
-import { freePort } from '../../shared/embeddedPostgres';
+import { withKeyedAndKeyless } from '../support/api';
 import { loadConfig } from '../../shared/config';
 import { open, seal } from '../../services/api/seal/seal';
 
@@ -133,17 +130,7 @@ test('rotation: a payload sealed under the previous key opens with it beside the
 });
 
 test('an API process without the key: configure refuses naming the variable, a push to an encrypted queue is 403, a pop answers data null', async () => {
-  const db = await createTestDatabase();
-  const withKeyPort = await freePort();
-  const withoutPort = await freePort();
-  const env = { ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', LOG_LEVEL: 'debug' };
-  const withKey = spawnApi({ ...env, PORT: String(withKeyPort), QUEEN_ENCRYPTION_KEY: KEY });
-  const without = spawnApi({ ...env, PORT: String(withoutPort) });
-  try {
-    await untilHealthy(withKey, withKeyPort);
-    await untilHealthy(without, withoutPort);
-    const a = `http://127.0.0.1:${withKeyPort}`;
-    const b = `http://127.0.0.1:${withoutPort}`;
+  await withKeyedAndKeyless(KEY, async ({ keyed: a, keyless: b, processes }) => {
     const refused = await configure(b, 'enc-proc', { encryptionEnabled: true });
     expect([refused.status, refused.body.error]).toEqual([403, 'log_encryption_unavailable']);
     expect(refused.body.message).toContain('QUEEN_ENCRYPTION_KEY');
@@ -154,12 +141,9 @@ test('an API process without the key: configure refuses naming the variable, a p
     const res = await call(b, 'GET', '/api/v1/pop/queue/enc-proc');
     expect([res.body.messages[0].data, res.body.messages[0].sealedUnreadable]).toEqual([null, true]);
     // Every log line either process wrote (debug included): neither the key nor the payload.
-    for (const p of [withKey, without]) {
+    for (const p of processes) {
       expect(p.output()).not.toContain(KEY);
       expect(p.output()).not.toContain(SECRET);
     }
-  } finally {
-    await Promise.all([withKey.stop(), without.stop()]);
-    await db.drop();
-  }
+  });
 });

@@ -4,31 +4,13 @@
 // awaits sweeper cycles (the sweeper's own signal), so no test depends on the clock running.
 import { ack, configure, once, pop, push, transaction } from './helpers';
 import { call } from '../support/http';
-import { useApi } from '../support/api';
+import { useRetentionSuite } from './retentionSuite';
 import type { PassResult } from '../../services/sweeper/phases';
-import { closeLeakedSweepers, scheduleDirect, startTestSweeper, TestSweeper } from '../support/sweeper';
+import { scheduleDirect, startTestSweeper } from '../support/sweeper';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
-let sweeper: TestSweeper;
-afterAll(async () => {
-  await sweeper.close();
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-const api = useApi();
-beforeAll(() => {
-  // The cell default here is an hour: the tests age messages past it or not.
-  sweeper = startTestSweeper(api.databaseUrl, { retentionSeconds: 3600 });
-});
-
-/** Moves every message of `queue` (or those with the given seqs) `seconds` into the past. */
-async function age(queue: string, seconds: number, seqs?: number[]): Promise<void> {
-  await api.pool.query(
-    `UPDATE queen.messages m SET created_at = m.created_at - make_interval(secs => $2)
-       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-      WHERE p.id = m.partition_id AND q.name = $1 AND ($3::bigint[] IS NULL OR m.seq = ANY ($3))`,
-    [queue, seconds, seqs ?? null],
-  );
-}
+const suite = useRetentionSuite();
+const { api, age } = suite;
 
 async function stored(queue: string): Promise<string[]> {
   const { rows } = await api.pool.query(
@@ -41,7 +23,7 @@ async function stored(queue: string): Promise<string[]> {
 
 /** Two complete cycles begun after the caller's writes: every shard is claimed and swept at least once. */
 async function sweepAll(): Promise<number> {
-  const reports = await sweeper.cycles(2);
+  const reports = await suite.sweeper.cycles(2);
   return reports.reduce((n, r) => n + r.removed, 0);
 }
 
@@ -182,7 +164,7 @@ test('timers fire exactly once around a retention pass that removes their fired 
   const ids = await scheduleDirect(api.pool, TENANT, 5, (i) => ({ queue: 'tq', deliverAt: due, payload: { i } }));
   // A timer far ahead stays scheduled whatever retention removes.
   const [later] = await scheduleDirect(api.pool, TENANT, 1, () => ({ queue: 'tq', deliverAt: new Date(Date.now() + 3_600_000).toISOString(), payload: {} }));
-  await sweeper.cycles(1);
+  await suite.sweeper.cycles(1);
   expect((await stored('tq')).sort()).toEqual(ids.map((id) => `timer:${id}`).sort());
   await age('tq', 120);
   await sweepAll();

@@ -3,27 +3,10 @@
 // retention, and a partition goes when it holds no message and no group row. Age is made, not
 // waited for, as in retention.test.ts.
 import { ack, configure, pop, push } from './helpers';
-import { useApi } from '../support/api';
-import { closeLeakedSweepers, startTestSweeper, TestSweeper } from '../support/sweeper';
+import { useRetentionSuite } from './retentionSuite';
 
-let sweeper: TestSweeper;
-afterAll(async () => {
-  await sweeper.close();
-  expect(await closeLeakedSweepers()).toBe(0);
-});
-const api = useApi();
-beforeAll(() => {
-  sweeper = startTestSweeper(api.databaseUrl, { retentionSeconds: 3600 });
-});
-
-async function age(queue: string, seconds: number, seqs?: number[]): Promise<void> {
-  await api.pool.query(
-    `UPDATE queen.messages m SET created_at = m.created_at - make_interval(secs => $2)
-       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-      WHERE p.id = m.partition_id AND q.name = $1 AND ($3::bigint[] IS NULL OR m.seq = ANY ($3))`,
-    [queue, seconds, seqs ?? null],
-  );
-}
+const suite = useRetentionSuite();
+const { api, age } = suite;
 
 /** Moves a group's last use of the queue's partitions `seconds` into the past (its row's last lease and creation). */
 async function idle(queue: string, group: string, seconds: number): Promise<void> {
@@ -50,7 +33,7 @@ async function groups(queue: string): Promise<string[]> {
 }
 
 async function sweepAll(): Promise<void> {
-  await sweeper.cycles(2);
+  await suite.sweeper.cycles(2);
 }
 
 const items = (queue: string, ids: string[]) => ids.map((transactionId) => ({ queue, transactionId, payload: { id: transactionId } }));
@@ -65,7 +48,7 @@ test('a partition emptied by retention goes with its caught-up groups; a push ma
   await push(api.url, items('empty', ['e1', 'e2']));
   expect(await consumeAll('empty', 'g')).toEqual(['e1', 'e2']);
   const [before] = await partitions('empty');
-  const metric = async (name: string) => (await sweeper.metrics.register.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
+  const metric = async (name: string) => (await suite.sweeper.metrics.register.getSingleMetric(name)!.get()).values[0]?.value ?? 0;
   const counted = async () => [await metric('queen_log_retention_removed_group_rows_total'), await metric('queen_log_retention_removed_partitions_total')];
   const [groupsBefore, partitionsBefore] = await counted();
   const totals = async () => (await api.pool.query('SELECT queen.log_totals_v1() AS t')).rows[0].t;

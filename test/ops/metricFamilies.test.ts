@@ -5,20 +5,11 @@
 // dashboards and absent() alerts read as a process that is up.
 import { freePort } from '../../shared/embeddedPostgres';
 import { createApiMetrics, createSweeperMetrics } from '../../shared/metrics';
-import { createTestDatabase } from '../support/database';
 import { checkExposition, scrape } from '../support/metrics';
-import { spawnApi, spawnSweeper, Spawned, SweeperProcess, untilHealthy } from '../support/processes';
+import { spawnApi, spawnSweeper, SweeperProcess, untilHealthy, useSpawnedDatabase } from '../support/processes';
 
-let db: { url: string; drop(): Promise<void> };
-const started: Spawned[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterEach(async () => {
-  await Promise.all(started.splice(0).map((p) => p.stop()));
-});
-afterAll(() => db.drop());
+const db = useSpawnedDatabase();
+const { started } = db;
 
 const names = (register: { getMetricsAsArray(): { name: string }[] }) => new Set(register.getMetricsAsArray().map((m) => m.name));
 const API = names(createApiMetrics().register);

@@ -3,15 +3,11 @@
 // action seen by a client afterwards, and no value or payload in any log line.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
-import pino from 'pino';
 import { parse } from 'yaml';
-import { loadConfig } from '../../shared/config';
-import { startApiServer, ApiServer } from '../../services/api/server';
-import { createTestDatabase, sql } from '../support/database';
-import { UNLIMITED_RATES, startTestApi, TestApi } from '../support/api';
+import { sql } from '../support/database';
+import { startTestApi, TestApi } from '../support/api';
 import { call } from '../support/http';
 import { sweep } from '../support/sweeper';
 
@@ -25,35 +21,20 @@ const SECRET_A = 'PAYLOAD-OF-A-3f9';
 const SECRET_B = 'PAYLOAD-OF-B-77c';
 const VALUE_A = 'VALUE-OF-A-118';
 
-const lines: Array<Record<string, any>> = [];
 const rawLines: string[] = [];
-let db: { url: string; drop(): Promise<void> };
-let server: ApiServer;
+/** The lines the API logged, parsed. */
+const logged = (): Array<Record<string, any>> => rawLines.map((l) => JSON.parse(l));
+let cell: TestApi;
 let url: string;
+const db = { get url() { return cell.databaseUrl; } };
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  const config = loadConfig({
-    QUEEN_WORKERS: '1', DB_POOL_SIZE: '20', ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_TENANCY_HEADER: '1',
-    QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: KEY,
-  });
-  const stream = new Writable({
-    write(chunk, _enc, done) {
-      for (const line of String(chunk).split('\n')) {
-        if (!line) continue;
-        rawLines.push(line);
-        lines.push(JSON.parse(line));
-      }
-      done();
-    },
-  });
-  server = await startApiServer(config, pino({ level: 'debug' }, stream), { message: 10, kv: config.kvPoolSize }, 0);
-  url = server.url;
+  cell = await startTestApi({
+    QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: KEY,
+  }, { lines: rawLines });
+  url = cell.url;
 });
-afterAll(async () => {
-  await server.close();
-  await db.drop();
-});
+afterAll(() => cell.close());
 
 // Every 200 and refusal of an operator route is checked against docs/openapi.yaml as it arrives.
 const doc = parse(fs.readFileSync(path.resolve(__dirname, '../../../docs/openapi.yaml'), 'utf8'));
@@ -466,7 +447,7 @@ test('a kill switch flipped with a reason: the audit line says who, what and why
   expect(off.body.timersSchedule).toBe(false);
   const on = await call(url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: true }, admin);
   expect(on.status).toBe(200);
-  const flips = lines.filter((l) => l.msg === 'operator action' && l.audit.action === 'switch_flip').map((l) => l.audit);
+  const flips = logged().filter((l) => l.msg === 'operator action' && l.audit.action === 'switch_flip').map((l) => l.audit);
   expect(flips).toEqual([
     expect.objectContaining({ operator: 'alice@oncall', target: { timersSchedule: false }, reason: 'incident 42: schedules flood', outcome: { mirrored: true } }),
     expect.objectContaining({ operator: 'alice@oncall', target: { timersSchedule: true } }),
@@ -479,7 +460,7 @@ test('a kill switch flipped with a reason: the audit line says who, what and why
 });
 
 test('the log: one audit line per action (who, what), and no value or payload in any line', () => {
-  const audits = lines.filter((l) => l.msg === 'operator action').map((l) => l.audit);
+  const audits = logged().filter((l) => l.msg === 'operator action').map((l) => l.audit);
   expect(audits.map((a) => a.action)).toEqual(expect.arrayContaining([
     'dead_letter_requeue', 'dead_letter_discard', 'dead_letters_requeue', 'dead_letters_discard', 'timer_cancel', 'timer_reschedule',
     'kv_delete', 'consumer_group_skip',

@@ -10,8 +10,7 @@ import { context, propagation, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
 import { Queen, type Message } from '@queen-kv/client';
 import { freePort } from '../../shared/embeddedPostgres';
-import { createTestDatabase } from '../support/database';
-import { spawnApi, spawnSweeper, Spawned, untilHealthy } from '../support/processes';
+import { spawnApi, spawnSweeper, untilHealthy, useSpawnedDatabase } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
 import { waitFor } from '../support/wait';
 
@@ -75,15 +74,8 @@ const SECRET = {
   timerKey: 'timer-a11ce-5',
 };
 
-let db: { url: string; drop(): Promise<void> };
-const started: Spawned[] = [];
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterEach(async () => {
-  await Promise.all(started.splice(0).map((p) => p.stop()));
-});
-afterAll(() => db.drop());
+const db = useSpawnedDatabase();
+const { started } = db;
 
 const OTEL = (collector: string) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: collector, OTEL_TRACES_SAMPLER: 'always_on' });
 

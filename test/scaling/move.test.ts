@@ -12,15 +12,14 @@ import { MOVED_TABLES, CELL_TABLES } from '../../services/move/tables';
 import { abortMove, moveTenant, MoveOptions, MoveResult, placementOf } from '../../services/move/move';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
+import { TestApi } from '../support/api';
 import { useDatabase } from '../support/database';
 import { call, JsonResponse } from '../support/http';
-import { HAPROXY_MISSING, Router, startRouter } from '../support/router';
+import { HAPROXY_MISSING, Router, useRoutedCells } from '../support/router';
 
 const reason = HAPROXY_MISSING;
 if (reason) process.stderr.write(`test/scaling/move.test.ts: the move through the router not run: ${reason}\n`);
 
-const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'move-test', QUEEN_KV_REQUIRE_GRANT: '0', ...UNLIMITED_RATES };
 // The shipped placement.map places A on cell-a and B on cell-b; C is placed on cell-a by the test.
 const A = '00000000-0000-4000-8000-00000000000a';
 const B = '00000000-0000-4000-8000-00000000000b';
@@ -72,19 +71,15 @@ describe('what a move carries', () => {
 });
 
 (reason ? describe.skip : describe)(reason ? `a tenant move through the router: not run, ${reason}` : 'a tenant move through the router (HAProxy)', () => {
+  const cells = useRoutedCells('move-test');
+  // The cells and the router, once started.
   let cellA: TestApi;
   let cellB: TestApi;
   let r: Router;
-
   beforeAll(async () => {
-    [cellA, cellB] = await Promise.all([startTestApi(TENANCY), startTestApi(TENANCY)]);
-    r = await startRouter(new URL(cellA.url).host, new URL(cellB.url).host);
+    ({ a: cellA, b: cellB, router: r } = cells);
     await r.runtime(`add map ${r.map} ${C} cell-a`);
     expect(await placementOf(r.socket, r.map, C)).toBe('cell-a');
-  });
-  afterAll(async () => {
-    await r?.stop();
-    await Promise.all([cellA?.close(), cellB?.close()]);
   });
 
   const as = (tenant: string) => ({ 'x-queen-tenant': tenant });

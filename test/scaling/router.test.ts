@@ -5,14 +5,13 @@
 // JSON shape; a placement changed through HAProxy's runtime API takes effect without a reload.
 // Needs Debian's `haproxy`; without it the suite says it was not run and why.
 import { Client } from 'pg';
-import { startTestApi, TestApi, UNLIMITED_RATES } from '../support/api';
+import { TestApi } from '../support/api';
 import { call } from '../support/http';
-import { HAPROXY_MISSING, Router, startRouter } from '../support/router';
+import { HAPROXY_MISSING, Router, useRoutedCells } from '../support/router';
 
 const reason = HAPROXY_MISSING;
 if (reason) process.stderr.write(`test/scaling/router.test.ts: not run: ${reason}\n`);
 
-const TENANCY = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: 'router-test', QUEEN_KV_REQUIRE_GRANT: '0', ...UNLIMITED_RATES };
 const A = '00000000-0000-4000-8000-00000000000a';
 const B = '00000000-0000-4000-8000-00000000000b';
 const C = 'cccccccc-cccc-4ccc-8ccc-cccccccccccc';
@@ -34,16 +33,12 @@ async function keysOf(url: string, tenant: string): Promise<string[]> {
   let router: string;
   let pid: number;
 
+  const cells = useRoutedCells('router-test');
   beforeAll(async () => {
-    [cellA, cellB] = await Promise.all([startTestApi(TENANCY), startTestApi(TENANCY)]);
-    r = await startRouter(new URL(cellA.url).host, new URL(cellB.url).host);
+    ({ a: cellA, b: cellB, router: r } = cells);
     router = r.url;
     pid = await haproxyPid();
     expect(pid).toBe(r.proc.pid);
-  });
-  afterAll(async () => {
-    await r?.stop();
-    await Promise.all([cellA?.close(), cellB?.close()]);
   });
 
   /** The pid HAProxy itself reports on its runtime API (`show info`). */

@@ -2,10 +2,14 @@
 // suite starts from. `useApi` does it for a suite (with a pool on the same database); a test that
 // starts its own calls `startTestApi` and `close()` in afterAll (it ends the pools and drops the
 // database).
+import { Writable } from 'node:stream';
+import pino from 'pino';
 import { loadConfig, Config } from '../../shared/config';
 import { createLogger } from '../../shared/log';
 import { startApiServer, ApiServer } from '../../services/api/server';
 import { createTestDatabase, DatabaseSuite, SuiteOptions, useDatabase } from './database';
+import { freePort } from '../../shared/embeddedPostgres';
+import { spawnApi, Spawned, untilHealthy } from './processes';
 
 export interface TestApi {
   url: string;
@@ -27,10 +31,19 @@ export const UNLIMITED_RATES: Record<string, string> = {
   QUEEN_KV_CELL_OPS_PER_SEC: '1000000',
 };
 
-export async function startTestApi(env: Record<string, string> = {}): Promise<TestApi> {
+/** With `o.lines`, every line the API logs (debug included) is pushed onto it as written. */
+export async function startTestApi(env: Record<string, string> = {}, o: { lines?: string[] } = {}): Promise<TestApi> {
   const db = await createTestDatabase();
   const config = loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '20', ...UNLIMITED_RATES, ...env, DATABASE_URL: db.url });
-  const log = createLogger('api-test', process.env.TEST_LOG_LEVEL ?? 'silent');
+  const lines = o.lines;
+  const log = lines
+    ? pino({ level: 'debug' }, new Writable({
+        write(chunk, _enc, done) {
+          lines.push(...String(chunk).split('\n').filter(Boolean));
+          done();
+        },
+      }))
+    : createLogger('api-test', process.env.TEST_LOG_LEVEL ?? 'silent');
   const server = await startApiServer(config, log, { message: 10, kv: config.kvPoolSize }, 0);
   return {
     url: server.url,
@@ -81,4 +94,29 @@ export function useApi(env: Record<string, string> = {}, o: SuiteOptions = {}): 
       return db.client;
     },
   };
+}
+
+/**
+ * Two built API processes on one new database, one with `QUEEN_ENCRYPTION_KEY` `key` and one
+ * without, each one worker at `LOG_LEVEL` debug with the rate limits out of the way: `run` gets
+ * their base URLs and both processes (their output), then both stop and the database goes.
+ */
+export async function withKeyedAndKeyless(
+  key: string,
+  run: (o: { keyed: string; keyless: string; databaseUrl: string; processes: Spawned[] }) => Promise<void>,
+): Promise<void> {
+  const db = await createTestDatabase();
+  const keyedPort = await freePort();
+  const keylessPort = await freePort();
+  const env = { ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', LOG_LEVEL: 'debug' };
+  const keyed = spawnApi({ ...env, PORT: String(keyedPort), QUEEN_ENCRYPTION_KEY: key });
+  const keyless = spawnApi({ ...env, PORT: String(keylessPort) });
+  try {
+    await untilHealthy(keyed, keyedPort);
+    await untilHealthy(keyless, keylessPort);
+    await run({ keyed: `http://127.0.0.1:${keyedPort}`, keyless: `http://127.0.0.1:${keylessPort}`, databaseUrl: db.url, processes: [keyed, keyless] });
+  } finally {
+    await Promise.all([keyed.stop(), keyless.stop()]);
+    await db.drop();
+  }
 }

@@ -4,6 +4,7 @@
 import { spawn, ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
+import { createTestDatabase } from './database';
 import { request } from './http';
 import { metric } from './metrics';
 import { waitFor } from './wait';
@@ -199,4 +200,26 @@ export function alive(pid: number): boolean {
 /** Resolves once the process `pid` is gone (bounded). */
 export function untilGone(pid: number, timeoutMs = 15_000): Promise<void> {
   return waitFor(() => !alive(pid), { what: `process ${pid} to exit`, timeoutMs, everyMs: 50 });
+}
+
+/**
+ * A test file's database for the processes it spawns: created before its tests and dropped after
+ * them; what a test pushes onto `started` is stopped after that test.
+ */
+export function useSpawnedDatabase(): { readonly url: string; started: Spawned[] } {
+  let db: { url: string; drop(): Promise<void> };
+  const started: Spawned[] = [];
+  beforeAll(async () => {
+    db = await createTestDatabase();
+  });
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((p) => p.stop()));
+  });
+  afterAll(() => db.drop());
+  return {
+    get url() {
+      return db.url;
+    },
+    started,
+  };
 }

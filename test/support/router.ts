@@ -7,6 +7,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
+import { startTestApi, TestApi, UNLIMITED_RATES } from './api';
 import { REPO } from './processes';
 import { waitFor } from './wait';
 
@@ -75,4 +76,29 @@ export async function startRouter(cellA: string, cellB: string): Promise<Router>
     throw err;
   }
   return { url, socket, map, proc, runtime, stop };
+}
+
+/**
+ * For a describe block: two in-process cells (tenancy on, the admin token `token`, grants not
+ * required, the rate limits out of the way) and the shipped router in front of them, started in
+ * beforeAll and stopped in afterAll. The fields answer once beforeAll has run.
+ */
+export function useRoutedCells(token: string): { readonly a: TestApi; readonly b: TestApi; readonly router: Router } {
+  const env = { QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: token, QUEEN_KV_REQUIRE_GRANT: '0', ...UNLIMITED_RATES };
+  let a: TestApi | undefined;
+  let b: TestApi | undefined;
+  let router: Router | undefined;
+  beforeAll(async () => {
+    [a, b] = await Promise.all([startTestApi(env), startTestApi(env)]);
+    router = await startRouter(new URL(a.url).host, new URL(b.url).host);
+  });
+  afterAll(async () => {
+    await router?.stop();
+    await Promise.all([a?.close(), b?.close()]);
+  });
+  return {
+    get a() { return a!; },
+    get b() { return b!; },
+    get router() { return router!; },
+  };
 }

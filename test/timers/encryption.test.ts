@@ -4,11 +4,8 @@
 import { Pool } from 'pg';
 import { configure, pop, push, transaction } from '../log/helpers';
 import { call } from '../support/http';
-import { useApi, UNLIMITED_RATES } from '../support/api';
+import { useApi, withKeyedAndKeyless } from '../support/api';
 import { sweep } from '../support/sweeper';
-import { spawnApi, untilHealthy } from '../support/processes';
-import { createTestDatabase } from '../support/database';
-import { freePort } from '../../shared/embeddedPostgres';
 
 const KEY = 'a3f1c2d4e5b6a7980112233445566778899aabbccddeeff00112233445566778';
 const SECRET = 'card-4111-1111-1111-1111';
@@ -139,17 +136,7 @@ test('a clear timer whose payload looks sealed is answered as it is; one schedul
 });
 
 test('an API process without the key: a schedule into an encrypted queue is 403 as a push is, on the route and the wire; peek answers payload null', async () => {
-  const db = await createTestDatabase();
-  const withKeyPort = await freePort();
-  const withoutPort = await freePort();
-  const env = { ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', LOG_LEVEL: 'debug' };
-  const withKey = spawnApi({ ...env, PORT: String(withKeyPort), QUEEN_ENCRYPTION_KEY: KEY });
-  const without = spawnApi({ ...env, PORT: String(withoutPort) });
-  try {
-    await untilHealthy(withKey, withKeyPort);
-    await untilHealthy(without, withoutPort);
-    const a = `http://127.0.0.1:${withKeyPort}`;
-    const b = `http://127.0.0.1:${withoutPort}`;
+  await withKeyedAndKeyless(KEY, async ({ keyed: a, keyless: b, databaseUrl, processes }) => {
     expect((await configure(a, 'tenc-proc', { encryptionEnabled: true })).status).toBe(200);
     const pushed = await push(b, [{ queue: 'tenc-proc', payload: SECRET }]);
     expect([pushed.status, pushed.body.error]).toEqual([403, 'log_encryption_unavailable']);
@@ -164,19 +151,16 @@ test('an API process without the key: a schedule into an encrypted queue is 403 
     expect(peek.text).not.toContain('qk1:');
     expect((await call(a, 'GET', `/api/v1/timers/${ok.body.timerId}`)).body.timer.payload).toBe(SECRET);
     // Only the one schedule the keyed process sealed is stored.
-    const pool = new Pool({ connectionString: db.url, max: 1 });
+    const pool = new Pool({ connectionString: databaseUrl, max: 1 });
     try {
       const { rows } = await pool.query(`SELECT payload::text AS p FROM queen.log_timers`);
       expect(rows.map((r) => r.p.includes(SECRET))).toEqual([false]);
     } finally {
       await pool.end();
     }
-    for (const p of [withKey, without]) {
+    for (const p of processes) {
       expect(p.output()).not.toContain(KEY);
       expect(p.output()).not.toContain(SECRET);
     }
-  } finally {
-    await Promise.all([withKey.stop(), without.stop()]);
-    await db.drop();
-  }
+  });
 });
