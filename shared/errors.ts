@@ -291,6 +291,19 @@ export function answerTimeLimit(err: unknown, surface: Surface, limits: TimeLimi
 }
 
 /**
+ * The answer to a data call of a tenant in a move between cells: from the API's copy of
+ * queen.tenant_moves before a body is read, from the database's own (queen.tenant_moving_v1) when
+ * that copy was stale, and to a long-poll pop that was waiting when the move began.
+ */
+export function movingRefusal(role: 'source' | 'target' | 'moved'): ApiError {
+  const message =
+    role === 'moved'
+      ? 'This tenant has moved to another cell; the router sends its calls there. Nothing was read or written here; retry.'
+      : 'This tenant is moving to another cell; its calls are refused for the few seconds the move takes. Nothing was read or written; retry.';
+  return new ApiError('tenant_moving', message, { retryAfterSeconds: 1 });
+}
+
+/**
  * Turns whatever a database call threw into the product's answer: an ApiError with a code from the
  * table above, an AckFailed, or the original error (a bug, answered as 500 and logged). The one
  * translator of pg's errors; `surface` names whose time limits fired (KV unless told).
@@ -314,6 +327,7 @@ export function coerceError(err: unknown, surface: Surface = 'kv'): unknown {
     case SQLSTATE.QUEEN_BAD_REQUEST: {
       const detail = parseDetail(err.detail);
       const code = typeof detail.code === 'string' ? detail.code : 'bad_request';
+      if (code === 'tenant_moving') return movingRefusal(detail.role === 'moved' ? 'moved' : 'source');
       const index = typeof detail.index === 'number' ? detail.index : undefined;
       // A 429 the SQL raised (log_queue_full) comes back with Retry-After like every 429.
       return new ApiError(code, err.message ?? code, STATUS[code] === 429 ? { index, retryAfterSeconds: 1 } : { index });

@@ -509,7 +509,8 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant uuid, p_op text, p_ns 
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT coalesce(queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
+  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+                  queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
                   ('[]'::jsonb || queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
                                                        false, clock_timestamp())) -> 0)
 $function$
@@ -518,6 +519,7 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_tr
  LANGUAGE sql
 AS $function$
   SELECT coalesce(
+    (SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
     CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
       nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
         CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
@@ -1570,6 +1572,7 @@ DECLARE
   s RECORD;
   i INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
     'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
     1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
@@ -1962,6 +1965,7 @@ DECLARE
   j INT;
   i INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
     PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
@@ -2304,6 +2308,7 @@ DECLARE
   v_task TEXT;
   v_opts queen.queue_options;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
@@ -2475,6 +2480,7 @@ DECLARE
   v_out JSONB;
   v_total BIGINT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -2519,6 +2525,7 @@ AS $function$
 DECLARE
   v_n INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -2546,6 +2553,7 @@ DECLARE
   v_id UUID;
   r RECORD;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -2636,6 +2644,7 @@ DECLARE
   v_from UUID := '00000000-0000-0000-0000-000000000000';
   v_to UUID := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
   END IF;
@@ -2872,6 +2881,7 @@ CREATE OR REPLACE FUNCTION queen.log_message_traces_v1(p_tenant uuid, p_partitio
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.uuid_ok_v1(p_partition) THEN
     PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is the UUID the pop answered.', NULL);
   END IF;
@@ -2974,6 +2984,7 @@ DECLARE
   v_out JSONB := '[]';
   r RECORD;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF coalesce(p_namespace, '') = '' AND coalesce(p_task, '') = '' THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A pop names a queue, or a namespace and/or a task.', NULL);
   END IF;
@@ -3167,6 +3178,7 @@ DECLARE
   v_quiet_by TIMESTAMPTZ := 'infinity';
   v_retry_gate BOOLEAN := false;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -3374,6 +3386,7 @@ CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v2(p_tenant uuid, p_bodies j
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
               WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
                 AND q.name IN (SELECT queen.log_fast_queue_v1(queen.log_fast_item_v1(b->'items')) FROM jsonb_array_elements(p_bodies) b)) THEN
@@ -3530,6 +3543,7 @@ DECLARE
   v_items JSONB;
   v_out JSONB;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   -- The items' queues read in place (a SQL function with an aggregate is planned at every call).
   IF p_sealed IS NULL AND NOT EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
        WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
@@ -3598,6 +3612,7 @@ DECLARE
   v_names TEXT[];
   v_n INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
@@ -3926,6 +3941,7 @@ CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant uuid, p_queue te
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -3944,6 +3960,7 @@ CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue tex
  LANGUAGE plpgsql
 AS $function$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -4871,6 +4888,14 @@ BEGIN
   UPDATE queen.system_state SET value = v_samples || v_sample, updated_at = now() WHERE key = 'log_throughput';
   RETURN jsonb_build_object('sampled', true);
 END $function$
+CREATE OR REPLACE FUNCTION queen.tenant_moving_v1(p_tenant uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = 'tenant_moving',
+    DETAIL = jsonb_build_object('code', 'tenant_moving', 'role', (SELECT m.role FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant))::text;
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_apply_v1(p_tenant uuid, p_ops jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5037,6 +5062,7 @@ DECLARE
   v_now TIMESTAMPTZ := now();
   v_i INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF jsonb_typeof(p_ops) = 'array' THEN
     SELECT array_agg(q.name ORDER BY q.name) INTO v_encrypted
       FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
@@ -5406,8 +5432,9 @@ CREATE OR REPLACE FUNCTION queen.timers_list_v2(p_tenant uuid, p_queue text, p_a
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
-                                       FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k)))
+  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+                  jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
+                                                FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k))))
     FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
 $function$
 CREATE OR REPLACE FUNCTION queen.timers_mark_sealed_v1(p_timer jsonb)
@@ -5433,7 +5460,8 @@ CREATE OR REPLACE FUNCTION queen.timers_peek_v2(p_tenant uuid, p_timer_id uuid)
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END
+  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+                  CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END)
     FROM (SELECT queen.timers_peek_v1(p_tenant, p_timer_id) AS r) p
 $function$
 CREATE OR REPLACE FUNCTION queen.timers_row_json_v1(r queen.log_timers)

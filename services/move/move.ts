@@ -6,13 +6,15 @@
 //   0. pre-copy the tenant's rows to the target (which refuses the tenant from here), the source
 //              still serving it: the bulk of the copy, outside the refusal window.
 //   1. pause   a tenant_moves row on the source too: every data call of the tenant is 503
-//              tenant_moving (each API worker reads the rows with the grants, every QUOTA_REFRESH_MS).
-//   2. fence   wait out that refresh, then for every transaction of the source begun before it.
+//              tenant_moving (each API worker reads the rows with the grants, every QUOTA_REFRESH_MS,
+//              and every SQL function a data call reaches reads the row again: queen.tenant_moving_v1).
+//   2. fence   wait out that refresh, then for every transaction of the source begun before it: a
+//              call that read no row began before the pause committed.
 //   3. copy    one REPEATABLE READ snapshot of the source: what changed since the pre-copy, by each
 //              row's md5, onto the target in one transaction (everything, if that fails), and a
 //              count and checksum per table.
 //   4. verify  the target's counts and checksums equal the snapshot's, and the source's still do (a
-//              write that slipped past the fence is caught here, and the copy is taken again).
+//              sweeper's work after the snapshot is caught here, and the copy is taken again).
 //   5. flip    the placement map file, then every router's runtime API (set map / add map).
 //   6. resume  the source becomes 'moved' (a call still reaching it is refused), the target's row goes.
 //   7. remove  the source's rows of the tenant, in one transaction.
@@ -63,7 +65,7 @@ export interface MoveResult {
   tables: TableCheck[];
   /** Milliseconds per step this run took. */
   steps: Record<string, number>;
-  /** Copies taken (more than one when a write slipped past the fence). */
+  /** Copies taken (more than one when a sweeper changed the source after the snapshot). */
   copies: number;
 }
 

@@ -223,6 +223,7 @@ DECLARE
   v_from UUID := '00000000-0000-0000-0000-000000000000';
   v_to UUID := 'ffffffff-ffff-ffff-ffff-ffffffffffff';
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.uuid_ok_v1(p_lease) THEN
     PERFORM queen.fail_v1('log_invalid_lease_id', 'The lease id is the UUID the pop answered.', NULL);
   END IF;
@@ -281,6 +282,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -318,6 +320,7 @@ DECLARE
   v_id UUID;
   r RECORD;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -437,6 +440,7 @@ DECLARE
   j INT;
   i INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
     PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
@@ -554,6 +558,7 @@ DECLARE
   v_task TEXT;
   v_opts queen.queue_options;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
@@ -685,6 +690,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_from TIMESTAMPTZ) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -710,6 +716,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_n INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_group) THEN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -741,6 +748,7 @@ DECLARE
   v_out JSONB;
   v_total BIGINT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;

@@ -514,6 +514,7 @@ DECLARE
   v_quiet_by TIMESTAMPTZ := 'infinity';
   v_retry_gate BOOLEAN := false;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -844,6 +845,7 @@ DECLARE
   s RECORD;
   i INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
     'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
     1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
@@ -945,6 +947,7 @@ DECLARE
   v_out JSONB := '[]';
   r RECORD;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF coalesce(p_namespace, '') = '' AND coalesce(p_task, '') = '' THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A pop names a queue, or a namespace and/or a task.', NULL);
   END IF;

@@ -539,6 +539,7 @@ DECLARE
   v_items JSONB;
   v_out JSONB;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   -- The items' queues read in place (a SQL function with an aggregate is planned at every call).
   IF p_sealed IS NULL AND NOT EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
        WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
@@ -562,6 +563,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_v2(p_tenant UUID, p_bodies JSONB) RETURNS SETOF TEXT
 LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF EXISTS (SELECT 1 FROM queen.queues q JOIN queen.queue_options o ON o.queue_id = q.id
               WHERE q.tenant_id = p_tenant AND (o.max_size > 0 OR o.encryption_enabled)
                 AND q.name IN (SELECT queen.log_fast_queue_v1(queen.log_fast_item_v1(b->'items')) FROM jsonb_array_elements(p_bodies) b)) THEN

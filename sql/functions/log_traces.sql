@@ -23,6 +23,7 @@ DECLARE
   v_names TEXT[];
   v_n INT;
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
   END IF;
@@ -71,6 +72,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_message_traces_v1(p_tenant UUID, p_partition TEXT, p_transaction_id TEXT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF NOT queen.uuid_ok_v1(p_partition) THEN
     PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is the UUID the pop answered.', NULL);
   END IF;

@@ -10,6 +10,21 @@ BEGIN
     DETAIL = jsonb_build_object('code', p_code, 'index', p_index)::text;
 END $$;
 
+-- The refusal of a tenant in a move between cells (queen.tenant_moves): every function a data call
+-- of the API reaches runs it first, `FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant`, so it
+-- runs only for a tenant with a row. The API refuses such a tenant before it reads a body, from its
+-- copy of the rows; this is the refusal that cannot be stale. A call admitted before its worker read
+-- a pause, then held for longer than the move's fence (a slow body, a pool queue), meets it here.
+-- Read in the call's own transaction, so the call either saw no pause and began before the pause
+-- committed (the move's fence waits for it), or is refused. DETAIL carries the role, which decides
+-- the message (shared/errors.ts, tenantMoving).
+CREATE OR REPLACE FUNCTION queen.tenant_moving_v1(p_tenant UUID) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QK400', MESSAGE = 'tenant_moving',
+    DETAIL = jsonb_build_object('code', 'tenant_moving', 'role', (SELECT m.role FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant))::text;
+END $$;
+
 -- The length of a request's array (items, acks, operations): refused with p_code and p_message
 -- unless it is a non-empty JSON array, and past p_max (NULL: no bound) with p_big_code and
 -- p_big_message, formatted with the length and the bound.

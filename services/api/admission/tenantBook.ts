@@ -240,8 +240,9 @@ export class TenantBook {
   /**
    * The tenant's part in a move between cells, or undefined (served as usual). Read where a data call's
    * tenant is first known (app.ts), and again by a long-poll pop before each look. A move waits out
-   * QUOTA_REFRESH_MS and the transactions begun before it, then checks the copy was not written under
-   * it (services/move/move.ts): this copy is the gate, the move's checks are what make it exact.
+   * QUOTA_REFRESH_MS and the transactions begun before it (services/move/move.ts). This copy is the
+   * quick refusal, before a body is read; it can be stale, so the SQL a call reaches refuses the
+   * tenant again in the call's own transaction (queen.tenant_moving_v1).
    */
   moveRole(tenant: string): MoveRole | undefined {
     return this.moves.size === 0 ? undefined : this.moves.get(tenant);

@@ -27,12 +27,3 @@ export function tenantOf(config: Config, req: IncomingMessage): string {
   }
   return tenant;
 }
-
-/** The answer to a data call of a tenant in a move (and to a long-poll pop that was waiting when it began). */
-export function movingRefusal(role: 'source' | 'target' | 'moved'): ApiError {
-  const message =
-    role === 'moved'
-      ? 'This tenant has moved to another cell; the router sends its calls there. Nothing was read or written here; retry.'
-      : 'This tenant is moving to another cell; its calls are refused for the few seconds the move takes. Nothing was read or written; retry.';
-  return new ApiError('tenant_moving', message, { retryAfterSeconds: 1 });
-}

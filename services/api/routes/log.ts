@@ -4,7 +4,7 @@
 import { Router, Request, Response } from 'express';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Pool } from 'pg';
-import { ApiError, SQLSTATE } from '../../../shared/errors';
+import { ApiError, SQLSTATE, movingRefusal } from '../../../shared/errors';
 import { directUrl, type Config } from '../../../shared/config';
 import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
@@ -16,7 +16,7 @@ import {
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
 import { nameRule, refusePushBody, refusePushItems, refuseNul } from './fields';
-import { movingRefusal, tenantOf } from '../edge/tenant';
+import { tenantOf } from '../edge/tenant';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
 import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
