@@ -85,6 +85,14 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- The verdict of a lost `required`, from the answer of the write that lost (see the header).
+CREATE OR REPLACE FUNCTION queen.kv_verdict_v1(p_answer JSONB) RETURNS JSONB
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT jsonb_build_object('ok', false, 'success', false, 'reason', 'kv_precondition',
+                            'failedIndex', p_answer->'index', 'kvReason', p_answer->'reason',
+                            'version', p_answer->'version', 'value', p_answer->'value')
+$$;
+
 -- Runs a validated, normalised batch (kv_check_op_v1's output) and answers in request order. A
 -- lost `required` raises QK409 with the verdict as its DETAIL, for kv_apply_at_v1 to catch: call
 -- it from there only, or the verdict, value included, is an error the server logs.
@@ -140,10 +148,7 @@ BEGIN
 
   IF v_fail IS NOT NULL THEN
     -- Caught by kv_apply_at_v1, the only caller, which rolls the writes back and answers this.
-    RAISE EXCEPTION USING ERRCODE = 'QK409', MESSAGE = 'kv_precondition',
-      DETAIL = jsonb_build_object('ok', false, 'success', false, 'reason', 'kv_precondition',
-                                  'failedIndex', v_fail->'index', 'kvReason', v_fail->'reason',
-                                  'version', v_fail->'version', 'value', v_fail->'value')::text;
+    RAISE EXCEPTION USING ERRCODE = 'QK409', MESSAGE = 'kv_precondition', DETAIL = queen.kv_verdict_v1(v_fail)::text;
   END IF;
   IF array_position(v_results, NULL) IS NOT NULL OR cardinality(v_results) <> v_n THEN
     RAISE EXCEPTION 'kv_apply_v1 produced % answers for % operations', cardinality(v_results) - coalesce(array_position(v_results, NULL), 0), v_n;
@@ -165,19 +170,29 @@ DECLARE
   v_prefix_dup INT;
   v_has_prefix BOOLEAN := false;
   v_required BOOLEAN := false;
+  v_lone_required BOOLEAN;
   v_verdict TEXT;
   i INT;
 BEGIN
-  -- One plainly valid operation: nothing to sort, no duplicate to find, no precondition to lose.
+  -- One plainly valid operation: nothing to sort, no duplicate to find. A `required` put,
+  -- putIfAbsent or incr (the once-marker of a bundle) takes the fast path too: a lone write that
+  -- loses wrote nothing (a live key there, a bound crossed), so its verdict needs no sub-block to
+  -- undo anything. Not a delete: one over an expired row removes it and answers not applied, a
+  -- write the general path rolls back.
   IF jsonb_typeof(p_ops) = 'array' AND jsonb_array_length(p_ops) = 1 AND jsonb_typeof(p_ops->0) = 'object' THEN
     v_op := p_ops->0;
+    v_lone_required := jsonb_typeof(v_op->'required') = 'boolean' AND jsonb_typeof(v_op->'op') = 'string'
+                       AND v_op->>'op' IN ('put', 'putIfAbsent', 'incr');
     v_answer := queen.kv_apply_fast_v1(p_tenant,
       CASE WHEN jsonb_typeof(v_op->'op') = 'string' THEN v_op->>'op' END,
       CASE WHEN jsonb_typeof(v_op->'ns') = 'string' THEN v_op->>'ns' END,
       -- '' for a key that is there but not a string: no fast path takes it.
       CASE WHEN jsonb_typeof(v_op->'key') = 'string' THEN v_op->>'key' WHEN v_op ? 'key' THEN '' END,
-      v_op, p_now, true);
+      CASE WHEN v_lone_required THEN v_op - 'required' ELSE v_op END, p_now, true);
     IF v_answer IS NOT NULL THEN
+      IF v_lone_required AND (v_op->>'required')::boolean AND NOT (v_answer->>'applied')::boolean THEN
+        RETURN queen.kv_verdict_v1(v_answer);
+      END IF;
       RETURN jsonb_build_array(v_answer);
     END IF;
   END IF;

@@ -83,8 +83,10 @@ test('consume: concurrency, a failure comes back and succeeds, every message don
   expect(done.size).toBe(12);
   expect(seen.filter((id) => id === 'p2/3')).toHaveLength(2);
   expect(errors).toHaveLength(1);
-  // Within a partition, in order (the failed one comes back after the rest of its batch).
-  expect([...done].filter((id) => id.startsWith('p2'))).toEqual(['p2/1', 'p2/2', 'p2/4', 'p2/3']);
+  // Within a partition, in order: the failed one comes back after the rest of its batch. Whether
+  // p2/4 shared p2/3's batch depends on how the limit split the last pops among the three loops, so
+  // either delivery is right; p2/3 out of its place or p2/4 skipped is not.
+  expect([['p2/1', 'p2/2', 'p2/3', 'p2/4', 'p2/3'], ['p2/1', 'p2/2', 'p2/3', 'p2/3', 'p2/4']]).toContainEqual(seen.filter((id) => id.startsWith('p2')));
   for (const p of ['p1', 'p3']) {
     const order = [...done].filter((id) => id.startsWith(p));
     expect(order).toEqual([1, 2, 3, 4].map((n) => `${p}/${n}`));

@@ -104,12 +104,22 @@ const cases: Array<[string, Record<string, unknown>]> = [
   ['put of a value one byte too large', { op: 'put', ns: 'orders', key: 'fresh', value: big + 'x', forever: true }],
   ['put with expect', { op: 'put', ns: 'orders', key: 'live', value: 1, forever: true, expect: 101 }],
   ['put with required', { op: 'put', ns: 'orders', key: 'live', value: 1, forever: true, required: true }],
+  ['put with required false', { op: 'put', ns: 'orders', key: 'live', value: 1, forever: true, required: false }],
+  ['put with required and a TTL of 0', { op: 'put', ns: 'orders', key: 'live', value: 1, ttlSeconds: 0, required: true }],
   ['put with an unknown field', { op: 'put', ns: 'orders', key: 'live', value: 1, forever: true, delta: 1 }],
   ['putIfAbsent on a fresh key', { op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 'v', forever: true }],
   ['putIfAbsent on a live key', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true }],
   ['putIfAbsent on an expired key', { op: 'putIfAbsent', ns: 'orders', key: 'expired', value: 'v', ttlSeconds: 30 }],
   ['putIfAbsent with expect', { op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 'v', forever: true, expect: 0 }],
   ['putIfAbsent with required on a live key', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: true }],
+  ['putIfAbsent with required on a fresh key', { op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 'v', forever: true, required: true }],
+  ['putIfAbsent with required on an expired key', { op: 'putIfAbsent', ns: 'orders', key: 'expired', value: 'v', ttlSeconds: 30, required: true }],
+  ['putIfAbsent with required false on a live key', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: false }],
+  ['putIfAbsent with required as a string', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: 'yes' }],
+  ['putIfAbsent with required null', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: null }],
+  ['putIfAbsent with required and expect', { op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 'v', forever: true, expect: 0, required: true }],
+  ['putIfAbsent with required and an unknown field', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', forever: true, required: true, delta: 1 }],
+  ['putIfAbsent with required and no expiry', { op: 'putIfAbsent', ns: 'orders', key: 'live', value: 'v', required: true }],
   ['putIfAbsent with a bad namespace', { op: 'putIfAbsent', ns: '-x', key: 'fresh', value: 'v', forever: true }],
   ['delete of a live key', { op: 'delete', ns: 'orders', key: 'live' }],
   ['delete of an expired key', { op: 'delete', ns: 'orders', key: 'expired' }],
@@ -141,6 +151,10 @@ const cases: Array<[string, Record<string, unknown>]> = [
   ['incr with a value', { op: 'incr', ns: 'orders', key: 'count', value: 1, forever: true }],
   ['incr with expect', { op: 'incr', ns: 'orders', key: 'count', expect: 104, forever: true }],
   ['incr with required', { op: 'incr', ns: 'orders', key: 'count', required: true, forever: true }],
+  ['incr crossing max with required', { op: 'incr', ns: 'orders', key: 'count', delta: 6, max: 15, forever: true, required: true }],
+  ['incr of a live value that is not a number with required', { op: 'incr', ns: 'orders', key: 'live', delta: 1, forever: true, required: true }],
+  ['incr of an expired counter that creating would cross with required', { op: 'incr', ns: 'orders', key: 'expired', delta: 1, min: 5, forever: true, required: true }],
+  ['incr with required false', { op: 'incr', ns: 'orders', key: 'count', required: false, forever: true }],
   ['incr with neither expiry', { op: 'incr', ns: 'orders', key: 'count' }],
   ['incr with both expiries', { op: 'incr', ns: 'orders', key: 'count', forever: true, ttlSeconds: 5 }],
   ['incr with a fractional TTL', { op: 'incr', ns: 'orders', key: 'count', ttlSeconds: 0.5 }],
@@ -242,6 +256,26 @@ describe('the fast check answers exactly as the general validation', () => {
         },
       ],
     });
+  });
+
+  test('a lone once-marker (putIfAbsent with required) skips the general validation, won or lost', async () => {
+    // Calls made in this transaction, counted by PostgreSQL itself (track_functions, superuser-set).
+    const generalCalls = (op: object) =>
+      rolledBack(true, async () => {
+        await db.client.query(`SET LOCAL track_functions = 'all'`);
+        const { rows: [r] } = await db.client.query('SELECT queen.kv_apply_at_v1($1, $2::jsonb, false, $3) AS r', [TENANT, JSON.stringify([op]), NOW]);
+        const { rows: [calls] } = await db.client.query(
+          `SELECT coalesce(pg_stat_get_xact_function_calls('queen.kv_check_op_v1'::regproc), 0)
+                + coalesce(pg_stat_get_xact_function_calls('queen.kv_run_v1'::regproc), 0) AS n`,
+        );
+        return { answer: r.r, general: Number(calls.n) };
+      });
+    const won = await generalCalls({ op: 'putIfAbsent', ns: 'orders', key: 'fresh', value: 1, forever: true, required: true });
+    expect(won).toMatchObject({ answer: [{ applied: true }], general: 0 });
+    const lost = await generalCalls({ op: 'putIfAbsent', ns: 'orders', key: 'live', value: 1, forever: true, required: true });
+    expect(lost).toMatchObject({ answer: { ok: false, reason: 'kv_precondition', failedIndex: 0, version: 101 }, general: 0 });
+    // A delete with required still goes the general way (see kv_apply_at_v1).
+    expect(await generalCalls({ op: 'delete', ns: 'orders', key: 'live', required: true })).toMatchObject({ general: 2 });
   });
 
   test('a plainly valid get answers with the stored row', async () => {
