@@ -13,7 +13,7 @@ import path from 'node:path';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
 import { withRoutedCells } from './lib/cell';
 import { median, positiveOption } from './lib/options';
-import { closedLoop, HttpClient, rawClient } from './lib/load';
+import { HttpClient, rawClient, Workload, workloadLoop } from './lib/load';
 import { loadAverage, machineLine, stopChild, TreeCpu } from './lib/procs';
 
 const DURATION_S = positiveOption('duration', 'BENCH_DURATION_S', 5);
@@ -26,7 +26,7 @@ const TENANTS = ['00000000-0000-4000-8000-00000000000a', '00000000-0000-4000-800
 /** A raw keep-alive client that calls as `tenant`. */
 const tenantClient = (port: number, tenant: string): HttpClient => rawClient('127.0.0.1', port, { 'x-queen-tenant': tenant });
 
-const WORKLOADS: Array<{ name: string; request(c: number, i: number): { method: string; path: string; body?: string } }> = [
+const WORKLOADS: Workload[] = [
   { name: 'KV get (path)', request: (_c, i) => ({ method: 'GET', path: `/api/v1/kv/bench/k${i % 100}` }) },
   {
     name: 'KV put (batch)',
@@ -52,16 +52,11 @@ async function main(): Promise<void> {
           // Client c calls as tenant c % 2, to its cell or to the router.
           const routerPort = Number(new URL(router.url).port);
           const clients = Array.from({ length: CLIENTS }, (_, c) => tenantClient(lane === 'direct' ? cells[c % 2].port : routerPort, TENANTS[c % 2]));
-          const seq = new Array(CLIENTS).fill(0);
           const cellCpu = new TreeCpu(() => cells.map((x) => x.proc.pid!));
           const routerCpu = new TreeCpu(() => [routerPid]);
           cellCpu.start();
           routerCpu.start();
-          const r = await closedLoop(CLIENTS, DURATION_S * 1000, (c) => async () => {
-            const q = w.request(c, seq[c]++);
-            const a = await clients[c].request(q.method, q.path, q.body);
-            return a.status < 300 ? 1 : 0;
-          });
+          const r = await workloadLoop(clients, DURATION_S * 1000, w);
           const cellUs = cellCpu.stop();
           const routerUs = routerCpu.stop();
           for (const c of clients) c.close();

@@ -19,7 +19,7 @@ import path from 'node:path';
 import { applySchema } from '../shared/db';
 import { startEmbeddedPostgres, freePort } from '../shared/embeddedPostgres';
 import { median, positiveOption } from './lib/options';
-import { closedLoop, rawClient, HttpClient } from './lib/load';
+import { rawClient, HttpClient, Workload, workloadLoop } from './lib/load';
 import { cellEnv, loadAverage, machineLine, stopChild, TreeCpu, waitReady } from './lib/procs';
 
 const DURATION_S = positiveOption('duration', 'BENCH_DURATION_S', 5);
@@ -35,10 +35,6 @@ const MODES = (process.argv.find((a) => a.startsWith('--modes='))?.slice(8) ?? p
     : { name: `${Number(m) * 100} %`, env: { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: String(Number(m)) } },
 );
 
-interface Workload {
-  name: string;
-  request(client: number, i: number): { method: string; path: string; body?: string };
-}
 const KEYS = 100;
 const WORKLOADS: Workload[] = [
   { name: 'KV get (path)', request: (_c, i) => ({ method: 'GET', path: `/api/v1/kv/bench/k${i % KEYS}` }) },
@@ -100,14 +96,9 @@ async function main(): Promise<void> {
         const order = MODES.map((_, i) => (i + round) % MODES.length);
         for (const mi of order) {
           const clients: HttpClient[] = Array.from({ length: CLIENTS }, () => rawClient('127.0.0.1', cells[mi].port));
-          const seq = new Array(CLIENTS).fill(0);
           const cpu = new TreeCpu(() => [cells[mi].proc.pid!]);
           cpu.start();
-          const r = await closedLoop(CLIENTS, DURATION_S * 1000, (c) => async () => {
-            const q = w.request(c, seq[c]++);
-            const a = await clients[c].request(q.method, q.path, q.body);
-            return a.status < 300 ? 1 : 0;
-          });
+          const r = await workloadLoop(clients, DURATION_S * 1000, w);
           const cellUs = cpu.stop();
           for (const c of clients) c.close();
           // A traced cell exports a second after its spans end (BatchSpanProcessor): let that land

@@ -68,6 +68,25 @@ export interface HttpClient {
   close(): void;
 }
 
+/** Client `client`'s `i`-th request of a workload. */
+export interface Workload {
+  name: string;
+  request(client: number, i: number): { method: string; path: string; body?: string };
+}
+
+/**
+ * A closed loop over `clients`, one loop a client, each sending its own numbered run of the
+ * workload's requests; an answer below 300 counts as one operation, any other as refused.
+ */
+export function workloadLoop(clients: HttpClient[], durationMs: number, w: Workload): Promise<PointResult> {
+  const seq = new Array(clients.length).fill(0);
+  return closedLoop(clients.length, durationMs, (c) => async () => {
+    const q = w.request(c, seq[c]++);
+    const a = await clients[c].request(q.method, q.path, q.body);
+    return a.status < 300 ? 1 : 0;
+  });
+}
+
 /**
  * One keep-alive connection speaking just enough HTTP/1.1: a request built as one string, an
  * answer read by Content-Length. No pipelining: one request in flight per client, like a caller.

@@ -7,6 +7,15 @@ export const TIMERS_APPLY = {
   text: `SELECT queen.timers_apply_v2($1::uuid, $2::jsonb)::text AS results`,
 };
 
+// The one-operation batch both route statements apply, and the shape of its answer: the traced one
+// only wraps the batch, so the two cannot drift apart.
+const APPLY_ONE = `queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb)`;
+const applyOneText = (results: string) => `SELECT (r - 'index' - 'op')::text AS body,
+                coalesce((r ->> 'created')::boolean, false) AS created,
+                coalesce((r ->> 'cancelled')::boolean, false) AS cancelled,
+                coalesce((r ->> 'rescheduled')::boolean, false) AS rescheduled
+         FROM (SELECT ${results} -> 0 AS r) s`;
+
 /**
  * One operation from a route: the body's text goes in as is (a payload's numbers are never
  * narrowed) with the route's own fields laid over it ($3, a JSON object); the answer comes back
@@ -15,21 +24,13 @@ export const TIMERS_APPLY = {
  */
 export const TIMERS_APPLY_ONE = {
   name: 'timers_apply_one_v2',
-  text: `SELECT (r - 'index' - 'op')::text AS body,
-                coalesce((r ->> 'created')::boolean, false) AS created,
-                coalesce((r ->> 'cancelled')::boolean, false) AS cancelled,
-                coalesce((r ->> 'rescheduled')::boolean, false) AS rescheduled
-         FROM (SELECT queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb) -> 0 AS r) s`,
+  text: applyOneText(APPLY_ONE),
 };
 
 /** TIMERS_APPLY_ONE from a traced request: $5 its sampled span ({"traceId","spanId"}), stored on the timer it creates. */
 export const TIMERS_APPLY_ONE_TRACED = {
   name: 'timers_apply_one_traced_v1',
-  text: `SELECT (r - 'index' - 'op')::text AS body,
-                coalesce((r ->> 'created')::boolean, false) AS created,
-                coalesce((r ->> 'cancelled')::boolean, false) AS cancelled,
-                coalesce((r ->> 'rescheduled')::boolean, false) AS rescheduled
-         FROM (SELECT queen.timers_stamp_traces_v1(queen.timers_apply_v2($1::uuid, jsonb_build_array($2::jsonb || $3::jsonb), $4::jsonb), $5::jsonb) -> 0 AS r) s`,
+  text: applyOneText(`queen.timers_stamp_traces_v1(${APPLY_ONE}, $5::jsonb)`),
 };
 
 /** After a QK428 on one operation from a route: $1 the body, $2 the route's fields, $3 the encrypted queues: the payload text to seal, or NULL. */

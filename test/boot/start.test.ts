@@ -5,30 +5,16 @@
 // Every process is ended by its PID, whatever the outcome.
 import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { portsFromPort } from '../../shared/config';
 import { request } from '../support/http';
-import { alive, LogLine, spawnLogged, Spawned, untilGone, untilHealthy } from '../support/processes';
+import { LogLine, spawnLogged, Spawned, untilGone, untilHealthy, useDataRoot } from '../support/processes';
 import { waitFor } from '../support/wait';
 
-let root: string;
-const runs: Spawned[] = [];
-const strays: number[] = [];
-
-beforeAll(() => {
-  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-npm-start-'));
-  // Walkable by the postgres user when running as root, so the data stays here and goes with `root`.
-  fs.chmodSync(root, 0o755);
-});
-afterAll(async () => {
-  for (const r of runs) await r.stop();
-  // SIGTERM first: a primary left behind (the test failed) drains and stops its own PostgreSQL.
-  for (const pid of strays) if (alive(pid)) process.kill(pid, 'SIGTERM');
-  for (const pid of strays) await untilGone(pid).catch(() => alive(pid) && process.kill(pid, 'SIGKILL'));
-  fs.rmSync(root, { recursive: true, force: true });
-});
+// SIGTERM first for strays: a primary left behind (the test failed) drains and stops its own PostgreSQL.
+const data = useDataRoot('queen-npm-start-', 'SIGTERM');
+const { started: runs, strays } = data;
 
 function canListen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -76,7 +62,7 @@ const env = (port: number, dataDir: string): Record<string, string> => ({
 const errorLines = (lines: LogLine[]) => lines.filter((l) => typeof l.level === 'number' && l.level >= 50);
 
 test('npm start -- --help prints the usage and the ports that follow PORT, and boots nothing', async () => {
-  const dataDir = path.join(root, 'help');
+  const dataDir = path.join(data.root, 'help');
   const run = spawnLogged('npm', ['start', '--silent', '--', '--help'], env(7100, dataDir));
   runs.push(run);
   const { code } = await run.exited;
@@ -91,7 +77,7 @@ test('npm start -- --help prints the usage and the ports that follow PORT, and b
 /** Boots `npm start` on a fresh run of ports and checks what a running cell must show. */
 async function boot(group: boolean): Promise<{ run: Spawned; port: number; postmaster: number }> {
   const port = await freePortRun();
-  const run = spawnLogged('npm', ['start'], env(port, path.join(root, 'pg')), { group, exitOn: 'exit' });
+  const run = spawnLogged('npm', ['start'], env(port, path.join(data.root, 'pg')), { group, exitOn: 'exit' });
   runs.push(run);
   await untilHealthy(run, port);
   // npm's one child is node, the primary itself: nothing that could swallow the signal between them.

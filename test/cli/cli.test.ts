@@ -20,6 +20,16 @@ interface Run {
   lines: any[];
 }
 
+/** A client of the test's cell, closed after `fn` whatever its outcome. */
+async function withQueen(fn: (queen: Queen) => Promise<void>): Promise<void> {
+  const queen = new Queen({ url: api.url, retry: false });
+  try {
+    await fn(queen);
+  } finally {
+    await queen.close();
+  }
+}
+
 function cli(args: string[], env: Record<string, string> = {}, cwd = REPO): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI, ...args], { cwd, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', QUEEN_URL: api.url, QUEEN_ADMIN_TOKEN: TOKEN, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -64,15 +74,15 @@ test('status and switches: JSON lines when piped; a switch turned off and on aga
   const off = await cli(['switch', 'off', 'kv', '--operator', 'ada']);
   expect(off.code).toBe(0);
   expect(off.lines[0].kv).toBe(false);
-  const queen = new Queen({ url: api.url, retry: false });
-  try {
-    await expect(queen.kv.get('ns', 'k')).rejects.toMatchObject({ code: 'kv_disabled' });
-    expect((await cli(['switch', 'on', 'kv'])).code).toBe(0);
-    expect((await queen.kv.get('ns', 'k')).found).toBe(false);
-  } finally {
-    await cli(['switch', 'on', 'kv']);
-    await queen.close();
-  }
+  await withQueen(async (queen) => {
+    try {
+      await expect(queen.kv.get('ns', 'k')).rejects.toMatchObject({ code: 'kv_disabled' });
+      expect((await cli(['switch', 'on', 'kv'])).code).toBe(0);
+      expect((await queen.kv.get('ns', 'k')).found).toBe(false);
+    } finally {
+      await cli(['switch', 'on', 'kv']);
+    }
+  });
 });
 
 test('kv put, get, prefix and del: the value only when one key is asked for', async () => {
@@ -91,9 +101,8 @@ test('kv put, get, prefix and del: the value only when one key is asked for', as
   expect(gone.lines[0]).toMatchObject({ error: 'operator_not_found', status: 404 });
 });
 
-test('a dead letter requeued from the CLI is delivered again; a timer cancelled from it never fires', async () => {
-  const queen = new Queen({ url: api.url, retry: false });
-  try {
+test('a dead letter requeued from the CLI is delivered again; a timer cancelled from it never fires', () =>
+  withQueen(async (queen) => {
     await queen.queue('cli-q').config({ retryLimit: 0 }).create();
     await queen.queue('cli-q').push([{ data: { n: 1 } }]);
     const [m] = await queen.queue('cli-q').group('g').pop();
@@ -113,10 +122,8 @@ test('a dead letter requeued from the CLI is delivered again; a timer cancelled 
     expect((await queen.timers.peek(t.timerId)).found).toBe(false);
     // Idempotent: cancelled again, it says so and is still exit 0.
     expect((await cli(['timers', 'cancel', t.timerId])).code).toBe(0);
-  } finally {
-    await queen.close();
-  }
-});
+  }),
+);
 
 test('a wrong token is refused (exit 1, unauthorized); a cell that is not there is exit 3', async () => {
   const wrong = await cli(['queues'], { QUEEN_ADMIN_TOKEN: 'not-it' });
@@ -127,9 +134,8 @@ test('a wrong token is refused (exit 1, unauthorized); a cell that is not there 
   expect(nowhere.lines[0]).toMatchObject({ error: 'network_error', status: 0 });
 });
 
-test('the reads and the rest of the actions: queues, partitions, messages (a page and one), skip, tenants, timers peek and reschedule, dlq discard --all', async () => {
-  const queen = new Queen({ url: api.url, retry: false });
-  try {
+test('the reads and the rest of the actions: queues, partitions, messages (a page and one), skip, tenants, timers peek and reschedule, dlq discard --all', () =>
+  withQueen(async (queen) => {
     await queen.queue('cli-r').config({ retryLimit: 0 }).create();
     await queen.queue('cli-r').partition('p1').push([{ data: { n: 1 } }, { data: { n: 2 } }]);
     const queues = await cli(['queues']);
@@ -162,10 +168,8 @@ test('the reads and the rest of the actions: queues, partitions, messages (a pag
     const after = await queen.timers.peek(t.timerId);
     expect(after.found && new Date(after.timer.deliverAt).getTime() - Date.now()).toBeGreaterThan(3_700_000);
     expect((await cli(['timers', 'reschedule', t.timerId])).code).toBe(2); // neither --at nor --in
-  } finally {
-    await queen.close();
-  }
-});
+  }),
+);
 
 test('start and migrate run the checkout\'s own processes: start -- --help prints the cell\'s usage and boots nothing; migrate applies the schema (exit 0 on an applied one); outside a checkout both are exit 2', async () => {
   const help = await cli(['start', '--', '--help']);

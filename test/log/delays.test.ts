@@ -19,6 +19,18 @@ async function age(queue: string, transactionIds: string[], seconds: number): Pr
   expect(rowCount).toBe(transactionIds.length);
 }
 
+/**
+ * A queue configured to hold messages back for an hour, one message in each of partitions a and b,
+ * only b's made older than that: a pop of the queue answers b's message alone. "a" sorts first, so
+ * a pop that chose its partition without the hold-back check would take it, and answer nothing.
+ */
+async function expectAgedPartitionTaken(queue: string, options: Record<string, number>): Promise<void> {
+  await configure(api.url, queue, options);
+  await push(api.url, ['a', 'b'].map((partition) => ({ queue, partition, payload: partition, transactionId: `${queue}-${partition}` })));
+  await age(queue, [`${queue}-b`], 3601);
+  expect((await pop(api.url, queue, { batch: 10 })).map((m) => [m.partition, m.transactionId])).toEqual([['b', `${queue}-b`]]);
+}
+
 describe('delayedProcessing', () => {
   test('configure takes it, answers it, and keeps it when a later configure omits it', async () => {
     const res = await configure(api.url, 'dl-conf', { delayedProcessing: 2 });
@@ -61,14 +73,7 @@ describe('delayedProcessing', () => {
   });
 
   test('a pop of the queue takes a partition whose next message is due over one whose is not', async () => {
-    await configure(api.url, 'dl-parts', { delayedProcessing: 3600 });
-    // "a" sorts first, so without the due check it would be chosen, and answer nothing.
-    await push(api.url, [
-      { queue: 'dl-parts', partition: 'a', payload: 'a', transactionId: 'pa' },
-      { queue: 'dl-parts', partition: 'b', payload: 'b', transactionId: 'pb' },
-    ]);
-    await age('dl-parts', ['pb'], 3601);
-    expect((await pop(api.url, 'dl-parts', { batch: 10 })).map((m) => [m.partition, m.transactionId])).toEqual([['b', 'pb']]);
+    await expectAgedPartitionTaken('dl-parts', { delayedProcessing: 3600 });
   });
 
   test('a pop waiting on the queue gets the message once it is due, not before (the server clock says so)', async () => {
@@ -106,13 +111,7 @@ describe('windowBuffer', () => {
   });
 
   test('a quiet partition is leased while a busy one of the same queue waits', async () => {
-    await configure(api.url, 'wb-parts', { windowBuffer: 3600 });
-    await push(api.url, [
-      { queue: 'wb-parts', partition: 'a', payload: 'a', transactionId: 'qa' },
-      { queue: 'wb-parts', partition: 'b', payload: 'b', transactionId: 'qb' },
-    ]);
-    await age('wb-parts', ['qb'], 3601);
-    expect((await pop(api.url, 'wb-parts', { batch: 10 })).map((m) => m.partition)).toEqual(['b']);
+    await expectAgedPartitionTaken('wb-parts', { windowBuffer: 3600 });
   });
 
   test.each([[-1], [2.5], [true]])('windowBuffer %p is 400 log_invalid_options', async (value) => {

@@ -3,31 +3,21 @@
 // started again on the same port and data folder, and the cell (API and its sweeper) serves again
 // without a restart of its own. Nothing answered 200 before is lost. Every process is ended by PID.
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { Client } from 'pg';
 import { freePort } from '../../shared/embeddedPostgres';
 import { request } from '../support/http';
-import { allInOneEnv, spawnApi, Spawned, untilHealthy } from '../support/processes';
+import { allInOneEnv, spawnApi, Spawned, untilHealthy, useDataRoot } from '../support/processes';
 
-let root: string;
+const data = useDataRoot('queen-revive-');
 let api: Spawned | undefined;
-
-beforeAll(() => {
-  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-revive-'));
-  // Walkable by the postgres user when running as root, so the data stays here and goes with `root`.
-  fs.chmodSync(root, 0o755);
-});
-afterAll(async () => {
-  await api?.stop();
-  fs.rmSync(root, { recursive: true, force: true });
-});
 
 let port: number;
 
 test('an embedded PostgreSQL killed under the cell is logged, started again, and the cell serves again', async () => {
   port = await freePort();
-  api = spawnApi({ ...(await allInOneEnv(root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
+  api = spawnApi({ ...(await allInOneEnv(data.root, port)), QUEEN_SWEEPER_INTERVAL_MS: '100' });
+  data.started.push(api);
   await untilHealthy(api, port);
   const before = await request(port, 'POST', '/api/v1/push', { body: { items: [{ queue: 'kept', payload: { before: true }, transactionId: 'before-1' }] } });
   expect(before.status).toBe(201);

@@ -4,30 +4,17 @@
 // sweeper stops with its parent, and the next start stops the orphaned server (fast shutdown) and
 // boots on the same data. Every process is ended by its PID, whatever the outcome.
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { request } from '../support/http';
-import { alive, allInOneEnv, spawnApi, Spawned, untilGone, untilHealthy } from '../support/processes';
+import { alive, allInOneEnv, spawnApi, untilGone, untilHealthy, useDataRoot } from '../support/processes';
 
-let root: string;
-const apis: Spawned[] = [];
-const strays: number[] = [];
-
-beforeAll(() => {
-  root = fs.mkdtempSync(path.join(os.tmpdir(), 'queen-orphans-'));
-  // Walkable by the postgres user when running as root, so the data stays here and goes with `root`.
-  fs.chmodSync(root, 0o755);
-});
-afterAll(async () => {
-  for (const a of apis) await a.stop();
-  for (const pid of strays) if (alive(pid)) process.kill(pid, 'SIGKILL');
-  fs.rmSync(root, { recursive: true, force: true });
-});
+const data = useDataRoot('queen-orphans-', 'SIGKILL');
+const { started: apis, strays } = data;
 
 test('after the main process is SIGKILLed, its sweeper stops and the next start takes the data folder back', async () => {
   const port = await freePort();
-  const env = await allInOneEnv(root, port);
+  const env = await allInOneEnv(data.root, port);
   const first = spawnApi(env);
   apis.push(first);
   await untilHealthy(first, port);

@@ -5,15 +5,18 @@ import { counter } from '../support/metrics';
 import { useApi } from '../support/api';
 import { elapse } from '../support/wait';
 
+/** A tenant's read and write buckets set alike (tokens a second, burst), under the cell's ceiling. */
+const kvRates = (perSec: number, burst: number, cellOpsPerSec: number): Record<string, string> => ({
+  QUEEN_KV_READS_PER_SEC: String(perSec),
+  QUEEN_KV_READS_BURST: String(burst),
+  QUEEN_KV_WRITES_PER_SEC: String(perSec),
+  QUEEN_KV_WRITES_BURST: String(burst),
+  QUEEN_KV_CELL_OPS_PER_SEC: String(cellOpsPerSec),
+});
+
 describe('token buckets', () => {
   // One token a second, so the arithmetic of Retry-After is visible; bursts of 10.
-  const api = useApi({
-    QUEEN_KV_READS_PER_SEC: '1',
-    QUEEN_KV_READS_BURST: '10',
-    QUEEN_KV_WRITES_PER_SEC: '1',
-    QUEEN_KV_WRITES_BURST: '10',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-  });
+  const api = useApi(kvRates(1, 10, 1000));
 
   test('a batch of n operations costs n tokens, and Retry-After is computed from the bucket', async () => {
     const ten = Array.from({ length: 10 }, (_, i) => put(`w${i}`));
@@ -41,13 +44,7 @@ describe('token buckets', () => {
 describe('Retry-After is the wait until the refused call, as sent, is admitted', () => {
   // Four tokens a second, bursts of 8: a 6-operation call on an emptied bucket needs 1.5 s, and
   // the bucket gains less than one token (250 ms) while the call that emptied it runs.
-  const api = useApi({
-    QUEEN_KV_READS_PER_SEC: '4',
-    QUEEN_KV_READS_BURST: '8',
-    QUEEN_KV_WRITES_PER_SEC: '4',
-    QUEEN_KV_WRITES_BURST: '8',
-    QUEEN_KV_CELL_OPS_PER_SEC: '1000',
-  });
+  const api = useApi(kvRates(4, 8, 1000));
 
   const gets = (n: number, prefix = 'r') => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `${prefix}${i}` }));
   const puts = (n: number, prefix: string) => Array.from({ length: n }, (_, i) => put(`${prefix}${i}`));
@@ -115,14 +112,7 @@ describe('Retry-After is the wait until the refused call, as sent, is admitted',
 
 describe("the burst a call is measured against is the cell's bucket's, however many workers", () => {
   // Two workers configured: the bursts are still the cell's (reads 40, writes 40, the ceiling 60).
-  const api = useApi({
-    QUEEN_WORKERS: '2',
-    QUEEN_KV_READS_PER_SEC: '20',
-    QUEEN_KV_READS_BURST: '40',
-    QUEEN_KV_WRITES_PER_SEC: '20',
-    QUEEN_KV_WRITES_BURST: '40',
-    QUEEN_KV_CELL_OPS_PER_SEC: '60',
-  });
+  const api = useApi({ QUEEN_WORKERS: '2', ...kvRates(20, 40, 60) });
 
   test('over a bucket, or over the cell ceiling: 400, naming both numbers; the whole burst is admissible', async () => {
     const gets = (n: number) => Array.from({ length: n }, (_, i) => ({ op: 'get', ns: 'ops', key: `s${i}` }));

@@ -2,6 +2,8 @@
 // inherited from the test's environment but PATH and HOME), their JSON log lines collected so a
 // test awaits a line instead of sleeping, stopped by their PID.
 import { spawn, ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../../shared/embeddedPostgres';
 import { createTestDatabase } from './database';
@@ -221,5 +223,35 @@ export function useSpawnedDatabase(): { readonly url: string; started: Spawned[]
       return db.url;
     },
     started,
+  };
+}
+
+/**
+ * A test file's folder for all-in-one starts (their embedded PostgreSQL's data goes under `root`),
+ * made before its tests. After them: what was pushed onto `started` is stopped; each PID on
+ * `strays` still alive (what a failed test left behind) gets `straySignal` and, if it is not gone
+ * within untilGone's bound, SIGKILL; then the folder is removed.
+ */
+export function useDataRoot(prefix: string, straySignal: NodeJS.Signals = 'SIGTERM'): { readonly root: string; started: Spawned[]; strays: number[] } {
+  let root: string;
+  const started: Spawned[] = [];
+  const strays: number[] = [];
+  beforeAll(() => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+    // Walkable by the postgres user when running as root, so the data stays here and goes with `root`.
+    fs.chmodSync(root, 0o755);
+  });
+  afterAll(async () => {
+    for (const p of started) await p.stop();
+    for (const pid of strays) if (alive(pid)) process.kill(pid, straySignal);
+    for (const pid of strays) await untilGone(pid).catch(() => alive(pid) && process.kill(pid, 'SIGKILL'));
+    fs.rmSync(root, { recursive: true, force: true });
+  });
+  return {
+    get root() {
+      return root;
+    },
+    started,
+    strays,
   };
 }

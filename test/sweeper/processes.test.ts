@@ -44,6 +44,11 @@ async function pending(): Promise<number> {
   return (await pool.query('SELECT count(*)::int AS n FROM queen.log_timers')).rows[0].n;
 }
 
+/** `count` timers due now in `queue`, dealt round-robin over `partitions` partitions, each payload its index. */
+function dueNow(queue: string, count: number, partitions: number): Promise<string[]> {
+  return scheduleDirect(pool, DEFAULT_TENANT, count, (i) => ({ queue, partition: `p${i % partitions}`, payload: { i }, delaySeconds: 0 }));
+}
+
 function expectExactlyOnce(ids: string[], counts: Map<string, number>): void {
   const missing = ids.filter((id) => counts.get(id) === undefined).length;
   const doubled = ids.filter((id) => (counts.get(id) ?? 0) > 1).length;
@@ -78,12 +83,7 @@ test('the metrics families answer from the first second, before any work', async
 });
 
 test('three sweeper processes over 20,000 due timers: each delivered exactly once', async () => {
-  const ids = await scheduleDirect(pool, DEFAULT_TENANT, 20_000, (i) => ({
-    queue: 'three',
-    partition: `p${i % 16}`,
-    payload: { i },
-    delaySeconds: 0,
-  }));
+  const ids = await dueNow('three', 20_000, 16);
   // Booted at once: the schema apply is serialized by its advisory lock, so the later ones apply it
   // beside a sweeper that is already firing. That is the path that deadlocked before 030 created its
   // indexes only when missing.
@@ -103,12 +103,7 @@ test('three sweeper processes over 20,000 due timers: each delivered exactly onc
 });
 
 test('a sweeper SIGKILLed mid-batch: nothing lost, nothing doubled, its shards taken over within a cycle', async () => {
-  const ids = await scheduleDirect(pool, DEFAULT_TENANT, 8000, (i) => ({
-    queue: 'killed',
-    partition: `p${i % 4}`,
-    payload: { i },
-    delaySeconds: 0,
-  }));
+  const ids = await dueNow('killed', 8000, 4);
   const victim = await spawn({ QUEEN_SWEEPER_BATCH: '100' });
   // Mid-batch: it has committed some passes and is inside others.
   await waitFor(async () => (await pending()) < 7000, { what: 'the first 3,000 timers fired', timeoutMs: 60_000, everyMs: 10 });
