@@ -2640,8 +2640,7 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
-    MESSAGE = 'queue deleted under this push three times in a row';
+  PERFORM queen.log_push_deleted_v1();
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_extend_lease_v1(p_tenant uuid, p_lease text, p_seconds integer)
  RETURNS jsonb
@@ -2859,8 +2858,7 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
-    MESSAGE = 'queue deleted under this push three times in a row';
+  PERFORM queen.log_push_deleted_v1();
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_partitions_v1(p_tenant uuid, p_items jsonb)
  RETURNS void
@@ -3410,6 +3408,14 @@ BEGIN
     RETURN;
   END IF;
   RETURN QUERY SELECT queen.log_push_coalesced_v1(p_tenant, p_bodies);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_push_deleted_v1()
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
  RETURNS jsonb[]

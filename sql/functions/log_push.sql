@@ -77,6 +77,16 @@ BEGIN
   END IF;
 END $$;
 
+-- The refusal of a push whose queue was deleted under it three times in a row, in one place for
+-- log_ensure_partition_v1 and log_lock_partition_v1 (reached only after the third turn, never on
+-- a push that succeeds).
+CREATE OR REPLACE FUNCTION queen.log_push_deleted_v1() RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+    MESSAGE = 'queue deleted under this push three times in a row';
+END $$;
+
 -- The queue and partition, created on first use. ON CONFLICT DO NOTHING writes nothing for an
 -- existing row, so the common case is two index probes and no lock.
 -- A queue deleted under a push (DELETE /api/v1/resources/queues/:queue): the push reads
@@ -111,8 +121,7 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
-    MESSAGE = 'queue deleted under this push three times in a row';
+  PERFORM queen.log_push_deleted_v1();
 END $$;
 
 -- The queue and partition as above, and the partition row locked FOR NO KEY UPDATE to commit (what
@@ -136,8 +145,7 @@ BEGIN
       RETURN;
     END IF;
   END LOOP;
-  RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
-    MESSAGE = 'queue deleted under this push three times in a row';
+  PERFORM queen.log_push_deleted_v1();
 END $$;
 
 -- THE push. Public interface (the timers sweeper fires a timer through it, with the timer's tenant
