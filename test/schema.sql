@@ -519,7 +519,7 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant uuid, p_op text, p_ns 
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
                   ('[]'::jsonb || queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
                                                        false, clock_timestamp())) -> 0)
@@ -529,7 +529,7 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_tr
  LANGUAGE sql
 AS $function$
   SELECT coalesce(
-    (SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+    queen.tenant_gate_v1(p_tenant),
     CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
       nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
         CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
@@ -4909,6 +4909,15 @@ BEGIN
      ORDER BY (e ->> 'atMs')::bigint DESC LIMIT 119) kept;
   UPDATE queen.system_state SET value = v_samples || v_sample, updated_at = now() WHERE key = 'log_throughput';
   RETURN jsonb_build_object('sampled', true);
+END $function$
+CREATE OR REPLACE FUNCTION queen.tenant_gate_v1(p_tenant uuid)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  RETURN NULL;
 END $function$
 CREATE OR REPLACE FUNCTION queen.tenant_moving_v1(p_tenant uuid)
  RETURNS jsonb

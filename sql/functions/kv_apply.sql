@@ -267,7 +267,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant UUID, p_ops JSONB, p_in_transaction BOOLEAN DEFAULT false)
 RETURNS JSONB LANGUAGE sql AS $$
   SELECT coalesce(
-    (SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+    queen.tenant_gate_v1(p_tenant),
     CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
       nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
         CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
@@ -287,7 +287,7 @@ $$;
 -- the one answer either way, with kv_apply_at_v1 named once.
 CREATE OR REPLACE FUNCTION queen.kv_apply_one_v1(p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_body JSONB)
 RETURNS JSONB LANGUAGE sql AS $$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   queen.kv_apply_fast_v1(p_tenant, p_op, p_ns, p_key, p_body, clock_timestamp(), false),
                   ('[]'::jsonb || queen.kv_apply_at_v1(p_tenant, jsonb_build_array(jsonb_build_object('op', p_op, 'ns', p_ns, 'key', p_key) || p_body),
                                                        false, clock_timestamp())) -> 0)

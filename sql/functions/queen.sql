@@ -25,6 +25,16 @@ BEGIN
     DETAIL = jsonb_build_object('code', 'tenant_moving', 'role', (SELECT m.role FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant))::text;
 END $$;
 
+-- The same refusal as a call, NULL for a tenant not moving: for the SQL entry points the planner
+-- inlines into the caller's statement (queen.kv_apply_v1, queen.kv_apply_one_v1). A sub-SELECT in
+-- their bodies stops the inlining, and each call then planned the function again (about 60 µs).
+CREATE OR REPLACE FUNCTION queen.tenant_gate_v1(p_tenant UUID) RETURNS JSONB
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  RETURN NULL;
+END $$;
+
 -- The length of a request's array (items, acks, operations): refused with p_code and p_message
 -- unless it is a non-empty JSON array, and past p_max (NULL: no bound) with p_big_code and
 -- p_big_message, formatted with the length and the bound.

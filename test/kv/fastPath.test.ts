@@ -6,6 +6,7 @@
 // sees (the answer, or the refusal's SQLSTATE, code, index and message) must be identical. The
 // operations sit on both sides of every edge of the shortcut's guard.
 import { useDatabase } from '../support/database';
+import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../shared/sql/kv';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
 const NOW = '2026-06-01T12:00:00.123456Z';
@@ -383,4 +384,26 @@ describe('the entry point kv_apply_v1 answers as the general path', () => {
     // Seven times: the first executions of a named statement are planned with its parameters as constants.
     for (let n = 0; n < 7; n++) expect(await entry(body, true, `fast_path_test_entry_${i}`)).toEqual(general);
   });
+});
+
+// The SQL entry points are inlined into the routes' statements (planned once per connection). A
+// function that is not inlined runs as a call of its own, planned at every call, and
+// track_functions counts it: a sub-SELECT in the body (the tenant-move gate's first form) did
+// that to every KV request without changing an answer.
+test('the routes\' statements inline the entry points: kv_apply_v1 and kv_apply_one_v1 are never called', async () => {
+  const calls = await rolledBack(true, async () => {
+    await db.client.query(`SET LOCAL track_functions = 'all'`);
+    const batch = await db.client.query({ ...KV_APPLY_BATCH, values: [TENANT, JSON.stringify({ operations: [{ op: 'get', ns: 'orders', key: 'live' }] })] });
+    expect(JSON.parse(batch.rows[0].results)).toMatchObject([{ found: true, version: 101 }]);
+    const one = await db.client.query({ ...KV_APPLY_ONE, values: [TENANT, 'get', 'orders', 'live', '{}'] });
+    expect(one.rows[0]).toMatchObject({ ok: true, version: '101' });
+    const { rows: [r] } = await db.client.query(
+      `SELECT coalesce(pg_stat_get_xact_function_calls('queen.kv_apply_v1'::regproc), 0) AS batch,
+              coalesce(pg_stat_get_xact_function_calls('queen.kv_apply_one_v1'::regproc), 0) AS one,
+              coalesce(pg_stat_get_xact_function_calls('queen.tenant_gate_v1'::regproc), 0) AS gate`,
+    );
+    return r;
+  });
+  // The gate ran once per statement: the check is there, only its form changed.
+  expect(calls).toEqual({ batch: '0', one: '0', gate: '2' });
 });
