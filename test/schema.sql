@@ -2828,11 +2828,11 @@ AS $function$
 DECLARE
   k RECORD;
 BEGIN
-  -- One ack has no order to keep: its step (queen.log_ack_step_v1) locks the row, after the
-  -- same tenant check. That is the once-marker bundle and most acks.
+  -- One ack has no order to keep (the once-marker bundle, and most acks).
   IF cardinality(p_acks) < 2 THEN RETURN; END IF;
   -- One primary-key probe a row, in ascending order: a plan that stays cached. The set-based form
-  -- (IN over the unnested acks) was planned afresh at every call, about 250 µs (npm run bench:log).
+  -- (IN over the unnested acks) was planned afresh at every call, about 250 µs (pg_stat_statements
+  -- with track_planning over npm run bench:log's bundle lane).
   FOR k IN SELECT DISTINCT (a->>'partitionId')::uuid AS pid, (a->>'consumerGroup') COLLATE "C" AS grp
              FROM unnest(p_acks) a ORDER BY 1, 2 LOOP
     PERFORM 1 FROM queen.partition_consumers c
@@ -5463,7 +5463,7 @@ CREATE OR REPLACE FUNCTION queen.timers_list_v2(p_tenant uuid, p_queue text, p_a
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
                                                 FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k))))
     FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
@@ -5491,7 +5491,7 @@ CREATE OR REPLACE FUNCTION queen.timers_peek_v2(p_tenant uuid, p_timer_id uuid)
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END)
     FROM (SELECT queen.timers_peek_v1(p_tenant, p_timer_id) AS r) p
 $function$

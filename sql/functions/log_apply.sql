@@ -117,7 +117,8 @@ END $$;
 
 -- Locks, in ascending (partition, group) order, the partition_consumers rows of the tenant's queues
 -- these normalized acks touch, so the acks of one call never wait on another call's in a circle
--- (and never on another tenant's rows: a partitionId of another tenant is not even locked).
+-- (and never on another tenant's rows: a partitionId of another tenant is not even locked). A
+-- single ack is left to its step, which locks the one row after the same tenant check.
 -- (plpgsql, not sql: a sql function's body is analysed at CREATE, which would take a lock on the
 -- table at every boot.)
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant UUID, p_acks JSONB[]) RETURNS VOID
@@ -125,11 +126,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
   k RECORD;
 BEGIN
-  -- One ack has no order to keep: its step (queen.log_ack_step_v1) locks the row, after the
-  -- same tenant check. That is the once-marker bundle and most acks.
+  -- One ack has no order to keep (the once-marker bundle, and most acks).
   IF cardinality(p_acks) < 2 THEN RETURN; END IF;
   -- One primary-key probe a row, in ascending order: a plan that stays cached. The set-based form
-  -- (IN over the unnested acks) was planned afresh at every call, about 250 µs (npm run bench:log).
+  -- (IN over the unnested acks) was planned afresh at every call, about 250 µs (pg_stat_statements
+  -- with track_planning over npm run bench:log's bundle lane).
   FOR k IN SELECT DISTINCT (a->>'partitionId')::uuid AS pid, (a->>'consumerGroup') COLLATE "C" AS grp
              FROM unnest(p_acks) a ORDER BY 1, 2 LOOP
     PERFORM 1 FROM queen.partition_consumers c

@@ -25,9 +25,11 @@ BEGIN
     DETAIL = jsonb_build_object('code', 'tenant_moving', 'role', (SELECT m.role FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant))::text;
 END $$;
 
--- The same refusal as a call, NULL for a tenant not moving: for the SQL entry points the planner
--- inlines into the caller's statement (queen.kv_apply_v1, queen.kv_apply_one_v1). A sub-SELECT in
--- their bodies stops the inlining, and each call then planned the function again (about 60 µs).
+-- The same refusal as a call, NULL for a tenant not moving: the form for functions in LANGUAGE sql
+-- (plpgsql ones run the probe above themselves, which calls nothing for a tenant with no row). The
+-- KV entry points (queen.kv_apply_v1, queen.kv_apply_one_v1) are inlined into the caller's
+-- statement; a sub-SELECT in their bodies stopped the inlining, and each call then planned the
+-- function again (about 60 µs).
 CREATE OR REPLACE FUNCTION queen.tenant_gate_v1(p_tenant UUID) RETURNS JSONB
 LANGUAGE plpgsql STABLE AS $$
 BEGIN

@@ -492,13 +492,13 @@ LANGUAGE sql STABLE AS $$
 $$;
 CREATE OR REPLACE FUNCTION queen.timers_peek_v2(p_tenant UUID, p_timer_id UUID) RETURNS JSONB
 LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   CASE WHEN p.r ? 'timer' THEN jsonb_set(p.r, '{timer}', queen.timers_mark_sealed_v1(p.r -> 'timer')) ELSE p.r END)
     FROM (SELECT queen.timers_peek_v1(p_tenant, p_timer_id) AS r) p
 $$;
 CREATE OR REPLACE FUNCTION queen.timers_list_v2(p_tenant UUID, p_queue TEXT, p_after TEXT, p_limit INT) RETURNS JSONB
 LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant),
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
                   jsonb_set(l.r, '{timers}', (SELECT coalesce(jsonb_agg(queen.timers_mark_sealed_v1(e) ORDER BY k), '[]'::jsonb)
                                                 FROM jsonb_array_elements(l.r -> 'timers') WITH ORDINALITY AS t (e, k))))
     FROM (SELECT queen.timers_list_v1(p_tenant, p_queue, p_after, p_limit) AS r OFFSET 0) l
