@@ -468,8 +468,6 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(p_tenant uuid, p_op text, p_ns
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-  v_answer JSONB;
 BEGIN
   IF NOT coalesce(queen.name_ok_v1(p_ns), false)
      OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
@@ -481,24 +479,19 @@ BEGIN
   END IF;
   IF p_op = 'getMany' THEN
     -- The keys: 1 to kv_max_batch distinct keys.
-    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb THEN
-      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
-       WHERE (SELECT count(*) BETWEEN 1 AND queen.limit_v1('kv_max_batch')
-                     AND bool_and(jsonb_typeof(k) = 'string' AND queen.kv_key_ok_v1(k #>> '{}'))
-                     AND count(DISTINCT k) = count(*)
-                FROM jsonb_array_elements(p_rest->'keys') k);
-    END IF;
-    RETURN v_answer;
+    RETURN CASE WHEN p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb
+                THEN (SELECT a FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
+                       WHERE (SELECT count(*) BETWEEN 1 AND queen.limit_v1('kv_max_batch')
+                                     AND bool_and(jsonb_typeof(k) = 'string' AND queen.kv_key_ok_v1(k #>> '{}'))
+                                     AND count(DISTINCT k) = count(*)
+                                FROM jsonb_array_elements(p_rest->'keys') k)) END;
   END IF;
   IF NOT coalesce(queen.kv_key_ok_v1(p_key), false) THEN
     RETURN NULL;
   END IF;
   -- The guards are kv_checks.sql's, the ones the batch fast check runs.
   IF p_op = 'get' THEN
-    IF p_rest = '{}'::jsonb THEN
-      SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
-    END IF;
-    RETURN v_answer;
+    RETURN CASE WHEN p_rest = '{}'::jsonb THEN (SELECT a FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a) END;
   END IF;
   IF p_op = 'delete' THEN
     RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;
@@ -4260,7 +4253,6 @@ DECLARE
   v_upper TEXT;
   v_now TIMESTAMPTZ := clock_timestamp();
   v_rows JSONB;
-  v_count INT;
 BEGIN
   PERFORM queen.operator_check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
   IF octet_length(v_prefix) > queen.kv_max_key_bytes_v1() OR octet_length(coalesce(p_after, '')) > queen.kv_max_key_bytes_v1() THEN
@@ -4276,11 +4268,10 @@ BEGIN
      ORDER BY kv.key LIMIT v_limit
   )
   SELECT coalesce(jsonb_agg(jsonb_build_object('key', k.key, 'version', k.version, 'expiresAt', queen.ts_v1(k.expires_at),
-                                               'updatedAt', queen.ts_v1(k.updated_at), 'bytes', k.bytes) ORDER BY k.key), '[]'::jsonb),
-         count(*)
-    INTO v_rows, v_count FROM page k;
+                                               'updatedAt', queen.ts_v1(k.updated_at), 'bytes', k.bytes) ORDER BY k.key), '[]'::jsonb)
+    INTO v_rows FROM page k;
   RETURN jsonb_build_object('namespace', p_ns, 'prefix', v_prefix, 'keys', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'key' END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, v_rows -> -1 -> 'key'));
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_max_page_v1()
  RETURNS integer
@@ -4339,7 +4330,6 @@ DECLARE
   v_order TEXT := coalesce(p_order, 'newest');
   v_pid UUID;
   v_rows JSONB;
-  v_count INT;
 BEGIN
   PERFORM queen.operator_check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
   IF v_order NOT IN ('newest', 'oldest') THEN
@@ -4364,12 +4354,17 @@ BEGIN
            'sealed', EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = m.partition_id AND s.seq = m.seq),
            'deadLetters', (SELECT count(*) FROM queen.message_failures f
                             WHERE f.partition_id = m.partition_id AND f.seq = m.seq AND f.dead_lettered_at IS NOT NULL))
-           ORDER BY CASE WHEN v_order = 'newest' THEN -m.seq ELSE m.seq END), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM picked m;
+           ORDER BY CASE WHEN v_order = 'newest' THEN -m.seq ELSE m.seq END), '[]'::jsonb)
+    INTO v_rows FROM picked m;
   RETURN jsonb_build_object('queue', v_q.name, 'partition', p_partition, 'partitionId', v_pid, 'order', v_order,
                             'messages', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN (v_rows -> -1 ->> 'seq') END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, to_jsonb(v_rows -> -1 ->> 'seq')));
 END $function$
+CREATE OR REPLACE FUNCTION queen.operator_next_v1(p_rows jsonb, p_limit integer, p_cursor jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$ SELECT CASE WHEN jsonb_array_length(p_rows) = p_limit THEN p_cursor END $function$
 CREATE OR REPLACE FUNCTION queen.operator_overview_v1(p_late_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4452,7 +4447,6 @@ DECLARE
   v_q queen.queues := queen.operator_queue_v1(p_tenant, p_queue);
   v_limit INT := queen.operator_page_v1(p_limit, 100);
   v_rows JSONB;
-  v_count INT;
 BEGIN
   WITH page AS (
     SELECT p.* FROM queen.partitions p
@@ -4469,10 +4463,10 @@ BEGIN
                         'leaseExpiresAt', queen.ts_v1(g.lease_expires_at), 'deadLetters', g.dead_letters)
                         ORDER BY g.consumer_group), '[]'::jsonb)
                         FROM queen.operator_groups_v1(v_q.id, p.id) g))
-           ORDER BY p.name), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page p;
+           ORDER BY p.name), '[]'::jsonb)
+    INTO v_rows FROM page p;
   RETURN jsonb_build_object('queue', v_q.name, 'partitions', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'name' END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, v_rows -> -1 -> 'name'));
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_queue_v1(p_tenant uuid, p_queue text)
  RETURNS queen.queues
@@ -4491,20 +4485,16 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_queues_v1(p_tenant uuid, p_after text, p_limit integer)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE
 AS $function$
-DECLARE
-  v_limit INT := queen.operator_page_v1(p_limit, 50);
-  v_rows JSONB;
-  v_count INT;
-BEGIN
-  WITH page AS (
+  WITH size AS (SELECT queen.operator_page_v1(p_limit, 50) AS n),
+  page AS (
     SELECT q.* FROM queen.queues q
      WHERE q.tenant_id = p_tenant AND q.name > coalesce(p_after, '')
-     ORDER BY q.name LIMIT v_limit
-  )
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
+     ORDER BY q.name LIMIT (SELECT n FROM size)
+  ),
+  answer AS (SELECT coalesce(jsonb_agg(jsonb_build_object(
            'name', q.name, 'createdAt', queen.ts_v1(q.created_at), 'leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
            'partitions', (SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id),
            'deadLetters', coalesce((SELECT sum(g.dead_letters) FROM queen.operator_groups_v1(q.id, NULL) g), 0),
@@ -4517,10 +4507,9 @@ BEGIN
                         FROM (SELECT g.consumer_group, sum(g.backlog)::bigint AS backlog, sum(g.dead_letters)::bigint AS dead_letters,
                                      min(g.oldest_at) AS oldest_at
                                 FROM queen.operator_groups_v1(q.id, NULL) g GROUP BY g.consumer_group) s))
-           ORDER BY q.name), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page q;
-  RETURN jsonb_build_object('queues', v_rows, 'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'name' END);
-END $function$
+           ORDER BY q.name), '[]'::jsonb) AS r FROM page q)
+  SELECT jsonb_build_object('queues', a.r, 'next', queen.operator_next_v1(a.r, s.n, a.r -> -1 -> 'name')) FROM answer a, size s
+$function$
 CREATE OR REPLACE FUNCTION queen.operator_requeue_max_gap_v1()
  RETURNS integer
  LANGUAGE sql
@@ -4600,27 +4589,23 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_tenants_v1(p_only uuid, p_after uuid, p_limit integer)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE
 AS $function$
-DECLARE
-  v_limit INT := queen.operator_page_v1(p_limit, 100);
-  v_rows JSONB;
-  v_count INT;
-BEGIN
-  WITH ids AS (
+  WITH size AS (SELECT queen.operator_page_v1(p_limit, 100) AS n),
+  ids AS (
     SELECT t.tenant_id FROM (
       (SELECT k.tenant_id FROM queen.kv_quota k WHERE k.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR k.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
+         AND (p_only IS NULL OR k.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
       UNION
       (SELECT u.tenant_id FROM queen.kv_usage u WHERE u.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR u.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
+         AND (p_only IS NULL OR u.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
       UNION
       (SELECT DISTINCT q.tenant_id FROM queen.queues q WHERE q.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR q.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
-    ) t ORDER BY 1 LIMIT v_limit
-  )
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
+         AND (p_only IS NULL OR q.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
+    ) t ORDER BY 1 LIMIT (SELECT n FROM size)
+  ),
+  answer AS (SELECT coalesce(jsonb_agg(jsonb_build_object(
            'tenantId', i.tenant_id,
            'grant', CASE WHEN k.tenant_id IS NOT NULL THEN jsonb_build_object(
                       'granted', k.granted, 'enabled', k.enabled, 'maxRows', k.max_rows, 'maxBytes', k.max_bytes,
@@ -4630,11 +4615,10 @@ BEGIN
                       'computedAt', queen.ts_v1(u.computed_at)) END,
            'queues', (SELECT count(*) FROM queen.queues q WHERE q.tenant_id = i.tenant_id),
            'overQuota', coalesce(u.rows >= k.max_rows OR u.bytes >= k.max_bytes OR u.timers >= k.max_timers, false))
-           ORDER BY i.tenant_id), '[]'::jsonb), count(*)
-    INTO v_rows, v_count
-    FROM ids i LEFT JOIN queen.kv_quota k ON k.tenant_id = i.tenant_id LEFT JOIN queen.kv_usage u ON u.tenant_id = i.tenant_id;
-  RETURN jsonb_build_object('tenants', v_rows, 'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'tenantId' END);
-END $function$
+           ORDER BY i.tenant_id), '[]'::jsonb) AS r
+    FROM ids i LEFT JOIN queen.kv_quota k ON k.tenant_id = i.tenant_id LEFT JOIN queen.kv_usage u ON u.tenant_id = i.tenant_id)
+  SELECT jsonb_build_object('tenants', a.r, 'next', queen.operator_next_v1(a.r, s.n, a.r -> -1 -> 'tenantId')) FROM answer a, size s
+$function$
 CREATE OR REPLACE FUNCTION queen.operator_timer_v1(p_tenant uuid, p_action text, p_timer_id text, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4666,7 +4650,6 @@ DECLARE
   v_at TIMESTAMPTZ;
   v_id UUID;
   v_rows JSONB;
-  v_count INT;
 BEGIN
   IF p_queue IS NOT NULL THEN
     PERFORM queen.operator_check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
@@ -4691,10 +4674,10 @@ BEGIN
            'timerId', t.timer_id, 'timerKey', t.timer_key, 'queue', t.queue, 'partition', t.partition,
            'deliverAt', queen.ts_v1(t.deliver_at), 'createdAt', queen.ts_v1(t.created_at),
            'bytes', pg_column_size(t.payload), 'due', t.deliver_at <= v_now, 'late', t.deliver_at <= v_late)
-           ORDER BY t.deliver_at, t.timer_id), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page t;
+           ORDER BY t.deliver_at, t.timer_id), '[]'::jsonb)
+    INTO v_rows FROM page t;
   RETURN jsonb_build_object('timers', v_rows, 'now', queen.ts_v1(v_now),
-    'next', CASE WHEN v_count = v_limit THEN (v_rows -> -1 ->> 'deliverAt') || ',' || (v_rows -> -1 ->> 'timerId') END);
+    'next', queen.operator_next_v1(v_rows, v_limit, to_jsonb((v_rows -> -1 ->> 'deliverAt') || ',' || (v_rows -> -1 ->> 'timerId'))));
 END $function$
 CREATE OR REPLACE FUNCTION queen.sweeper_gauges_v1()
  RETURNS jsonb

@@ -37,8 +37,6 @@
 CREATE OR REPLACE FUNCTION queen.kv_apply_fast_v1(
   p_tenant UUID, p_op TEXT, p_ns TEXT, p_key TEXT, p_rest JSONB, p_now TIMESTAMPTZ, p_whole BOOLEAN
 ) RETURNS JSONB LANGUAGE plpgsql AS $$
-DECLARE
-  v_answer JSONB;
 BEGIN
   IF NOT coalesce(queen.name_ok_v1(p_ns), false)
      OR jsonb_typeof(p_rest) IS DISTINCT FROM 'object'
@@ -50,24 +48,19 @@ BEGIN
   END IF;
   IF p_op = 'getMany' THEN
     -- The keys: 1 to kv_max_batch distinct keys.
-    IF p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb THEN
-      SELECT a INTO v_answer FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
-       WHERE (SELECT count(*) BETWEEN 1 AND queen.limit_v1('kv_max_batch')
-                     AND bool_and(jsonb_typeof(k) = 'string' AND queen.kv_key_ok_v1(k #>> '{}'))
-                     AND count(DISTINCT k) = count(*)
-                FROM jsonb_array_elements(p_rest->'keys') k);
-    END IF;
-    RETURN v_answer;
+    RETURN CASE WHEN p_key IS NULL AND jsonb_typeof(p_rest->'keys') = 'array' AND (p_rest - 'keys') = '{}'::jsonb
+                THEN (SELECT a FROM queen.kv_get_many_v1(p_tenant, 0, p_ns, p_rest->'keys', p_now) a
+                       WHERE (SELECT count(*) BETWEEN 1 AND queen.limit_v1('kv_max_batch')
+                                     AND bool_and(jsonb_typeof(k) = 'string' AND queen.kv_key_ok_v1(k #>> '{}'))
+                                     AND count(DISTINCT k) = count(*)
+                                FROM jsonb_array_elements(p_rest->'keys') k)) END;
   END IF;
   IF NOT coalesce(queen.kv_key_ok_v1(p_key), false) THEN
     RETURN NULL;
   END IF;
   -- The guards are kv_checks.sql's, the ones the batch fast check runs.
   IF p_op = 'get' THEN
-    IF p_rest = '{}'::jsonb THEN
-      SELECT a INTO v_answer FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a;
-    END IF;
-    RETURN v_answer;
+    RETURN CASE WHEN p_rest = '{}'::jsonb THEN (SELECT a FROM queen.kv_get_key_v1(p_tenant, 0, p_ns, p_key, p_now) a) END;
   END IF;
   IF p_op = 'delete' THEN
     RETURN CASE WHEN p_rest = '{}'::jsonb THEN queen.kv_delete_key_v1(p_tenant, 0, p_op, p_ns, p_key, NULL, p_now) END;

@@ -9,13 +9,10 @@
 -- Refusals raise through queen.fail_v1; a missing queue, partition, message or key is
 -- operator_not_found (404).
 
-CREATE OR REPLACE FUNCTION queen.operator_max_page_v1() RETURNS INT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
-CREATE OR REPLACE FUNCTION queen.operator_max_payload_bytes_v1() RETURNS INT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
+CREATE OR REPLACE FUNCTION queen.operator_max_page_v1() RETURNS INT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 $$;
+CREATE OR REPLACE FUNCTION queen.operator_max_payload_bytes_v1() RETURNS INT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1048576 $$;
 -- How far behind its group's cursor a dead letter may be and still be requeued (below).
-CREATE OR REPLACE FUNCTION queen.operator_requeue_max_gap_v1() RETURNS INT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
+CREATE OR REPLACE FUNCTION queen.operator_requeue_max_gap_v1() RETURNS INT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 10000 $$;
 
 -- A page size: NULL is p_default; else 1 to operator_max_page_v1().
 CREATE OR REPLACE FUNCTION queen.operator_page_v1(p_limit INT, p_default INT) RETURNS INT
@@ -27,6 +24,10 @@ BEGIN
   END IF;
   RETURN p_limit;
 END $$;
+
+-- A page's cursor: its last row's, when the page is full; a shorter page is the last one (NULL).
+CREATE OR REPLACE FUNCTION queen.operator_next_v1(p_rows JSONB, p_limit INT, p_cursor JSONB) RETURNS JSONB
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT CASE WHEN jsonb_array_length(p_rows) = p_limit THEN p_cursor END $$;
 
 CREATE OR REPLACE FUNCTION queen.operator_check_name_v1(p_name TEXT, p_code TEXT, p_what TEXT) RETURNS VOID
 LANGUAGE plpgsql IMMUTABLE AS $$
@@ -89,18 +90,14 @@ $$;
 -- of the previous page), each with its partitions' count, dead letters, and per consumer group the
 -- backlog and the age of the oldest unconsumed message, summed over the queue's partitions.
 CREATE OR REPLACE FUNCTION queen.operator_queues_v1(p_tenant UUID, p_after TEXT, p_limit INT) RETURNS JSONB
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_limit INT := queen.operator_page_v1(p_limit, 50);
-  v_rows JSONB;
-  v_count INT;
-BEGIN
-  WITH page AS (
+LANGUAGE sql STABLE AS $$
+  WITH size AS (SELECT queen.operator_page_v1(p_limit, 50) AS n),
+  page AS (
     SELECT q.* FROM queen.queues q
      WHERE q.tenant_id = p_tenant AND q.name > coalesce(p_after, '')
-     ORDER BY q.name LIMIT v_limit
-  )
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
+     ORDER BY q.name LIMIT (SELECT n FROM size)
+  ),
+  answer AS (SELECT coalesce(jsonb_agg(jsonb_build_object(
            'name', q.name, 'createdAt', queen.ts_v1(q.created_at), 'leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
            'partitions', (SELECT count(*) FROM queen.partitions p WHERE p.queue_id = q.id),
            'deadLetters', coalesce((SELECT sum(g.dead_letters) FROM queen.operator_groups_v1(q.id, NULL) g), 0),
@@ -113,10 +110,9 @@ BEGIN
                         FROM (SELECT g.consumer_group, sum(g.backlog)::bigint AS backlog, sum(g.dead_letters)::bigint AS dead_letters,
                                      min(g.oldest_at) AS oldest_at
                                 FROM queen.operator_groups_v1(q.id, NULL) g GROUP BY g.consumer_group) s))
-           ORDER BY q.name), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page q;
-  RETURN jsonb_build_object('queues', v_rows, 'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'name' END);
-END $$;
+           ORDER BY q.name), '[]'::jsonb) AS r FROM page q)
+  SELECT jsonb_build_object('queues', a.r, 'next', queen.operator_next_v1(a.r, s.n, a.r -> -1 -> 'name')) FROM answer a, size s
+$$;
 
 -- GET /api/v1/system/queues/:queue/partitions: the queue's partitions by name, a page at a time,
 -- each with every group's cursor, backlog, oldest unconsumed message, live lease and dead letters.
@@ -126,7 +122,6 @@ DECLARE
   v_q queen.queues := queen.operator_queue_v1(p_tenant, p_queue);
   v_limit INT := queen.operator_page_v1(p_limit, 100);
   v_rows JSONB;
-  v_count INT;
 BEGIN
   WITH page AS (
     SELECT p.* FROM queen.partitions p
@@ -143,10 +138,10 @@ BEGIN
                         'leaseExpiresAt', queen.ts_v1(g.lease_expires_at), 'deadLetters', g.dead_letters)
                         ORDER BY g.consumer_group), '[]'::jsonb)
                         FROM queen.operator_groups_v1(v_q.id, p.id) g))
-           ORDER BY p.name), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page p;
+           ORDER BY p.name), '[]'::jsonb)
+    INTO v_rows FROM page p;
   RETURN jsonb_build_object('queue', v_q.name, 'partitions', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'name' END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, v_rows -> -1 -> 'name'));
 END $$;
 
 -- GET /api/v1/system/queues/:queue/partitions/:partition/messages: the partition's messages by
@@ -160,7 +155,6 @@ DECLARE
   v_order TEXT := coalesce(p_order, 'newest');
   v_pid UUID;
   v_rows JSONB;
-  v_count INT;
 BEGIN
   PERFORM queen.operator_check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
   IF v_order NOT IN ('newest', 'oldest') THEN
@@ -185,11 +179,11 @@ BEGIN
            'sealed', EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = m.partition_id AND s.seq = m.seq),
            'deadLetters', (SELECT count(*) FROM queen.message_failures f
                             WHERE f.partition_id = m.partition_id AND f.seq = m.seq AND f.dead_lettered_at IS NOT NULL))
-           ORDER BY CASE WHEN v_order = 'newest' THEN -m.seq ELSE m.seq END), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM picked m;
+           ORDER BY CASE WHEN v_order = 'newest' THEN -m.seq ELSE m.seq END), '[]'::jsonb)
+    INTO v_rows FROM picked m;
   RETURN jsonb_build_object('queue', v_q.name, 'partition', p_partition, 'partitionId', v_pid, 'order', v_order,
                             'messages', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN (v_rows -> -1 ->> 'seq') END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, to_jsonb(v_rows -> -1 ->> 'seq')));
 END $$;
 
 -- The tenant's message (partitionId, transactionId), or operator_not_found.
@@ -265,7 +259,6 @@ DECLARE
   v_at TIMESTAMPTZ;
   v_id UUID;
   v_rows JSONB;
-  v_count INT;
 BEGIN
   IF p_queue IS NOT NULL THEN
     PERFORM queen.operator_check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
@@ -290,10 +283,10 @@ BEGIN
            'timerId', t.timer_id, 'timerKey', t.timer_key, 'queue', t.queue, 'partition', t.partition,
            'deliverAt', queen.ts_v1(t.deliver_at), 'createdAt', queen.ts_v1(t.created_at),
            'bytes', pg_column_size(t.payload), 'due', t.deliver_at <= v_now, 'late', t.deliver_at <= v_late)
-           ORDER BY t.deliver_at, t.timer_id), '[]'::jsonb), count(*)
-    INTO v_rows, v_count FROM page t;
+           ORDER BY t.deliver_at, t.timer_id), '[]'::jsonb)
+    INTO v_rows FROM page t;
   RETURN jsonb_build_object('timers', v_rows, 'now', queen.ts_v1(v_now),
-    'next', CASE WHEN v_count = v_limit THEN (v_rows -> -1 ->> 'deliverAt') || ',' || (v_rows -> -1 ->> 'timerId') END);
+    'next', queen.operator_next_v1(v_rows, v_limit, to_jsonb((v_rows -> -1 ->> 'deliverAt') || ',' || (v_rows -> -1 ->> 'timerId'))));
 END $$;
 
 -- GET /api/v1/system/kv/:ns: the namespace's live keys under a prefix ('' or NULL: all), in byte
@@ -306,7 +299,6 @@ DECLARE
   v_upper TEXT;
   v_now TIMESTAMPTZ := clock_timestamp();
   v_rows JSONB;
-  v_count INT;
 BEGIN
   PERFORM queen.operator_check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
   IF octet_length(v_prefix) > queen.kv_max_key_bytes_v1() OR octet_length(coalesce(p_after, '')) > queen.kv_max_key_bytes_v1() THEN
@@ -322,11 +314,10 @@ BEGIN
      ORDER BY kv.key LIMIT v_limit
   )
   SELECT coalesce(jsonb_agg(jsonb_build_object('key', k.key, 'version', k.version, 'expiresAt', queen.ts_v1(k.expires_at),
-                                               'updatedAt', queen.ts_v1(k.updated_at), 'bytes', k.bytes) ORDER BY k.key), '[]'::jsonb),
-         count(*)
-    INTO v_rows, v_count FROM page k;
+                                               'updatedAt', queen.ts_v1(k.updated_at), 'bytes', k.bytes) ORDER BY k.key), '[]'::jsonb)
+    INTO v_rows FROM page k;
   RETURN jsonb_build_object('namespace', p_ns, 'prefix', v_prefix, 'keys', v_rows,
-                            'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'key' END);
+                            'next', queen.operator_next_v1(v_rows, v_limit, v_rows -> -1 -> 'key'));
 END $$;
 
 CREATE OR REPLACE FUNCTION queen.operator_check_key_v1(p_ns TEXT, p_key TEXT) RETURNS VOID
@@ -366,25 +357,21 @@ END $$;
 -- the sweeper's last measurement (queen.kv_usage), its queue count, and whether the measurement
 -- is over a limit. The API adds the rate limits, which are its configuration.
 CREATE OR REPLACE FUNCTION queen.operator_tenants_v1(p_only UUID, p_after UUID, p_limit INT) RETURNS JSONB
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_limit INT := queen.operator_page_v1(p_limit, 100);
-  v_rows JSONB;
-  v_count INT;
-BEGIN
-  WITH ids AS (
+LANGUAGE sql STABLE AS $$
+  WITH size AS (SELECT queen.operator_page_v1(p_limit, 100) AS n),
+  ids AS (
     SELECT t.tenant_id FROM (
       (SELECT k.tenant_id FROM queen.kv_quota k WHERE k.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR k.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
+         AND (p_only IS NULL OR k.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
       UNION
       (SELECT u.tenant_id FROM queen.kv_usage u WHERE u.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR u.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
+         AND (p_only IS NULL OR u.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
       UNION
       (SELECT DISTINCT q.tenant_id FROM queen.queues q WHERE q.tenant_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000')
-         AND (p_only IS NULL OR q.tenant_id = p_only) ORDER BY 1 LIMIT v_limit)
-    ) t ORDER BY 1 LIMIT v_limit
-  )
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
+         AND (p_only IS NULL OR q.tenant_id = p_only) ORDER BY 1 LIMIT (SELECT n FROM size))
+    ) t ORDER BY 1 LIMIT (SELECT n FROM size)
+  ),
+  answer AS (SELECT coalesce(jsonb_agg(jsonb_build_object(
            'tenantId', i.tenant_id,
            'grant', CASE WHEN k.tenant_id IS NOT NULL THEN jsonb_build_object(
                       'granted', k.granted, 'enabled', k.enabled, 'maxRows', k.max_rows, 'maxBytes', k.max_bytes,
@@ -394,11 +381,10 @@ BEGIN
                       'computedAt', queen.ts_v1(u.computed_at)) END,
            'queues', (SELECT count(*) FROM queen.queues q WHERE q.tenant_id = i.tenant_id),
            'overQuota', coalesce(u.rows >= k.max_rows OR u.bytes >= k.max_bytes OR u.timers >= k.max_timers, false))
-           ORDER BY i.tenant_id), '[]'::jsonb), count(*)
-    INTO v_rows, v_count
-    FROM ids i LEFT JOIN queen.kv_quota k ON k.tenant_id = i.tenant_id LEFT JOIN queen.kv_usage u ON u.tenant_id = i.tenant_id;
-  RETURN jsonb_build_object('tenants', v_rows, 'next', CASE WHEN v_count = v_limit THEN v_rows -> -1 -> 'tenantId' END);
-END $$;
+           ORDER BY i.tenant_id), '[]'::jsonb) AS r
+    FROM ids i LEFT JOIN queen.kv_quota k ON k.tenant_id = i.tenant_id LEFT JOIN queen.kv_usage u ON u.tenant_id = i.tenant_id)
+  SELECT jsonb_build_object('tenants', a.r, 'next', queen.operator_next_v1(a.r, s.n, a.r -> -1 -> 'tenantId')) FROM answer a, size s
+$$;
 
 -- Actions. Each takes the rows it changes in the order the consumers' own statements take them
 -- (partition_consumers, then the message's failure rows), and is idempotent: done twice, the

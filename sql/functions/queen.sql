@@ -98,12 +98,9 @@ $$;
 -- The fixed bounds of a KV entry, not configurable: a key is 1 to 512 bytes of UTF-8, a value (and
 -- so a counter, and an incr's delta) at most 65536 bytes as stored, a ttlSeconds at most 100 years.
 -- Constants the planner folds into every expression that names them.
-CREATE OR REPLACE FUNCTION queen.kv_max_key_bytes_v1() RETURNS INT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 512 $$;
-CREATE OR REPLACE FUNCTION queen.kv_max_value_bytes_v1() RETURNS INT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 65536 $$;
-CREATE OR REPLACE FUNCTION queen.kv_max_ttl_seconds_v1() RETURNS BIGINT
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3155760000 $$;
+CREATE OR REPLACE FUNCTION queen.kv_max_key_bytes_v1() RETURNS INT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 512 $$;
+CREATE OR REPLACE FUNCTION queen.kv_max_value_bytes_v1() RETURNS INT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 65536 $$;
+CREATE OR REPLACE FUNCTION queen.kv_max_ttl_seconds_v1() RETURNS BIGINT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 3155760000 $$;
 
 -- The name the previous release's API still calls (shared/sql/system.ts); drop it one release later.
 CREATE OR REPLACE FUNCTION queen.kv_ts_v1(TIMESTAMPTZ) RETURNS TEXT
