@@ -8,7 +8,10 @@
 //   fire                                            20,000 due timers beside the pending backlog,
 //                                                   drained the same two ways; then the fire lag of a
 //                                                   real sweeper process at a steady 500 timers/s;
-//   pop + ack                                       batches of 10 behind the message backlog;
+//   pop + ack                                       batches of 10 behind the message backlog, one
+//                                                   partition per client; and every client in a group
+//                                                   of its own on one deep partition (min(size, 10^6)
+//                                                   messages): a pop's cost must not grow with it;
 // plus table and index bytes, B-tree depths, WAL bytes per operation (pg_current_wal_insert_lsn) and
 // the usage rollup's duration: the full count in one statement and the incremental one (v2, a refresh
 // from a fresh layout, then a steady refresh, each slice one statement, at each --slice-pages).
@@ -77,15 +80,15 @@ const log = (s: string) => process.stdout.write(`${new Date().toISOString().slic
  * Seconds a size costs on the 2-core machine of bench/README.md (the --quick run of 2026-12-01, load
  * average 10-12 from other work): keys load at about 50,000 rows a second, timers and messages (more
  * indexes) at about 25,000, VACUUM ANALYZE and a checkpoint after each load; the prune backlog
- * (size/10) loaded and drained twice, about 15,000 rows a second in all; the fixed points (fourteen lanes of --duration seconds with a checkpoint
+ * (size/10) loaded and drained twice, about 15,000 rows a second in all; the fixed points (fifteen lanes of --duration seconds with a checkpoint
  * each, the fire drains, the lag window, three rollups at about 1 s per million keys).
  */
 function expectedSeconds(n: number, loadedBefore: number): number {
   const capped = (x: number) => Math.min(x, CAP);
-  const load = (n - loadedBefore) / 50_000 + (2 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
+  const load = (n - loadedBefore) / 50_000 + (3 * (capped(n) - capped(loadedBefore))) / 25_000 + n / 150_000;
   // --only=rollup: keys and timers (no messages); the full count three times, the v2 refreshes twice per slice size.
-  if (ONLY_ROLLUP) return load - (capped(n) - capped(loadedBefore)) / 25_000 + ((3 + 2 * SLICE_PAGES.length) * 2 * n) / 1_000_000;
-  return load + (2 * n) / 10 / 15_000 + 14 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
+  if (ONLY_ROLLUP) return load - (2 * (capped(n) - capped(loadedBefore))) / 25_000 + ((3 + 2 * SLICE_PAGES.length) * 2 * n) / 1_000_000;
+  return load + (2 * n) / 10 / 15_000 + 15 * (DURATION_S + 3.5) + 10 * WARM_S + 15 + LAG_SECONDS + 10 + (4 * n) / 1_000_000;
 }
 
 // ---------------------------------------------------------------- statements of the sql lane
@@ -189,6 +192,8 @@ interface Ctx {
   pgPid?: number;
   firePartition: string;
   partitions: string[];
+  /** One partition of QUEUE as deep as the whole backlog. */
+  deepPartition: string;
 }
 
 async function walAt(admin: Pool): Promise<number> {
@@ -330,6 +335,18 @@ async function loadMessages(admin: Pool, partitions: string[], from: number, to:
      WHERE p.id = s.partition_id`,
     [partitions],
   );
+}
+
+/** The deep partition's messages from..to (seqs from + 1 .. to). */
+async function loadDeep(admin: Pool, partition: string, from: number, to: number): Promise<void> {
+  for (let lo = from; lo < to; lo += 500_000) {
+    await admin.query(
+      `INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
+       SELECT $1, g, 'd' || g, '{"order": "A-1001", "n": 42}'::jsonb FROM generate_series($2::bigint + 1, $3::bigint) g`,
+      [partition, lo, Math.min(to, lo + 500_000)],
+    );
+  }
+  await admin.query(`UPDATE queen.partitions SET last_seq = $2 WHERE id = $1`, [partition, to]);
 }
 
 // ---------------------------------------------------------------- one size
@@ -476,23 +493,28 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
   };
   for (const [name, [api, sql]] of Object.entries(kvLanes)) await both(name, api(T), sql(T), [api(WARM_S), sql(WARM_S)]);
 
-  // Pop + ack, batches of 10, one partition per client, behind the backlog: operations are messages.
-  const groupApi = `g-api-${runId}`;
-  const groupSql = `g-sql-${runId}`;
-  await ctx.admin.query(`INSERT INTO queen.partition_consumers (partition_id, consumer_group) SELECT unnest($1::uuid[]), $2`, [ctx.partitions, groupSql]);
-  {
+  // Pop + ack, batches of 10, behind the backlog: operations are messages. Lane one: one partition
+  // per client, one group. Lane two: the deep partition, each client a group of its own (every
+  // group sees every message, so each walks the partition from its start).
+  const popAckLane = async (name: string, partitionOf: (c: number) => [string, string], groupOf: (side: 'api' | 'sql', c: number) => string) => {
+    const bareRows = Array.from({ length: CLIENTS }, (_, c) => [partitionOf(c)[1], groupOf('sql', c)]);
+    await ctx.admin.query(
+      `INSERT INTO queen.partition_consumers (partition_id, consumer_group) SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING`,
+      [bareRows.map((r) => r[0]), bareRows.map((r) => r[1])],
+    );
     const clients: HttpClient[] = [];
     const popAck: () => Promise<PointResult> = async () => {
       for (let c = 0; c < CLIENTS; c++) clients[c] = rawClient('127.0.0.1', ctx.cellPort);
       try {
         return await closedLoop(CLIENTS, T * 1000, (c) => async () => {
-          const p = `p${c % PARTITIONS}`;
-          const pop = await clients[c].request('GET', `/api/v1/pop/queue/${QUEUE}/partition/${p}?batch=10&consumerGroup=${groupApi}&wait=false`);
+          const [p] = partitionOf(c);
+          const group = groupOf('api', c);
+          const pop = await clients[c].request('GET', `/api/v1/pop/queue/${QUEUE}/partition/${p}?batch=10&consumerGroup=${group}&wait=false`);
           if (pop.status === 204) return 0;
           if (pop.status !== 200) throw new Error(`pop ${pop.status}: ${pop.body.slice(0, 200)}`);
           const body = JSON.parse(pop.body) as { leaseId: string; partitionId: string; messages: { transactionId: string }[] };
           const acks = body.messages.map((m) => ({ transactionId: m.transactionId, partitionId: body.partitionId, status: 'completed', leaseId: body.leaseId }));
-          const ack = await clients[c].request('POST', '/api/v1/ack/batch', JSON.stringify({ acknowledgments: acks, consumerGroup: groupApi }));
+          const ack = await clients[c].request('POST', '/api/v1/ack/batch', JSON.stringify({ acknowledgments: acks, consumerGroup: group }));
           if (ack.status !== 200 || !ack.body.startsWith('{"ok":true')) throw new Error(`ack ${ack.status}: ${ack.body.slice(0, 200)}`);
           return acks.length;
         });
@@ -501,12 +523,14 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
       }
     };
     const cursors = new Map<number, number>();
-    await both('pop+ack10', popAck, sqlLoop(ctx, (pool, c) => async () => {
-      const { n, top } = await barePopAck(pool, ctx.partitions[c % PARTITIONS], groupSql, cursors.get(c) ?? 0);
+    await both(name, popAck, sqlLoop(ctx, (pool, c) => async () => {
+      const { n, top } = await barePopAck(pool, partitionOf(c)[1], groupOf('sql', c), cursors.get(c) ?? 0);
       cursors.set(c, top);
       return n;
     }, T));
-  }
+  };
+  await popAckLane('pop+ack10', (c) => [`p${c % PARTITIONS}`, ctx.partitions[c % PARTITIONS]], (side) => `g-${side}-${runId}`);
+  await popAckLane('pop+ack10 deep', () => ['deep', ctx.deepPartition], (side, c) => `gd-${side}-${runId}-${c}`);
 
   // Prune: size/10 expired keys (at least 10,000), drained by a bare DELETE, then a fresh backlog
   // drained by the sweeper's own pass statement (prune only, the default batch 500, 8 shards a pass).
@@ -788,6 +812,7 @@ async function main(): Promise<void> {
       const { rows } = await admin.query(`SELECT (queen.log_ensure_partition_v1($1, $2, $3)).p_id AS id`, [TENANT, QUEUE, `p${p}`]);
       parts.push(rows[0].id);
     }
+    const deepPartition = (await admin.query(`SELECT (queen.log_ensure_partition_v1($1, $2, 'deep')).p_id AS id`, [TENANT, QUEUE])).rows[0].id as string;
     const firePartition = (await admin.query(`SELECT (queen.log_ensure_partition_v1($1, 'scale-bare-fire', 'p0')).p_id AS id`, [TENANT])).rows[0].id as string;
     await admin.query(
       `INSERT INTO queen.kv (tenant_id, namespace, key, value, version) SELECT $1, 'ctr', 'c' || g, '0', nextval('queen.kv_version_seq') FROM generate_series(0, $2::int - 1) g`,
@@ -796,7 +821,7 @@ async function main(): Promise<void> {
 
     const c = await startCell(url);
     cell = c.proc;
-    const ctx: Ctx = { url, admin, cellPort: c.port, cell: c.proc, pgPid, firePartition, partitions: parts };
+    const ctx: Ctx = { url, admin, cellPort: c.port, cell: c.proc, pgPid, firePartition, partitions: parts, deepPartition };
     log(`embedded PostgreSQL ${pgVersion} (pid ${pgPid}); cell on port ${c.port}, 1 API worker (pid ${childrenOf(c.proc.pid!).join(', ')})`);
 
     let keys = 0;
@@ -811,6 +836,7 @@ async function main(): Promise<void> {
       timers = Math.min(n, CAP);
       if (!ONLY_ROLLUP) {
         await loadMessages(admin, parts, messages, Math.min(n, CAP));
+        await loadDeep(admin, deepPartition, messages, Math.min(n, CAP));
         messages = Math.min(n, CAP);
       }
       // What a table this size looks like after autovacuum caught up: hint bits set, visibility map.
