@@ -42,24 +42,14 @@ import { Sweeper } from '../services/sweeper/sweeper';
 import { createPool } from '../shared/db';
 import { benchDatabase } from './lib/database';
 import { loadAverage, machineLine } from './lib/procs';
+import { positiveEnvs } from './lib/options';
 
-function envNum(name: string, fallback: number): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const n = Number(raw);
-  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} must be a number above 0, got ${JSON.stringify(raw)}.`);
-  return n;
-}
-
-const MINUTES = envNum('SOAK_MINUTES', 25);
-const WINDOW_MIN = envNum('SOAK_WINDOW_MINUTES', 5);
-const PUSH_PER_SEC = envNum('SOAK_PUSH_PER_SEC', 200);
-const BUNDLES_PER_SEC = envNum('SOAK_BUNDLES_PER_SEC', 20);
-const TIMERS_PER_SEC = envNum('SOAK_TIMERS_PER_SEC', 10);
-const KV_PER_SEC = envNum('SOAK_KV_PER_SEC', 20);
-const RETENTION = envNum('SOAK_RETENTION_SECONDS', 90);
-const FAIL_EVERY = envNum('SOAK_FAIL_EVERY', 20);
-const PER_PARTITION = envNum('SOAK_PER_PARTITION', 20);
+const {
+  MINUTES, WINDOW_MINUTES, PUSH_PER_SEC, BUNDLES_PER_SEC, TIMERS_PER_SEC, KV_PER_SEC, RETENTION_SECONDS, FAIL_EVERY, PER_PARTITION,
+} = positiveEnvs('SOAK_', {
+  MINUTES: 25, WINDOW_MINUTES: 5, PUSH_PER_SEC: 200, BUNDLES_PER_SEC: 20, TIMERS_PER_SEC: 10, KV_PER_SEC: 20,
+  RETENTION_SECONDS: 90, FAIL_EVERY: 20, PER_PARTITION: 20,
+});
 const PUSH_BATCH = 10;
 const PARTITIONS = 8;
 
@@ -205,7 +195,7 @@ async function main(): Promise<void> {
     DATABASE_URL: db.url, QUEEN_WORKERS: '1', DB_POOL_SIZE: '40', QUEEN_SWEEPER: 'false', LOG_LEVEL: 'warn',
     QUEEN_KV_READS_PER_SEC: '1000000000', QUEEN_KV_READS_BURST: '1000000000', QUEEN_KV_WRITES_PER_SEC: '1000000000',
     QUEEN_KV_WRITES_BURST: '1000000000', QUEEN_KV_CELL_OPS_PER_SEC: '1000000000',
-    QUEEN_LOG_RETENTION_SECONDS: String(RETENTION),
+    QUEEN_LOG_RETENTION_SECONDS: String(RETENTION_SECONDS),
   });
   const log = createLogger('soak', 'warn');
   const server = await startApiServer(config, log, { message: 24, kv: 8 }, 0);
@@ -224,8 +214,8 @@ async function main(): Promise<void> {
   const pgVersion = (await c.query('SHOW server_version')).rows[0].server_version;
 
   out(`# bench:soak — ${new Date().toISOString()}, ${machineLine(`PostgreSQL ${pgVersion}${db.embedded ? ' (embedded, durability on)' : ''}`)}`);
-  out(`# ${MINUTES} min in ${WINDOW_MIN}-min windows; offered: ${PUSH_PER_SEC} msg/s pushed (batches of ${PUSH_BATCH}, ${PARTITIONS} partitions), ` +
-    `${BUNDLES_PER_SEC} bundles/s, ${TIMERS_PER_SEC} timers/s, ${KV_PER_SEC} KV writes/s; retention ${RETENTION} s (cell default), ` +
+  out(`# ${MINUTES} min in ${WINDOW_MINUTES}-min windows; offered: ${PUSH_PER_SEC} msg/s pushed (batches of ${PUSH_BATCH}, ${PARTITIONS} partitions), ` +
+    `${BUNDLES_PER_SEC} bundles/s, ${TIMERS_PER_SEC} timers/s, ${KV_PER_SEC} KV writes/s; retention ${RETENTION_SECONDS} s (cell default), ` +
     `completedRetentionSeconds 60 on soak-a; 1 ack in ${FAIL_EVERY} failed (retryLimit 1); soak-b a new partition every ${PER_PARTITION} messages`);
 
   for (const [queue, options] of [
@@ -308,16 +298,16 @@ async function main(): Promise<void> {
   out('');
   out(header);
   out('|' + header.split('|').slice(1, -1).map(() => ' --- ').join('|') + '|');
-  const windows = Math.max(1, Math.round(MINUTES / WINDOW_MIN));
+  const windows = Math.max(1, Math.round(MINUTES / WINDOW_MINUTES));
   const windowing = (async () => {
     for (let w = 1; w <= windows; w++) {
-      const end = Math.min(until, started + w * WINDOW_MIN * 60_000);
+      const end = Math.min(until, started + w * WINDOW_MINUTES * 60_000);
       const wait = end - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       const cur = win;
       win = new Window();
       const now = await tableState(c);
-      const secs = WINDOW_MIN * 60;
+      const secs = WINDOW_MINUTES * 60;
       const row: Row = {
         window: w,
         pushedPerSec: cur.pushed / secs,

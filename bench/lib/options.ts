@@ -19,3 +19,17 @@ export function wholeEnv(name: string, fallback: number): number {
   if (!/^\d+$/.test(raw)) throw new Error(`${name} must be a whole number, got ${JSON.stringify(raw)}`);
   return Number(raw);
 }
+
+/**
+ * Positive numbers from the environment: `prefix + key` for each key of `defaults`, else its default
+ * (unset or empty); anything else stops the run naming the variable. One table says each knob once.
+ */
+export function positiveEnvs<K extends string>(prefix: string, defaults: Record<K, number>): Record<K, number> {
+  const read = ([key, fallback]: [string, number]): [string, number] => {
+    const raw = process.env[prefix + key];
+    const n = raw === undefined || raw === '' ? fallback : Number(raw);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`${prefix + key} must be a number above 0, got ${JSON.stringify(raw)}.`);
+    return [key, n];
+  };
+  return Object.fromEntries(Object.entries<number>(defaults).map(read)) as Record<K, number>;
+}

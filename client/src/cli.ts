@@ -53,6 +53,41 @@ const flag = (ctx: Ctx, name: string): string | undefined => {
 const page = (ctx: Ctx) => ({ limit: flag(ctx, 'limit') === undefined ? undefined : Number(flag(ctx, 'limit')), after: flag(ctx, 'after') });
 const group = (ctx: Ctx) => flag(ctx, 'group');
 
+/** One subcommand of a group: its usage after `COMMAND SUB` (one string per form), and what it does with the arguments after SUB. */
+interface Subcommand {
+  usage: string | string[];
+  run(ctx: Ctx, rest: string[], sub: string): Promise<void>;
+}
+
+/**
+ * A command of subcommands (`timers list`, `kv get`): its usage, the line for a missing subcommand and
+ * the one for an unknown subcommand are made from the one table, so each subcommand is named once. A
+ * key `a|b` is two subcommands with one form (`switch on|off`). `needs`: how many arguments the command
+ * takes at the least, and what the line for fewer says after the subcommands.
+ */
+function subcommands(name: string, summary: string, needs: { args: number; missing: string }, subs: Record<string, Subcommand>): Command {
+  const table = Object.entries(subs).map(([key, sub]) => ({ names: key.split('|'), key, sub }));
+  const names = table.flatMap((t) => t.names);
+  return {
+    usage: table.flatMap((t) => [t.sub.usage].flat().map((u) => `${name} ${t.key}${u && ` ${u}`}`)).join(' | '),
+    summary,
+    run(ctx) {
+      const [sub, ...rest] = need(ctx, needs.args, names.join('|') + needs.missing);
+      const found = table.find((t) => t.names.includes(sub));
+      if (found === undefined) throw new UsageError(`${name} ${sub}: the subcommands are ${names.slice(0, -1).join(', ')} and ${names[names.length - 1]}`);
+      return found.sub.run(ctx, rest, sub);
+    },
+  };
+}
+const timerId = (sub: string, [id]: string[]): string => {
+  if (id === undefined) throw new UsageError(`timers ${sub} needs a timer id`);
+  return id;
+};
+const nsKey = (sub: string, [ns, key]: string[]): [string, string] => {
+  if (key === undefined) throw new UsageError(`kv ${sub} needs NS KEY`);
+  return [ns, key];
+};
+
 /** The checkout of the cell this command runs in (start and migrate run its processes). */
 function cellCheckout(): string {
   for (let dir = process.cwd(); ; dir = path.dirname(dir)) {
@@ -100,26 +135,22 @@ const COMMANDS: Record<string, Command> = {
       ctx.out(await op.messages(a, b, { ...page(ctx), order: order as 'oldest' | 'newest' | undefined }));
     },
   },
-  dlq: {
-    usage: 'dlq list QUEUE [--group G] | dlq requeue|discard PARTITION_ID TRANSACTION_ID [--group G] | dlq requeue|discard --all QUEUE [--group G] [--limit N]',
-    summary: 'dead letters: list them, requeue or discard one, or all of a queue',
-    async run(ctx) {
-      const [sub, ...rest] = need(ctx, 2, 'list|requeue|discard and its arguments');
-      if (sub === 'list') {
-        ctx.out(await ctx.queen().queue(rest[0]).dlq({ group: group(ctx), limit: page(ctx).limit }));
-        return;
-      }
-      if (sub !== 'requeue' && sub !== 'discard') throw new UsageError(`dlq ${sub}: the subcommands are list, requeue and discard`);
-      const op = ctx.operator();
-      if (ctx.flags.all) {
-        const o = { consumerGroup: group(ctx), limit: page(ctx).limit };
-        ctx.out(sub === 'requeue' ? await op.requeueAll(rest[0], o) : await op.discardAll(rest[0], o));
-        return;
-      }
-      if (rest.length < 2) throw new UsageError(`dlq ${sub} needs PARTITION_ID TRANSACTION_ID, or --all QUEUE`);
-      ctx.out(sub === 'requeue' ? await op.requeue(rest[0], rest[1], group(ctx)) : await op.discard(rest[0], rest[1], group(ctx)));
+  dlq: subcommands('dlq', 'dead letters: list them, requeue or discard one, or all of a queue', { args: 2, missing: ' and its arguments' }, {
+    list: { usage: 'QUEUE [--group G]', run: async (ctx, [queue]) => ctx.out(await ctx.queen().queue(queue).dlq({ group: group(ctx), limit: page(ctx).limit })) },
+    'requeue|discard': {
+      usage: ['PARTITION_ID TRANSACTION_ID [--group G]', '--all QUEUE [--group G] [--limit N]'],
+      async run(ctx, rest, sub) {
+        const op = ctx.operator();
+        if (ctx.flags.all) {
+          const o = { consumerGroup: group(ctx), limit: page(ctx).limit };
+          ctx.out(sub === 'requeue' ? await op.requeueAll(rest[0], o) : await op.discardAll(rest[0], o));
+          return;
+        }
+        if (rest.length < 2) throw new UsageError(`dlq ${sub} needs PARTITION_ID TRANSACTION_ID, or --all QUEUE`);
+        ctx.out(sub === 'requeue' ? await op.requeue(rest[0], rest[1], group(ctx)) : await op.discard(rest[0], rest[1], group(ctx)));
+      },
     },
-  },
+  }),
   skip: {
     usage: 'skip QUEUE GROUP [--partition P]',
     summary: "move a consumer group's cursor to now (every message stored until now counts as finished)",
@@ -128,40 +159,35 @@ const COMMANDS: Record<string, Command> = {
       ctx.out(await ctx.operator().skip(queue, g, flag(ctx, 'partition')));
     },
   },
-  timers: {
-    usage: 'timers list [--queue Q] [--state all|due|late|pending] | timers peek ID | timers cancel ID | timers reschedule ID (--at ISO | --in SECONDS)',
-    summary: 'timers: list them (due, late, pending), peek, cancel or reschedule one',
-    async run(ctx) {
-      const [sub, id] = need(ctx, 1, 'list|peek|cancel|reschedule');
-      const op = ctx.operator();
-      if (sub === 'list') {
+  timers: subcommands('timers', 'timers: list them (due, late, pending), peek, cancel or reschedule one', { args: 1, missing: '' }, {
+    list: {
+      usage: '[--queue Q] [--state all|due|late|pending]',
+      async run(ctx) {
         const state = flag(ctx, 'state');
         if (state !== undefined && !['all', 'due', 'late', 'pending'].includes(state)) throw new UsageError('--state is all, due, late or pending');
-        return ctx.out(await op.timers({ ...page(ctx), queue: flag(ctx, 'queue'), state: state as 'all' | undefined }));
-      }
-      if (id === undefined) throw new UsageError(`timers ${sub} needs a timer id`);
-      if (sub === 'peek') return ctx.out(await ctx.queen().timers.peek(id));
-      if (sub === 'cancel') return ctx.out(await op.cancelTimer(id));
-      if (sub === 'reschedule') {
+        ctx.out(await ctx.operator().timers({ ...page(ctx), queue: flag(ctx, 'queue'), state: state as 'all' | undefined }));
+      },
+    },
+    peek: { usage: 'ID', run: async (ctx, rest, sub) => ctx.out(await ctx.queen().timers.peek(timerId(sub, rest))) },
+    cancel: { usage: 'ID', run: async (ctx, rest, sub) => ctx.out(await ctx.operator().cancelTimer(timerId(sub, rest))) },
+    reschedule: {
+      usage: 'ID (--at ISO | --in SECONDS)',
+      async run(ctx, rest, sub) {
+        const id = timerId(sub, rest);
         const at = flag(ctx, 'at');
         const inSeconds = flag(ctx, 'in');
         if ((at === undefined) === (inSeconds === undefined)) throw new UsageError('timers reschedule needs one of --at ISO-TIME or --in SECONDS');
-        return ctx.out(await op.rescheduleTimer(id, at !== undefined ? { deliverAt: at } : { delaySeconds: Number(inSeconds) }));
-      }
-      throw new UsageError(`timers ${sub}: the subcommands are list, peek, cancel and reschedule`);
+        ctx.out(await ctx.operator().rescheduleTimer(id, at !== undefined ? { deliverAt: at } : { delaySeconds: Number(inSeconds) }));
+      },
     },
-  },
-  kv: {
-    usage: 'kv get NS KEY | kv put NS KEY JSON (--ttl SECONDS | --forever) | kv del NS KEY | kv prefix NS [PREFIX]',
-    summary: 'keys: read one (with its value), write one, delete one, list a prefix (no values)',
-    async run(ctx) {
-      const [sub, ns, key, value] = need(ctx, 2, 'get|put|del|prefix NS ...');
-      const op = ctx.operator();
-      if (sub === 'prefix') return ctx.out(await op.keys(ns, { ...page(ctx), prefix: key }));
-      if (key === undefined) throw new UsageError(`kv ${sub} needs NS KEY`);
-      if (sub === 'get') return ctx.out(await op.key(ns, key));
-      if (sub === 'del') return ctx.out(await op.deleteKey(ns, key));
-      if (sub === 'put') {
+  }),
+  kv: subcommands('kv', 'keys: read one (with its value), write one, delete one, list a prefix (no values)', { args: 2, missing: ' NS ...' }, {
+    get: { usage: 'NS KEY', run: async (ctx, rest, sub) => ctx.out(await ctx.operator().key(...nsKey(sub, rest))) },
+    put: {
+      usage: 'NS KEY JSON (--ttl SECONDS | --forever)',
+      async run(ctx, rest, sub) {
+        const [ns, key] = nsKey(sub, rest);
+        const value = rest[2];
         if (value === undefined) throw new UsageError('kv put needs NS KEY JSON');
         let parsed: unknown;
         try {
@@ -171,23 +197,22 @@ const COMMANDS: Record<string, Command> = {
         }
         const ttl = flag(ctx, 'ttl');
         if ((ttl === undefined) === !ctx.flags.forever) throw new UsageError('kv put needs one of --ttl SECONDS or --forever (a key without an expiry is a choice)');
-        return ctx.out(await ctx.queen().kv.put(ns, key, parsed, ttl !== undefined ? { ttlSeconds: Number(ttl) } : { forever: true }));
-      }
-      throw new UsageError(`kv ${sub}: the subcommands are get, put, del and prefix`);
+        ctx.out(await ctx.queen().kv.put(ns, key, parsed, ttl !== undefined ? { ttlSeconds: Number(ttl) } : { forever: true }));
+      },
     },
-  },
-  switch: {
-    usage: 'switch show | switch on|off kv|timersSchedule|timersFire [--reason TEXT]',
-    summary: 'the kill switches: show them, or turn one on or off for the whole cell',
-    async run(ctx) {
-      const [sub, name] = need(ctx, 1, 'show|on|off');
-      const op = ctx.operator();
-      if (sub === 'show') return ctx.out(await op.switches());
-      if (sub !== 'on' && sub !== 'off') throw new UsageError(`switch ${sub}: the subcommands are show, on and off`);
-      if (name !== 'kv' && name !== 'timersSchedule' && name !== 'timersFire') throw new UsageError('the switches are kv, timersSchedule and timersFire');
-      ctx.out(await op.setSwitches({ [name]: sub === 'on' }, flag(ctx, 'reason')));
+    del: { usage: 'NS KEY', run: async (ctx, rest, sub) => ctx.out(await ctx.operator().deleteKey(...nsKey(sub, rest))) },
+    prefix: { usage: 'NS [PREFIX]', run: async (ctx, [ns, prefix]) => ctx.out(await ctx.operator().keys(ns, { ...page(ctx), prefix })) },
+  }),
+  switch: subcommands('switch', 'the kill switches: show them, or turn one on or off for the whole cell', { args: 1, missing: '' }, {
+    show: { usage: '', run: async (ctx) => ctx.out(await ctx.operator().switches()) },
+    'on|off': {
+      usage: 'kv|timersSchedule|timersFire [--reason TEXT]',
+      async run(ctx, [name], sub) {
+        if (name !== 'kv' && name !== 'timersSchedule' && name !== 'timersFire') throw new UsageError('the switches are kv, timersSchedule and timersFire');
+        ctx.out(await ctx.operator().setSwitches({ [name]: sub === 'on' }, flag(ctx, 'reason')));
+      },
     },
-  },
+  }),
   tenants: { usage: 'tenants', summary: 'tenants with their grants, quotas, usage and rate limits', run: async (ctx) => ctx.out(await ctx.operator().tenants(page(ctx))) },
 };
 

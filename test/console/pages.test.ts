@@ -47,19 +47,20 @@ afterAll(async () => {
 });
 
 interface Page { status: number; headers: Headers; text: string }
-async function get(path: string, cookie?: string): Promise<Page> {
-  const res = await fetch(url + path, { redirect: 'manual', headers: cookie ? { cookie } : {} });
+/** A page of the suite's cell, or of `base`'s. */
+async function get(path: string, cookie?: string, base = url): Promise<Page> {
+  const res = await fetch(base + path, { redirect: 'manual', headers: cookie ? { cookie } : {} });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
-async function post(path: string, form: Record<string, string>, cookie?: string): Promise<Page> {
-  const res = await fetch(url + path, {
+async function post(path: string, form: Record<string, string>, cookie?: string, base = url): Promise<Page> {
+  const res = await fetch(base + path, {
     method: 'POST', redirect: 'manual', body: new URLSearchParams(form).toString(),
     headers: { 'content-type': 'application/x-www-form-urlencoded', ...(cookie ? { cookie } : {}) },
   });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
-async function login(): Promise<string> {
-  const res = await post('/console/login', { token: TOKEN, operator: OPERATOR });
+async function login(base = url): Promise<string> {
+  const res = await post('/console/login', { token: TOKEN, operator: OPERATOR }, undefined, base);
   expect(res.status).toBe(303);
   return res.headers.get('set-cookie')!.split(';')[0];
 }
@@ -419,12 +420,12 @@ test('guessing the token is bounded per cell: past 10 wrong ones in a minute fro
   // A second worker of the same cell (same database, its own process state).
   const other = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: cell.databaseUrl, QUEEN_ADMIN_TOKEN: TOKEN }), pino({ level: 'silent' }), { message: 4, kv: 2 }, 0);
   try {
-    const attempt = (base: string, token: string) => fetch(`${base}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${token}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    const attempt = (base: string, token: string) => post('/console/login', { token, operator: OPERATOR }, undefined, base);
     // Five wrong on each worker: the cell has counted ten.
     for (let i = 0; i < 10; i++) expect((await attempt(i % 2 ? other.url : cell.url, `wrong-${i}`)).status).toBe(401);
     for (const base of [other.url, cell.url]) {
       const refused = await attempt(base, TOKEN);
-      expect([refused.status, Number(refused.headers.get('retry-after')) > 0, (await refused.text()).includes('429 rate_limited')]).toEqual([429, true, true]);
+      expect([refused.status, Number(refused.headers.get('retry-after')) > 0, refused.text.includes('429 rate_limited')]).toEqual([429, true, true]);
     }
     // The count is one row of the cell's rate buckets, and its window ends: then the right token signs in.
     const rows = await sql(cell.databaseUrl, `SELECT tenant, tokens FROM queen.kv_rate_bucket WHERE scope = 'console_login'`);
@@ -440,13 +441,11 @@ test('guessing the token is bounded per cell: past 10 wrong ones in a minute fro
 test('without tenancy the pages need no tenant and the nav has no picker', async () => {
   const one = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
   try {
-    const res = await fetch(`${one.url}/console/login`, { method: 'POST', redirect: 'manual', body: `token=${TOKEN}&operator=${OPERATOR}`, headers: { 'content-type': 'application/x-www-form-urlencoded' } });
-    const c = res.headers.get('set-cookie')!.split(';')[0];
+    const c = await login(one.url);
     await call(one.url, 'POST', '/api/v1/push', { items: [{ queue: 'jobs', payload: 1 }] });
-    const page = await fetch(`${one.url}/console`, { headers: { cookie: c } });
-    const text = await page.text();
-    expect([page.status, text.includes('href="/console/queues/jobs"'), text.includes('Choose a tenant')]).toEqual([200, true, false]);
-    const refused = await fetch(`${one.url}/console/timers?tenant=${A}`, { headers: { cookie: c } });
+    const page = await get('/console', c, one.url);
+    expect([page.status, page.text.includes('href="/console/queues/jobs"'), page.text.includes('Choose a tenant')]).toEqual([200, true, false]);
+    const refused = await get(`/console/timers?tenant=${A}`, c, one.url);
     expect(refused.status).toBe(400);
   } finally {
     await one.close();

@@ -1,6 +1,6 @@
 // The expect matrix (docs/kv.md): absent / 0 / N against an absent, a live and an expired row,
-// for put and delete. expect N never creates; a write that does not apply still answers the
-// current value and version so the loser needs no second round trip.
+// for put and delete (a delete with expect 0 is refused). expect N never creates; a write that does
+// not apply still answers the current value and version so the loser needs no second round trip.
 import { startKv, KvHarness, expectError } from './harness';
 
 let h: KvHarness;
@@ -24,36 +24,43 @@ async function keyIn(state: State): Promise<{ key: string; version: number }> {
   return { key, version: Number(planted.version) };
 }
 
-const putCases: Array<[string, State, 'none' | 'zero' | 'match' | 'other', string | null]> = [
-  ['no expect, absent row: creates', 'absent', 'none', null],
-  ['no expect, live row: replaces', 'live', 'none', null],
-  ['no expect, expired row: creates anew', 'expired', 'none', null],
-  ['expect 0, absent row: creates', 'absent', 'zero', null],
-  ['expect 0, live row: exists', 'live', 'zero', 'exists'],
-  ['expect 0, expired row: wins', 'expired', 'zero', null],
-  ['expect N, live row with version N: replaces', 'live', 'match', null],
-  ['expect N, live row with another version: version', 'live', 'other', 'version'],
-  ['expect N, absent row: absent, creates nothing', 'absent', 'match', 'absent'],
-  ['expect N, expired row with version N: absent', 'expired', 'match', 'absent'],
-];
+type Expect = 'none' | 'zero' | 'match' | 'other';
+/** What a write answers: applied, the reason one that did not apply gives, or refused (400 kv_expect_invalid). */
+type Verdict = 'applied' | 'exists' | 'version' | 'absent' | 'refused';
 
-test.each(putCases)('put — %s', async (_name, state, expectKind, reason) => {
+/** The matrix, each case once: the key's state, the expect sent, what a put answers, what a delete answers. */
+const matrix: Array<[State, Expect, Verdict, Verdict]> = [
+  ['absent', 'none', 'applied', 'absent'],
+  ['live', 'none', 'applied', 'applied'],
+  ['expired', 'none', 'applied', 'absent'], // the put creates anew
+  ['absent', 'zero', 'applied', 'refused'], // a delete with expect 0 could only delete nothing
+  ['live', 'zero', 'exists', 'refused'],
+  ['expired', 'zero', 'applied', 'refused'],
+  ['live', 'match', 'applied', 'applied'],
+  ['live', 'other', 'version', 'version'],
+  ['absent', 'match', 'absent', 'absent'], // expect N never creates
+  ['expired', 'match', 'absent', 'absent'],
+];
+const EXPECT_NAME: Record<Expect, string> = { none: 'no expect', zero: 'expect 0', match: 'expect N, its version', other: 'expect N, another version' };
+const cases = (verdict: 2 | 3) => matrix.map((row) => [`${EXPECT_NAME[row[1]]}, ${row[0]} row: ${row[verdict]}`, row[0], row[1], row[verdict]] as const);
+
+/** The operation's `expect` field for the kind of expect and the version the caller holds. */
+const expectField = (kind: Expect, version: number) =>
+  ({ none: {}, zero: { expect: 0 }, match: { expect: version }, other: { expect: version + 1 } })[kind];
+
+test.each(cases(2))('put — %s', async (_name, state, expectKind, verdict) => {
   const { key, version } = await keyIn(state);
   const before = await h.row('m', key);
-  const op: Record<string, unknown> = { op: 'put', ns: 'm', key, value: { now: 'new' }, ttlSeconds: 60 };
-  if (expectKind === 'zero') op.expect = 0;
-  if (expectKind === 'match') op.expect = version;
-  if (expectKind === 'other') op.expect = version + 1;
-  const res = await h.one(op);
+  const res = await h.one({ op: 'put', ns: 'm', key, value: { now: 'new' }, ttlSeconds: 60, ...expectField(expectKind, version) });
   const after = await h.row('m', key);
-  if (reason === null) {
+  if (verdict === 'applied') {
     expect(res).toMatchObject({ index: 0, op: 'put', key, applied: true, found: true, value: { now: 'new' } });
     expect(res).not.toHaveProperty('reason');
     expect(after?.value).toEqual({ now: 'new' });
     expect(after?.version).toBe(String(res.version));
     if (before) expect(after?.version).not.toBe(before.version);
   } else {
-    expect(res).toMatchObject({ applied: false, reason });
+    expect(res).toMatchObject({ applied: false, reason: verdict });
     // Nothing written: the row is exactly what it was, or still absent.
     expect(after).toEqual(before);
     if (state === 'live') {
@@ -65,27 +72,19 @@ test.each(putCases)('put — %s', async (_name, state, expectKind, reason) => {
   }
 });
 
-const deleteCases: Array<[string, State, 'none' | 'match' | 'other', string | null]> = [
-  ['no expect, absent row: absent', 'absent', 'none', 'absent'],
-  ['no expect, live row: deleted', 'live', 'none', null],
-  ['no expect, expired row: absent', 'expired', 'none', 'absent'],
-  ['expect N, live row with version N: deleted', 'live', 'match', null],
-  ['expect N, live row with another version: version', 'live', 'other', 'version'],
-  ['expect N, absent row: absent', 'absent', 'match', 'absent'],
-  ['expect N, expired row with version N: absent', 'expired', 'match', 'absent'],
-];
-
-test.each(deleteCases)('delete — %s', async (_name, state, expectKind, reason) => {
+test.each(cases(3))('delete — %s', async (_name, state, expectKind, verdict) => {
   const { key, version } = await keyIn(state);
-  const op: Record<string, unknown> = { op: 'delete', ns: 'm', key };
-  if (expectKind === 'match') op.expect = version;
-  if (expectKind === 'other') op.expect = version + 1;
-  const res = await h.one(op);
-  if (reason === null) {
-    expect(res).toMatchObject({ index: 0, op: 'delete', applied: true, found: false });
+  const before = await h.row('m', key);
+  const op = { op: 'delete', ns: 'm', key, ...expectField(expectKind, version) };
+  if (verdict === 'refused') {
+    expectError(await h.batch([op]), 400, 'kv_expect_invalid', 0);
+    expect(await h.row('m', key)).toEqual(before);
+  } else if (verdict === 'applied') {
+    expect(await h.one(op)).toMatchObject({ index: 0, op: 'delete', applied: true, found: false });
     expect(await h.row('m', key)).toBeNull();
   } else {
-    expect(res).toMatchObject({ applied: false, reason });
+    const res = await h.one(op);
+    expect(res).toMatchObject({ applied: false, reason: verdict });
     if (state === 'live') {
       expect(res).toMatchObject({ found: true, value: { was: 'live' }, version });
       expect((await h.row('m', key))?.version).toBe(String(version));
@@ -95,7 +94,7 @@ test.each(deleteCases)('delete — %s', async (_name, state, expectKind, reason)
   }
   // After any delete the key reads as absent or as it was; never as something new.
   const got = await h.one({ op: 'get', ns: 'm', key });
-  expect(got.found).toBe(reason === 'version');
+  expect(got.found).toBe(state === 'live' && verdict !== 'applied');
 });
 
 test('putIfAbsent is put with expect 0: the same answers, under its own op name', async () => {
