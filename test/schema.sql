@@ -1580,6 +1580,7 @@ DECLARE
   v_at INT;
   s RECORD;
   i INT;
+  v_fast JSONB;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
@@ -1588,6 +1589,8 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
+  v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
+  IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
@@ -1607,6 +1610,67 @@ BEGIN
     IF v_dirty[i] THEN PERFORM queen.log_ack_write_v1(v_rows[i]); END IF;
   END LOOP;
   RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_fast_v1(p_tenant uuid, p_norm jsonb[])
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_first JSONB := p_norm[1];
+  v_pid UUID;
+  v_group TEXT := v_first->>'consumerGroup';
+  v_lease UUID := (v_first->>'leaseId')::uuid;
+  v_n INT := cardinality(p_norm);
+  v_pc queen.partition_consumers;
+  v_seqs BIGINT[];
+  v_all BIGINT[];
+  v_now TIMESTAMPTZ := clock_timestamp();
+BEGIN
+  IF current_setting('queen.log_ack_fast_path', true) = 'off'
+     OR EXISTS (SELECT 1 FROM unnest(p_norm) a
+                 WHERE a->>'status' <> 'completed' OR a->>'partitionId' <> v_first->>'partitionId'
+                    OR a->>'consumerGroup' <> v_group OR (a->>'leaseId') IS DISTINCT FROM (v_first->>'leaseId')) THEN
+    RETURN NULL;
+  END IF;
+  v_pid := (v_first->>'partitionId')::uuid;
+  SELECT c.* INTO v_pc FROM queen.partition_consumers c
+   WHERE c.partition_id = v_pid AND c.consumer_group = v_group
+     AND EXISTS (SELECT 1 FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                  WHERE p.id = c.partition_id AND q.tenant_id = p_tenant)
+     FOR NO KEY UPDATE OF c;
+  IF v_pc.partition_id IS NULL OR v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now
+     OR (v_lease IS NOT NULL AND v_lease <> v_pc.lease_id) THEN
+    RETURN NULL;
+  END IF;
+  -- The acks' messages in request order; every one found, distinct, held and unsettled.
+  SELECT array_agg(m.seq ORDER BY t.i) INTO v_seqs
+    FROM unnest(p_norm) WITH ORDINALITY t(a, i)
+    JOIN queen.messages m ON m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId';
+  IF cardinality(v_seqs) IS DISTINCT FROM v_n
+     OR (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
+     OR EXISTS (SELECT 1 FROM unnest(v_seqs) s
+                 WHERE s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
+    RETURN NULL;
+  END IF;
+  -- The cursor passes every finished message it reaches; what stays ahead of it keeps the order
+  -- the steps would have recorded it in.
+  v_all := v_pc.done_seqs || v_seqs;
+  SELECT min(x) - 1 INTO v_pc.cursor_seq
+    FROM generate_series(v_pc.cursor_seq + 1, v_pc.cursor_seq + cardinality(v_all) + 1) x WHERE x <> ALL (v_all);
+  v_pc.done_seqs := coalesce((SELECT array_agg(s ORDER BY i) FROM unnest(v_all) WITH ORDINALITY u(s, i) WHERE s > v_pc.cursor_seq), '{}');
+  v_pc.completed := v_pc.completed + v_n;
+  IF NOT EXISTS (SELECT 1 FROM unnest(v_pc.lease_seqs) s
+                  WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
+    v_pc.lease_id := NULL;
+    v_pc.lease_expires_at := NULL;
+    v_pc.lease_seqs := '{}';
+    v_pc.lease_failed := '{}';
+  END IF;
+  v_pc.updated_at := v_now;
+  PERFORM queen.log_ack_write_v1(v_pc);
+  RETURN (SELECT jsonb_agg(jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
+                                              'consumerGroup', v_group, 'status', a->'status', 'deadLetter', false) ORDER BY i)
+            FROM unnest(p_norm) WITH ORDINALITY t(a, i));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant uuid, a jsonb, p_index integer, p_raise boolean)
  RETURNS jsonb
