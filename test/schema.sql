@@ -1625,8 +1625,9 @@ DECLARE
   v_seqs BIGINT[];
   v_all BIGINT[];
   v_now TIMESTAMPTZ := clock_timestamp();
+  v_plan_mode TEXT;
 BEGIN
-  IF current_setting('queen.log_ack_fast_path', true) = 'off'
+  IF v_n < 2 OR current_setting('queen.log_ack_fast_path', true) = 'off'
      OR EXISTS (SELECT 1 FROM unnest(p_norm) a
                  WHERE a->>'status' <> 'completed' OR a->>'partitionId' <> v_first->>'partitionId'
                     OR a->>'consumerGroup' <> v_group OR (a->>'leaseId') IS DISTINCT FROM (v_first->>'leaseId')) THEN
@@ -1642,14 +1643,19 @@ BEGIN
      OR (v_lease IS NOT NULL AND v_lease <> v_pc.lease_id) THEN
     RETURN NULL;
   END IF;
-  -- The acks' messages in request order; every one found, distinct, held and unsettled.
-  SELECT array_agg(m.seq ORDER BY t.i) INTO v_seqs
-    FROM unnest(p_norm) WITH ORDINALITY t(a, i)
-    JOIN queen.messages m ON m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId';
-  IF cardinality(v_seqs) IS DISTINCT FROM v_n
-     OR (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
+  -- The acks' messages in request order (NULL where none); every one found, distinct, held and
+  -- unsettled. Each a probe of the (partition, transactionId) key, under the generic plan, as the
+  -- pop's read: a custom plan was made at every call (about 120 µs), and a generic plan of a join
+  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane).
+  v_plan_mode := current_setting('plan_cache_mode');
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  SELECT array_agg((SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId')
+                   ORDER BY t.i) INTO v_seqs
+    FROM unnest(p_norm) WITH ORDINALITY t(a, i);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+  IF (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
      OR EXISTS (SELECT 1 FROM unnest(v_seqs) s
-                 WHERE s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
+                 WHERE s IS NULL OR s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
     RETURN NULL;
   END IF;
   -- The cursor passes every finished message it reaches; what stays ahead of it keeps the order
@@ -1659,13 +1665,7 @@ BEGIN
     FROM generate_series(v_pc.cursor_seq + 1, v_pc.cursor_seq + cardinality(v_all) + 1) x WHERE x <> ALL (v_all);
   v_pc.done_seqs := coalesce((SELECT array_agg(s ORDER BY i) FROM unnest(v_all) WITH ORDINALITY u(s, i) WHERE s > v_pc.cursor_seq), '{}');
   v_pc.completed := v_pc.completed + v_n;
-  IF NOT EXISTS (SELECT 1 FROM unnest(v_pc.lease_seqs) s
-                  WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
-    v_pc.lease_id := NULL;
-    v_pc.lease_expires_at := NULL;
-    v_pc.lease_seqs := '{}';
-    v_pc.lease_failed := '{}';
-  END IF;
+  v_pc := queen.log_release_settled_v1(v_pc);
   v_pc.updated_at := v_now;
   PERFORM queen.log_ack_write_v1(v_pc);
   RETURN (SELECT jsonb_agg(jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
@@ -1907,16 +1907,7 @@ BEGIN
     END IF;
   END IF;
 
-  -- Every leased message settled: the partition goes back to the group now, not at expiry.
-  IF NOT EXISTS (
-    SELECT 1 FROM unnest(v_pc.lease_seqs) s
-     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
-    v_pc.lease_id := NULL;
-    v_pc.lease_expires_at := NULL;
-    v_pc.lease_seqs := '{}';
-    v_pc.lease_failed := '{}';
-  END IF;
-
+  v_pc := queen.log_release_settled_v1(v_pc);
   v_pc.updated_at := v_now;
   o_pc := v_pc;
   o_applied := true;
@@ -3744,6 +3735,21 @@ BEGIN
   INSERT INTO queen.message_traces (partition_id, transaction_id, n, consumer_group, event_type, trace_names, data)
   VALUES (v_pid::uuid, v_txid, v_n + 1, v_group, v_type, coalesce(v_names, '{}'), p_body->'data');
   RETURN jsonb_build_object('ok', true, 'success', true, 'traceId', v_n + 1);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_release_settled_v1(p_pc queen.partition_consumers)
+ RETURNS queen.partition_consumers
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM unnest(p_pc.lease_seqs) s
+                  WHERE s > p_pc.cursor_seq AND s <> ALL (p_pc.done_seqs) AND s <> ALL (p_pc.lease_failed)) THEN
+    p_pc.lease_id := NULL;
+    p_pc.lease_expires_at := NULL;
+    p_pc.lease_seqs := '{}';
+    p_pc.lease_failed := '{}';
+  END IF;
+  RETURN p_pc;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_retain_v1(p_shard smallint, p_limit integer, p_default_seconds integer)
  RETURNS jsonb

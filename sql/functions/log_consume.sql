@@ -669,6 +669,22 @@ BEGIN
   RETURN v_out;
 END $$;
 
+-- The group's row with its lease released when every message the lease holds is settled (passed by
+-- the cursor, finished ahead of it, or acked `failed` and owed again): the partition goes back to
+-- the group now, not at expiry.
+CREATE OR REPLACE FUNCTION queen.log_release_settled_v1(p_pc queen.partition_consumers) RETURNS queen.partition_consumers
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM unnest(p_pc.lease_seqs) s
+                  WHERE s > p_pc.cursor_seq AND s <> ALL (p_pc.done_seqs) AND s <> ALL (p_pc.lease_failed)) THEN
+    p_pc.lease_id := NULL;
+    p_pc.lease_expires_at := NULL;
+    p_pc.lease_seqs := '{}';
+    p_pc.lease_failed := '{}';
+  END IF;
+  RETURN p_pc;
+END $$;
+
 -- queen.log_ack_one_v1's decision with the queue's retryDelay (a `failed` ack that leaves the
 -- message for redelivery holds the group's partition back, queen.consumer_retry_at, for the
 -- delay), taken on the group's row as the caller holds it in memory: `p_pc` is the row as the acks
@@ -790,16 +806,7 @@ BEGIN
     END IF;
   END IF;
 
-  -- Every leased message settled: the partition goes back to the group now, not at expiry.
-  IF NOT EXISTS (
-    SELECT 1 FROM unnest(v_pc.lease_seqs) s
-     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
-    v_pc.lease_id := NULL;
-    v_pc.lease_expires_at := NULL;
-    v_pc.lease_seqs := '{}';
-    v_pc.lease_failed := '{}';
-  END IF;
-
+  v_pc := queen.log_release_settled_v1(v_pc);
   v_pc.updated_at := v_now;
   o_pc := v_pc;
   o_applied := true;
@@ -829,9 +836,10 @@ BEGIN
   RETURN s.o_answer;
 END $$;
 
--- The ack batch's common case in a handful of statements: every ack `completed`, of one group's
--- row (one partitionId and consumerGroup), under one live lease (the same leaseId in each, or none
--- in any), distinct messages, each held by that lease and not yet settled. What
+-- The ack batch's common case in a handful of statements: two or more acks (one alone costs less
+-- through its step), every one `completed`, of one group's row (one partitionId and
+-- consumerGroup), under one live lease (the same leaseId in each, or none in any), distinct
+-- messages, each held by that lease and not yet settled. What
 -- queen.log_ack_step_v1 would decide for each is then known in advance (applied, no dead letter),
 -- and the row moves once: the cursor past every message it can now pass, the rest recorded ahead
 -- of it, the lease released when nothing it holds is left. Answers exactly what the steps would,
@@ -839,7 +847,8 @@ END $$;
 -- leased, ...), and queen.log_ack_batch_v2 then takes every ack through its step, so each
 -- refusal keeps one definition. On unless the session says SET queen.log_ack_fast_path = off
 -- (test/log/ackFastPath.test.ts runs its cases both ways and holds the two to the same answers and
--- rows). Why: ten steps cost about 800 µs of PostgreSQL a batch of ten, this about 150.
+-- rows). Why: a batch of ten cost about 1,500 µs of PostgreSQL through its steps, 1,200 this way
+-- (pg_stat_statements, one client).
 CREATE OR REPLACE FUNCTION queen.log_ack_fast_v1(p_tenant UUID, p_norm JSONB[]) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -852,8 +861,9 @@ DECLARE
   v_seqs BIGINT[];
   v_all BIGINT[];
   v_now TIMESTAMPTZ := clock_timestamp();
+  v_plan_mode TEXT;
 BEGIN
-  IF current_setting('queen.log_ack_fast_path', true) = 'off'
+  IF v_n < 2 OR current_setting('queen.log_ack_fast_path', true) = 'off'
      OR EXISTS (SELECT 1 FROM unnest(p_norm) a
                  WHERE a->>'status' <> 'completed' OR a->>'partitionId' <> v_first->>'partitionId'
                     OR a->>'consumerGroup' <> v_group OR (a->>'leaseId') IS DISTINCT FROM (v_first->>'leaseId')) THEN
@@ -869,14 +879,19 @@ BEGIN
      OR (v_lease IS NOT NULL AND v_lease <> v_pc.lease_id) THEN
     RETURN NULL;
   END IF;
-  -- The acks' messages in request order; every one found, distinct, held and unsettled.
-  SELECT array_agg(m.seq ORDER BY t.i) INTO v_seqs
-    FROM unnest(p_norm) WITH ORDINALITY t(a, i)
-    JOIN queen.messages m ON m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId';
-  IF cardinality(v_seqs) IS DISTINCT FROM v_n
-     OR (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
+  -- The acks' messages in request order (NULL where none); every one found, distinct, held and
+  -- unsettled. Each a probe of the (partition, transactionId) key, under the generic plan, as the
+  -- pop's read: a custom plan was made at every call (about 120 µs), and a generic plan of a join
+  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane).
+  v_plan_mode := current_setting('plan_cache_mode');
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  SELECT array_agg((SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId')
+                   ORDER BY t.i) INTO v_seqs
+    FROM unnest(p_norm) WITH ORDINALITY t(a, i);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+  IF (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
      OR EXISTS (SELECT 1 FROM unnest(v_seqs) s
-                 WHERE s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
+                 WHERE s IS NULL OR s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
     RETURN NULL;
   END IF;
   -- The cursor passes every finished message it reaches; what stays ahead of it keeps the order
@@ -886,13 +901,7 @@ BEGIN
     FROM generate_series(v_pc.cursor_seq + 1, v_pc.cursor_seq + cardinality(v_all) + 1) x WHERE x <> ALL (v_all);
   v_pc.done_seqs := coalesce((SELECT array_agg(s ORDER BY i) FROM unnest(v_all) WITH ORDINALITY u(s, i) WHERE s > v_pc.cursor_seq), '{}');
   v_pc.completed := v_pc.completed + v_n;
-  IF NOT EXISTS (SELECT 1 FROM unnest(v_pc.lease_seqs) s
-                  WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
-    v_pc.lease_id := NULL;
-    v_pc.lease_expires_at := NULL;
-    v_pc.lease_seqs := '{}';
-    v_pc.lease_failed := '{}';
-  END IF;
+  v_pc := queen.log_release_settled_v1(v_pc);
   v_pc.updated_at := v_now;
   PERFORM queen.log_ack_write_v1(v_pc);
   RETURN (SELECT jsonb_agg(jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
