@@ -4779,10 +4779,6 @@ BEGIN
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
     'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
 END $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $function$
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_links integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5310,10 +5306,6 @@ BEGIN
   RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $function$
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$ SELECT queen.timers_fire_v3(p_limit, 0) $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit integer, p_links integer)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -117,20 +117,16 @@ BEGIN
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
 END $$;
 
--- Fire since encrypted timers: queen.timers_fire_v1, and each message stored from a sealed timer
--- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
--- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
+-- Fire since encrypted timers and trace contexts: queen.timers_fire_v1, and each message stored from
+-- a sealed timer (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked
+-- in queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
 -- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
 -- (its message already stored) marks nothing again. The message carries its timer's trace context
--- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql). Kept for its
--- callers (a sweeper of the release before, bench:sealed-timers): queen.timers_fire_v3 answering no links.
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
-LANGUAGE sql AS $$ SELECT queen.timers_fire_v3(p_limit, 0) $$;
-
--- queen.timers_fire_v2, and, when p_links > 0 (the sweeper traces: docs/tracing.md), the trace
--- context of the timers it fired, for its span's links: `traced`, how many of them carry one (a
--- schedule's request span), and `links`, at most p_links distinct {traceId, spanId} (32 and 16 hex
--- digits, the W3C forms). Ids only: nothing a client wrote. 0 (tracing off) computes nothing more.
+-- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql). When p_links > 0
+-- (the sweeper traces: docs/tracing.md) it answers the trace context of the timers it fired, for its
+-- span's links: `traced`, how many of them carry one (a schedule's request span), and `links`, at most
+-- p_links distinct {traceId, spanId} (32 and 16 hex digits, the W3C forms). Ids only: nothing a client
+-- wrote. 0 (tracing off) computes nothing more.
 CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit INT, p_links INT) RETURNS JSONB
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
@@ -334,17 +330,10 @@ END $$;
 -- emptied partitions (sql/functions/retention.sql), at most p_prune_limit per shard, with
 -- p_retention_default the cell's default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0:
 -- none). The shard claim is what makes several sweepers share the work without two ever working
--- one partition at once. It fires through queen.timers_fire_v2 (a sealed timer's message marked
--- sealed). 0.1.0's sweepers keep calling v1 during a rolling upgrade. Kept for a sweeper of the
--- release before: queen.sweeper_pass_v4 answering no links.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
-  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
-  p_retention_default INT)
-RETURNS JSONB
-LANGUAGE sql AS $$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $$;
-
--- queen.sweeper_pass_v3 firing through queen.timers_fire_v3: p_links > 0 (the sweeper traces) adds
--- the fired timers' `traced` count and trace-context `links` to the answer, for the pass's span.
+-- one partition at once. It fires through queen.timers_fire_v3 (a sealed timer's message marked
+-- sealed); p_links > 0 (the sweeper traces) adds the fired timers' `traced` count and trace-context
+-- `links` to the answer, for the pass's span. 0.1.0's sweepers keep calling v1 during a rolling
+-- upgrade.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
   p_retention_default INT, p_links INT)
