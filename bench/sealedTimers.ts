@@ -1,4 +1,4 @@
-// npm run bench:sealed-timers — what sealing timers (migration 054, timers_apply_v2, timers_fire_v2)
+// npm run bench:sealed-timers — what sealing timers (migration 054, timers_apply_v2, timers_fire_v3)
 // costs the timers that are not sealed, and what a sealed one costs, the SQL alone, in one run on
 // one PostgreSQL, the cases alternated over BENCH_ROUNDS (3) rounds, medians printed:
 //   schedule: BENCH_SCHEDULE_N (2,000) one-timer calls on one connection: timers_apply_v1 (the
@@ -8,7 +8,7 @@
 //             call and the read of the payload are two more round trips, not counted here);
 //   fire:     BENCH_FIRE_N (20,000) due timers over 16 partitions, at most BENCH_BATCH (2,000) a
 //             transaction, one connection: timers_fire_v1 (the previous release's statement),
-//             timers_fire_v2 of clear timers, and timers_fire_v2 of sealed timers (each message
+//             timers_fire_v3 of clear timers, and timers_fire_v3 of sealed timers (each message
 //             marked, each sealed_timers row deleted).
 // Each case's timers a second (wall clock) and the backend's CPU µs a timer (/proc/<backend>/schedstat:
 // the figure to compare on a shared machine). Needs the server on this machine: the embedded
@@ -67,7 +67,8 @@ async function fill(pool: Pool, queue: string, sealed: boolean): Promise<void> {
   await pool.query('VACUUM ANALYZE queen.log_timers');
 }
 
-async function drain(pool: Pool, fn: string): Promise<Figure> {
+/** Fires every due timer in batches of BATCH through `call`, a fire function called with $1 the batch. */
+async function drain(pool: Pool, call: string): Promise<Figure> {
   const c = await pool.connect();
   try {
     const pid = (await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid as number;
@@ -75,9 +76,9 @@ async function drain(pool: Pool, fn: string): Promise<Figure> {
     const t0 = performance.now();
     let fired = 0;
     while (fired < FIRE_N) {
-      const { rows } = await c.query(`SELECT queen.${fn}($1::int) AS r`, [BATCH]);
+      const { rows } = await c.query(`SELECT queen.${call} AS r`, [BATCH]);
       const n = Number(rows[0].r.fired);
-      if (n === 0) throw new Error(`${fn} fired ${fired} of ${FIRE_N}`);
+      if (n === 0) throw new Error(`${call} fired ${fired} of ${FIRE_N}`);
       fired += n;
     }
     return { rate: FIRE_N / ((performance.now() - t0) / 1000), cpuUs: (cpuNs(pid) - c0) / 1000 / FIRE_N };
@@ -97,9 +98,9 @@ async function main(): Promise<void> {
       ['schedule  timers_apply_v1, clear queue', () => schedule(pool, 'bench_apply_v1', 'SELECT queen.timers_apply_v1($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, clear queue', () => schedule(pool, 'bench_apply_v2', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb)', 'clear', false)],
       ['schedule  timers_apply_v2, encrypted queue, sealed', () => schedule(pool, 'bench_apply_v2_sealed', 'SELECT queen.timers_apply_v2($1::uuid, $2::jsonb, $3::jsonb)', 'enc', true)],
-      ['fire      timers_fire_v1', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v1'); }],
-      ['fire      timers_fire_v2', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v2'); }],
-      ['fire      timers_fire_v2, sealed timers', async () => { await fill(pool, 'fire', true); return drain(pool, 'timers_fire_v2'); }],
+      ['fire      timers_fire_v1', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v1($1::int)'); }],
+      ['fire      timers_fire_v3', async () => { await fill(pool, 'fire', false); return drain(pool, 'timers_fire_v3($1::int, 0)'); }],
+      ['fire      timers_fire_v3, sealed timers', async () => { await fill(pool, 'fire', true); return drain(pool, 'timers_fire_v3($1::int, 0)'); }],
     ];
     const rates = new Map<string, Figure[]>(cases.map(([name]) => [name, []]));
     for (let r = 0; r < ROUNDS; r++) {

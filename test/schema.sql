@@ -2152,16 +2152,12 @@ CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
  LANGUAGE sql
  STABLE
-AS $function$
-  SELECT * FROM queen.log_backlog_of_v1(false)
-$function$
+AS $function$ SELECT * FROM queen.log_backlog_of_v1(false) $function$
 CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
  RETURNS TABLE(tenant_id uuid, queue text, consumer_group text, backlog bigint, oldest_at timestamp with time zone)
  LANGUAGE sql
  STABLE
-AS $function$
-  SELECT * FROM queen.log_backlog_of_v1(true)
-$function$
+AS $function$ SELECT * FROM queen.log_backlog_of_v1(true) $function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2792,16 +2788,12 @@ CREATE OR REPLACE FUNCTION queen.log_gauges_v1()
  RETURNS jsonb
  LANGUAGE sql
  STABLE
-AS $function$
-  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b
-$function$
+AS $function$ SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b $function$
 CREATE OR REPLACE FUNCTION queen.log_gauges_v2()
  RETURNS jsonb
  LANGUAGE sql
  STABLE
-AS $function$
-  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b
-$function$
+AS $function$ SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b $function$
 CREATE OR REPLACE FUNCTION queen.log_group_stale_v1(c queen.partition_consumers, p_floor bigint, p_empty boolean, p_idle_before timestamp with time zone, p_now timestamp with time zone)
  RETURNS boolean
  LANGUAGE sql
@@ -4842,10 +4834,6 @@ BEGIN
     'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
     'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
 END $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $function$
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_links integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5282,6 +5270,109 @@ BEGIN
     END;
   END IF;
 END $function$
+CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit integer, p_marks boolean, OUT claimed queen.log_timers[], OUT answer jsonb)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET enable_bitmapscan TO 'off'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+DECLARE
+  r RECORD;
+  v_ids RECORD;
+  v_tenants UUID[] := '{}';
+  v_queues TEXT[] := '{}';
+  v_parts TEXT[] := '{}';
+  v_pids UUID[] := '{}';
+  v_lasts BIGINT[] := '{}';
+  v_hit UUID[];
+  v_fired INT;
+  v_stored INT;
+  v_ins_pids UUID[];
+  v_ins_seqs BIGINT[];
+  v_ins_txids TEXT[];
+BEGIN
+  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO claimed FROM (
+    SELECT t FROM queen.log_timers t
+    WHERE t.deliver_at <= now()
+    ORDER BY t.deliver_at, t.timer_id
+    LIMIT p_limit
+    FOR UPDATE SKIP LOCKED) c;
+  IF claimed IS NULL THEN
+    answer := jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+    RETURN;
+  END IF;
+  v_fired := cardinality(claimed);
+  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
+  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
+  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
+  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
+  FOR r IN
+    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
+    FROM unnest(claimed) AS c ORDER BY 1, 2, 3
+  LOOP
+    -- The log's own name rules, once per partition (a schedule checked them already).
+    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
+    -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
+    -- removed by retention) between the look-up and the lock is created anew.
+    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
+    v_tenants := v_tenants || r.tenant_id;
+    v_queues := v_queues || r.queue;
+    v_parts := v_parts || r.partition;
+    v_pids := v_pids || v_ids.p_id;
+    v_lasts := v_lasts || v_ids.last_seq;
+  END LOOP;
+  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
+  -- that already happened, so nothing is stored twice), the messages numbered per partition after
+  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once. The messages
+  -- it stored are kept for the seal marks only when p_marks asks for those.
+  WITH k AS (
+    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
+  ), c AS (
+    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
+    FROM unnest(claimed) AS t
+    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
+  ), fresh AS (
+    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
+    FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
+  ), ins AS (
+    -- With p_marks the schedule's trace context goes with the message (NULL for a timer scheduled
+    -- without); 0.1.0's fire stores none.
+    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_marks THEN f.trace_id END, CASE WHEN p_marks THEN f.span_id END
+    FROM fresh f ORDER BY f.pid, f.seq
+    RETURNING partition_id, seq, transaction_id
+  ), bumped AS (
+    UPDATE queen.partitions p SET last_seq = n.top
+    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
+    WHERE p.id = n.partition_id
+    RETURNING p.id
+  )
+  SELECT count(*)::int, array_agg(DISTINCT i.partition_id),
+         array_agg(i.partition_id) FILTER (WHERE p_marks), array_agg(i.seq) FILTER (WHERE p_marks),
+         array_agg(i.transaction_id) FILTER (WHERE p_marks)
+    INTO v_stored, v_hit, v_ins_pids, v_ins_seqs, v_ins_txids FROM ins i;
+  IF p_marks THEN
+    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why),
+    -- and a message stored from one holds the same sealed text: marked so the pop opens it. A
+    -- duplicate (its message stored before) marks nothing again.
+    WITH unsealed AS (
+      DELETE FROM queen.sealed_timers s USING unnest(claimed) AS t WHERE s.timer_id = t.timer_id
+      RETURNING s.timer_id
+    )
+    INSERT INTO queen.sealed_messages (partition_id, seq)
+    SELECT i.pid, i.seq FROM unnest(v_ins_pids, v_ins_seqs, v_ins_txids) AS i(pid, seq, txid)
+    JOIN unsealed u ON i.txid = 'timer:' || u.timer_id::text;
+  END IF;
+  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
+  -- (services/api/push/signal.ts).
+  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
+  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
+        WHERE k.pid = ANY (v_hit)) x;
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(claimed) AS c));
+  answer := jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+    'maxLateSeconds', extract(epoch FROM clock_timestamp() - claimed[1].deliver_at)::double precision);
+END $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_enabled_v1()
  RETURNS boolean
  LANGUAGE sql
@@ -5294,194 +5385,30 @@ AS $function$
 $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit integer)
  RETURNS jsonb
- LANGUAGE plpgsql
- SET enable_bitmapscan TO 'off'
- SET plan_cache_mode TO 'force_custom_plan'
-AS $function$
-DECLARE
-  v_claimed queen.log_timers[];
-  r RECORD;
-  v_ids RECORD;
-  v_last BIGINT;
-  v_tenants UUID[] := '{}';
-  v_queues TEXT[] := '{}';
-  v_parts TEXT[] := '{}';
-  v_pids UUID[] := '{}';
-  v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
-  v_fired INT;
-  v_stored INT;
-BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
-    SELECT t FROM queen.log_timers t
-    WHERE t.deliver_at <= now()
-    ORDER BY t.deliver_at, t.timer_id
-    LIMIT p_limit
-    FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
-  END IF;
-  v_fired := cardinality(v_claimed);
-  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
-  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
-  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
-  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
-  FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
-  LOOP
-    -- The log's own name rules, once per partition (a schedule checked them already).
-    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
-    v_tenants := v_tenants || r.tenant_id;
-    v_queues := v_queues || r.queue;
-    v_parts := v_parts || r.partition;
-    v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
-  END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
-END $function$
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit integer)
- RETURNS jsonb
  LANGUAGE sql
-AS $function$ SELECT queen.timers_fire_v3(p_limit, 0) $function$
+AS $function$ SELECT b.answer FROM queen.timers_fire_batch_v1(p_limit, false) b $function$
 CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit integer, p_links integer)
  RETURNS jsonb
  LANGUAGE plpgsql
- SET enable_bitmapscan TO 'off'
- SET plan_cache_mode TO 'force_custom_plan'
 AS $function$
 DECLARE
-  v_traced INT := 0;
-  v_links JSONB := '[]';
   v_claimed queen.log_timers[];
-  r RECORD;
-  v_ids RECORD;
-  v_last BIGINT;
-  v_tenants UUID[] := '{}';
-  v_queues TEXT[] := '{}';
-  v_parts TEXT[] := '{}';
-  v_pids UUID[] := '{}';
-  v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
-  v_fired INT;
-  v_stored INT;
+  v_answer JSONB;
+  v_traced INT;
+  v_links JSONB := '[]';
 BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
-    SELECT t FROM queen.log_timers t
-    WHERE t.deliver_at <= now()
-    ORDER BY t.deliver_at, t.timer_id
-    LIMIT p_limit
-    FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  SELECT b.claimed, b.answer INTO v_claimed, v_answer FROM queen.timers_fire_batch_v1(p_limit, true) b;
+  IF v_claimed IS NULL OR p_links <= 0 THEN
+    RETURN v_answer;
   END IF;
-  v_fired := cardinality(v_claimed);
-  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
-  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
-  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
-  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
-  FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
-  LOOP
-    -- The log's own name rules, once per partition (a schedule checked them already).
-    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
-    -- removed by retention) between the look-up and the lock is created anew.
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
-    v_tenants := v_tenants || r.tenant_id;
-    v_queues := v_queues || r.queue;
-    v_parts := v_parts || r.partition;
-    v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
-  END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), unsealed AS (
-    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
-    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
-    RETURNING s.timer_id
-  ), marked AS (
-    -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
-    INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT f.pid, f.seq FROM fresh f JOIN unsealed u ON u.timer_id = f.timer_id
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  IF p_links > 0 THEN
-    SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
-    IF v_traced > 0 THEN
-      SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
-        INTO v_links
-        FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
-              WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
-    END IF;
-    RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-      'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision,
-      'traced', v_traced, 'links', v_links);
+  SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
+  IF v_traced > 0 THEN
+    SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
+      INTO v_links
+      FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
+            WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
   END IF;
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
+  RETURN v_answer || jsonb_build_object('traced', v_traced, 'links', v_links);
 END $function$
 CREATE OR REPLACE FUNCTION queen.timers_list_v1(p_tenant uuid, p_queue text, p_after text, p_limit integer)
  RETURNS jsonb

@@ -65,9 +65,7 @@ $$;
 -- Every message from seq 1 owed (0.1.0's reading).
 CREATE OR REPLACE FUNCTION queen.log_backlog_v1()
 RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
-LANGUAGE sql STABLE AS $$
-  SELECT * FROM queen.log_backlog_of_v1(false)
-$$;
+LANGUAGE sql STABLE AS $$ SELECT * FROM queen.log_backlog_of_v1(false) $$;
 -- The gauges' answer from the sums over one backlog reading (queen.log_gauges_v1 reads
 -- queen.log_backlog_v1, queen.log_gauges_v2 queen.log_backlog_v2), and the dead letters stored.
 CREATE OR REPLACE FUNCTION queen.log_gauges_answer_v1(p_backlog NUMERIC, p_max_group BIGINT, p_oldest_at TIMESTAMPTZ)
@@ -81,9 +79,7 @@ LANGUAGE sql STABLE AS $$
                                            WHERE dead_lettered_at IS NOT NULL LIMIT 1000000) d))
 $$;
 CREATE OR REPLACE FUNCTION queen.log_gauges_v1() RETURNS JSONB
-LANGUAGE sql STABLE AS $$
-  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b
-$$;
+LANGUAGE sql STABLE AS $$ SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v1() b $$;
 
 -- As queen.log_backlog_v1, counting from each partition's first retained message: what retention
 -- removed (sql/functions/retention.sql) is owed by nobody. The retention moves the cursors of the
@@ -92,11 +88,7 @@ $$;
 -- ever. One probe more per partition (its first message, by the primary key).
 CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
 RETURNS TABLE (tenant_id UUID, queue TEXT, consumer_group TEXT, backlog BIGINT, oldest_at TIMESTAMPTZ)
-LANGUAGE sql STABLE AS $$
-  SELECT * FROM queen.log_backlog_of_v1(true)
-$$;
+LANGUAGE sql STABLE AS $$ SELECT * FROM queen.log_backlog_of_v1(true) $$;
 -- As queen.log_gauges_v1, over queen.log_backlog_v2.
 CREATE OR REPLACE FUNCTION queen.log_gauges_v2() RETURNS JSONB
-LANGUAGE sql STABLE AS $$
-  SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b
-$$;
+LANGUAGE sql STABLE AS $$ SELECT queen.log_gauges_answer_v1(sum(b.backlog), max(b.backlog), min(b.oldest_at)) FROM queen.log_backlog_v2() b $$;

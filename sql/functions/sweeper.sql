@@ -10,10 +10,13 @@ LANGUAGE sql STABLE AS $$
     WHERE key = 'timers_fire_enabled'
       AND (value = 'false'::jsonb OR value = '"false"'::jsonb OR value -> 'enabled' = 'false'::jsonb))
 $$;
--- Fire: the cell's oldest due timers, at most p_limit, whatever their shard, each pushed into its
--- tenant's log with the transactionId 'timer:' || timer_id and deleted, in the caller's transaction,
--- set-based: one claim, the partitions locked once each, one duplicate check, one insert, one
--- last_seq update, one NOTIFY per (tenant, queue), one delete.
+-- Fire, the body of queen.timers_fire_v1 and queen.timers_fire_v3: the cell's oldest due timers, at
+-- most p_limit, whatever their shard, each pushed into its tenant's log with the transactionId
+-- 'timer:' || timer_id and deleted, in the caller's transaction, set-based: one claim, the
+-- partitions locked once each, one duplicate check, one insert, one last_seq update, one NOTIFY per
+-- (tenant, queue), one delete. p_marks: the message carries its timer's trace context and a sealed
+-- timer's seal mark (v3); without it, neither (v1, as 0.1.0 fired). Answers the timers it claimed
+-- (for v3's links) and the fire's answer.
 --
 -- The claim: an ordered scan of idx_log_timers_due (deliver_at, timer_id) with FOR UPDATE SKIP
 -- LOCKED, so several sweepers take disjoint batches, each the oldest due rows nobody else holds; a
@@ -39,13 +42,12 @@ $$;
 -- 17 ms with 100 messages in the log, 94 ms with 14,800; planned at each call, 5-7 ms flat (about a
 -- millisecond of planning a fire). A custom plan takes the (partition_id, transaction_id) unique
 -- index whatever the statistics say.
-CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit INT) RETURNS JSONB
+CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit INT, p_marks BOOLEAN,
+  OUT claimed queen.log_timers[], OUT answer JSONB)
 LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
-  v_claimed queen.log_timers[];
   r RECORD;
   v_ids RECORD;
-  v_last BIGINT;
   v_tenants UUID[] := '{}';
   v_queues TEXT[] := '{}';
   v_parts TEXT[] := '{}';
@@ -54,184 +56,128 @@ DECLARE
   v_hit UUID[];
   v_fired INT;
   v_stored INT;
+  v_ins_pids UUID[];
+  v_ins_seqs BIGINT[];
+  v_ins_txids TEXT[];
 BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
+  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO claimed FROM (
     SELECT t FROM queen.log_timers t
     WHERE t.deliver_at <= now()
     ORDER BY t.deliver_at, t.timer_id
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+  IF claimed IS NULL THEN
+    answer := jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
+    RETURN;
   END IF;
-  v_fired := cardinality(v_claimed);
+  v_fired := cardinality(claimed);
   -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
   -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
   -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
   -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
   FOR r IN
     SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
-  LOOP
-    -- The log's own name rules, once per partition (a schedule checked them already).
-    PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
-    v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
-    v_tenants := v_tenants || r.tenant_id;
-    v_queues := v_queues || r.queue;
-    v_parts := v_parts || r.partition;
-    v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
-  END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    SELECT f.pid, f.seq, f.txid, f.payload FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
-END $$;
-
--- Fire since encrypted timers: queen.timers_fire_v1, and each message stored from a sealed timer
--- (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked in
--- queen.sealed_messages in the same statement, so the pop opens it, and the batch's rows of
--- queen.sealed_timers deleted with the timers. No key is needed here. A timer that is a duplicate
--- (its message already stored) marks nothing again. The message carries its timer's trace context
--- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql). Kept for its
--- callers (a sweeper of the release before, bench:sealed-timers): queen.timers_fire_v3 answering no links.
-CREATE OR REPLACE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
-LANGUAGE sql AS $$ SELECT queen.timers_fire_v3(p_limit, 0) $$;
-
--- queen.timers_fire_v2, and, when p_links > 0 (the sweeper traces: docs/tracing.md), the trace
--- context of the timers it fired, for its span's links: `traced`, how many of them carry one (a
--- schedule's request span), and `links`, at most p_links distinct {traceId, spanId} (32 and 16 hex
--- digits, the W3C forms). Ids only: nothing a client wrote. 0 (tracing off) computes nothing more.
-CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit INT, p_links INT) RETURNS JSONB
-LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
-DECLARE
-  v_traced INT := 0;
-  v_links JSONB := '[]';
-  v_claimed queen.log_timers[];
-  r RECORD;
-  v_ids RECORD;
-  v_last BIGINT;
-  v_tenants UUID[] := '{}';
-  v_queues TEXT[] := '{}';
-  v_parts TEXT[] := '{}';
-  v_pids UUID[] := '{}';
-  v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
-  v_fired INT;
-  v_stored INT;
-BEGIN
-  SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO v_claimed FROM (
-    SELECT t FROM queen.log_timers t
-    WHERE t.deliver_at <= now()
-    ORDER BY t.deliver_at, t.timer_id
-    LIMIT p_limit
-    FOR UPDATE SKIP LOCKED) c;
-  IF v_claimed IS NULL THEN
-    RETURN jsonb_build_object('fired', 0, 'duplicates', 0, 'maxLateSeconds', 0);
-  END IF;
-  v_fired := cardinality(v_claimed);
-  -- The lock order: timers (held above), then partitions in ascending (tenant, queue, partition)
-  -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
-  -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
-  -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
-  FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(v_claimed) AS c ORDER BY 1, 2, 3
+    FROM unnest(claimed) AS c ORDER BY 1, 2, 3
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
     -- Found and locked as a push does: a partition removed (its queue deleted, or emptied and
     -- removed by retention) between the look-up and the lock is created anew.
     v_ids := queen.log_lock_partition_v1(r.tenant_id, r.queue, r.partition);
-    v_last := v_ids.last_seq;
     v_tenants := v_tenants || r.tenant_id;
     v_queues := v_queues || r.queue;
     v_parts := v_parts || r.partition;
     v_pids := v_pids || v_ids.p_id;
-    v_lasts := v_lasts || v_last;
+    v_lasts := v_lasts || v_ids.last_seq;
   END LOOP;
   -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
   -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once.
+  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once. The messages
+  -- it stored are kept for the seal marks only when p_marks asks for those.
   WITH k AS (
     SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
   ), c AS (
     SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(v_claimed) AS t
+    FROM unnest(claimed) AS t
     JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
   ), fresh AS (
     SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
     FROM c
     WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
   ), ins AS (
-    -- The schedule's trace context goes with the message (NULL for a timer scheduled without).
+    -- With p_marks the schedule's trace context goes with the message (NULL for a timer scheduled
+    -- without); 0.1.0's fire stores none.
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, f.trace_id, f.span_id FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq
-  ), unsealed AS (
-    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why).
-    DELETE FROM queen.sealed_timers s USING unnest(v_claimed) AS t WHERE s.timer_id = t.timer_id
-    RETURNING s.timer_id
-  ), marked AS (
-    -- A sealed timer's message holds the same sealed text: marked so the pop opens it.
-    INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT f.pid, f.seq FROM fresh f JOIN unsealed u ON u.timer_id = f.timer_id
+    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_marks THEN f.trace_id END, CASE WHEN p_marks THEN f.span_id END
+    FROM fresh f ORDER BY f.pid, f.seq
+    RETURNING partition_id, seq, transaction_id
   ), bumped AS (
     UPDATE queen.partitions p SET last_seq = n.top
     FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
     WHERE p.id = n.partition_id
     RETURNING p.id
   )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id) INTO v_stored, v_hit FROM ins i;
+  SELECT count(*)::int, array_agg(DISTINCT i.partition_id),
+         array_agg(i.partition_id) FILTER (WHERE p_marks), array_agg(i.seq) FILTER (WHERE p_marks),
+         array_agg(i.transaction_id) FILTER (WHERE p_marks)
+    INTO v_stored, v_hit, v_ins_pids, v_ins_seqs, v_ins_txids FROM ins i;
+  IF p_marks THEN
+    -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why),
+    -- and a message stored from one holds the same sealed text: marked so the pop opens it. A
+    -- duplicate (its message stored before) marks nothing again.
+    WITH unsealed AS (
+      DELETE FROM queen.sealed_timers s USING unnest(claimed) AS t WHERE s.timer_id = t.timer_id
+      RETURNING s.timer_id
+    )
+    INSERT INTO queen.sealed_messages (partition_id, seq)
+    SELECT i.pid, i.seq FROM unnest(v_ins_pids, v_ins_seqs, v_ins_txids) AS i(pid, seq, txid)
+    JOIN unsealed u ON i.txid = 'timer:' || u.timer_id::text;
+  END IF;
   -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
   -- (services/api/push/signal.ts).
   PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
   FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
         WHERE k.pid = ANY (v_hit)) x;
-  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(v_claimed) AS c));
-  IF p_links > 0 THEN
-    SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
-    IF v_traced > 0 THEN
-      SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
-        INTO v_links
-        FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
-              WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
-    END IF;
-    RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-      'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision,
-      'traced', v_traced, 'links', v_links);
+  DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(claimed) AS c));
+  answer := jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
+    'maxLateSeconds', extract(epoch FROM clock_timestamp() - claimed[1].deliver_at)::double precision);
+END $$;
+
+-- The fire of release 0.1.0, which knows neither sealed timers nor trace contexts: a sealed timer's
+-- message is stored unmarked, its queen.sealed_timers row stays, and no message carries a trace.
+CREATE OR REPLACE FUNCTION queen.timers_fire_v1(p_limit INT) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT b.answer FROM queen.timers_fire_batch_v1(p_limit, false) b $$;
+
+-- Fire since encrypted timers and trace contexts: queen.timers_fire_v1, and each message stored from
+-- a sealed timer (queen.sealed_timers: its payload is the API's sealed text, copied as it is) marked
+-- in queen.sealed_messages in the same transaction, so the pop opens it, and the batch's rows of
+-- queen.sealed_timers deleted with the timers (queen.timers_fire_batch_v1 with p_marks). No key is needed here. A timer that is a duplicate
+-- (its message already stored) marks nothing again. The message carries its timer's trace context
+-- (trace_id, span_id: the schedule's request, sql/migrations/056_trace_context.sql). When p_links > 0
+-- (the sweeper traces: docs/tracing.md) it answers the trace context of the timers it fired, for its
+-- span's links: `traced`, how many of them carry one (a schedule's request span), and `links`, at most
+-- p_links distinct {traceId, spanId} (32 and 16 hex digits, the W3C forms). Ids only: nothing a client
+-- wrote. 0 (tracing off) computes nothing more.
+CREATE OR REPLACE FUNCTION queen.timers_fire_v3(p_limit INT, p_links INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_claimed queen.log_timers[];
+  v_answer JSONB;
+  v_traced INT;
+  v_links JSONB := '[]';
+BEGIN
+  SELECT b.claimed, b.answer INTO v_claimed, v_answer FROM queen.timers_fire_batch_v1(p_limit, true) b;
+  IF v_claimed IS NULL OR p_links <= 0 THEN
+    RETURN v_answer;
   END IF;
-  RETURN jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
-    'maxLateSeconds', extract(epoch FROM clock_timestamp() - v_claimed[1].deliver_at)::double precision);
+  SELECT count(*)::int INTO v_traced FROM unnest(v_claimed) AS c WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL;
+  IF v_traced > 0 THEN
+    SELECT coalesce(jsonb_agg(jsonb_build_object('traceId', replace(l.trace_id::text, '-', ''), 'spanId', encode(l.span_id, 'hex'))), '[]')
+      INTO v_links
+      FROM (SELECT DISTINCT c.trace_id, c.span_id FROM unnest(v_claimed) AS c
+            WHERE c.trace_id IS NOT NULL AND c.span_id IS NOT NULL LIMIT p_links) l;
+  END IF;
+  RETURN v_answer || jsonb_build_object('traced', v_traced, 'links', v_links);
 END $$;
 
 -- Prune: expired KV rows of one shard, at most p_limit, through idx_kv_shard_expires. SKIP LOCKED
@@ -334,17 +280,10 @@ END $$;
 -- emptied partitions (sql/functions/retention.sql), at most p_prune_limit per shard, with
 -- p_retention_default the cell's default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0:
 -- none). The shard claim is what makes several sweepers share the work without two ever working
--- one partition at once. It fires through queen.timers_fire_v2 (a sealed timer's message marked
--- sealed). 0.1.0's sweepers keep calling v1 during a rolling upgrade. Kept for a sweeper of the
--- release before: queen.sweeper_pass_v4 answering no links.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v3(
-  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
-  p_retention_default INT)
-RETURNS JSONB
-LANGUAGE sql AS $$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $$;
-
--- queen.sweeper_pass_v3 firing through queen.timers_fire_v3: p_links > 0 (the sweeper traces) adds
--- the fired timers' `traced` count and trace-context `links` to the answer, for the pass's span.
+-- one partition at once. It fires through queen.timers_fire_v3 (a sealed timer's message marked
+-- sealed); p_links > 0 (the sweeper traces) adds the fired timers' `traced` count and trace-context
+-- `links` to the answer, for the pass's span. 0.1.0's sweepers keep calling v1 during a rolling
+-- upgrade.
 CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
   p_retention_default INT, p_links INT)

@@ -389,7 +389,7 @@ END $$;
 -- Encryption at rest of timers (docs/security.md#encryption-at-rest). A schedule into a queue with
 -- encryptionEnabled keeps only the sealed text the API wrote (queen.sealed_timers marks the timer),
 -- as a push to that queue does; the fire copies the sealed text into the message and marks it
--- (queen.timers_fire_v2), and peek and list mark the timer "sealed": true for the API to open.
+-- (queen.timers_fire_v3), and peek and list mark the timer "sealed": true for the API to open.
 
 -- A schedule that carries a payload to a named queue: what is sealed when that queue is encrypted.
 CREATE OR REPLACE FUNCTION queen.timers_sealable_v1(p_op JSONB) RETURNS BOOLEAN
@@ -507,7 +507,7 @@ $$;
 -- The trace context of the request that scheduled timers (p_trace: its sampled span,
 -- {"traceId": 32 hex digits, "spanId": 16}, as queen.log_stamp_traces_v1 takes it; NULL: none),
 -- stored on each timer a schedule of p_results created (a timerKey that named an existing timer
--- keeps that timer's). The fire (queen.timers_fire_v2) copies it onto the message the timer
+-- keeps that timer's). The fire (queen.timers_fire_v3) copies it onto the message the timer
 -- becomes, so the consumer continues the schedule's trace. Answers p_results as they are.
 CREATE OR REPLACE FUNCTION queen.timers_stamp_traces_v1(p_results JSONB, p_trace JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$

@@ -6,7 +6,7 @@
 --
 -- No foreign key to queen.log_timers, on purpose: its ON DELETE trigger would run for every timer a
 -- fire deletes, sealed or not (bench:sealed-timers measured the fire of clear timers at about 0.7x
--- with it). The fire (queen.timers_fire_v2) and the cancel (queen.timers_apply_v2) delete a timer's
+-- with it). The fire (queen.timers_fire_v3) and the cancel (queen.timers_apply_v2) delete a timer's
 -- row here with the timer. A row whose timer the previous release fired or cancelled during a
 -- rolling upgrade stays, naming a timer id that never comes back (ids are random UUIDs): it marks
 -- nothing.

@@ -285,3 +285,27 @@ test('the upgrade from 0.1 beside both releases\' traffic: no call fails, 0.1\'s
   expect(await dumpSchema(old.url)).toBe(await dumpSchema(fresh.url));
   expect(await migrate(old.url)).toEqual({ applied: [], defined: [], adopted: false });
 });
+
+test('a database a build between 0.1 and 059 migrated: the sweeper names no release calls go, and the schema ends as a fresh one', async () => {
+  const d = await database(false);
+  // What such a build left: the three functions with their signatures (a DROP does not read the
+  // body; these are the last bodies the two wrappers had), and no record of 059 or later.
+  await sql(d.url, `CREATE FUNCTION queen.timers_fire_v2(p_limit INT) RETURNS JSONB
+    LANGUAGE sql AS $$ SELECT queen.timers_fire_v3(p_limit, 0) $$`);
+  for (const v of [2, 3]) {
+    await sql(d.url, `CREATE FUNCTION queen.sweeper_pass_v${v}(
+      p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
+      p_retention_default INT) RETURNS JSONB
+      LANGUAGE sql AS $$ SELECT queen.sweeper_pass_v4(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, p_retention_default, 0) $$`);
+  }
+  await sql(d.url, 'DELETE FROM queen.schema_migrations WHERE version >= 59');
+  const result = await migrate(d.url);
+  expect(result.applied).toEqual(migrations().map((m) => m.version).filter((v) => v >= 59));
+  const [left] = await sql(d.url, `SELECT to_regprocedure('queen.timers_fire_v2(int)') AS fire_v2,
+    to_regprocedure('queen.sweeper_pass_v2(timestamptz, text, int, int, int, boolean, int)') AS pass_v2,
+    to_regprocedure('queen.sweeper_pass_v3(timestamptz, text, int, int, int, boolean, int)') AS pass_v3`);
+  expect(left).toEqual({ fire_v2: null, pass_v2: null, pass_v3: null });
+  const fresh = await database();
+  await migrate(fresh.url);
+  expect(await dumpSchema(d.url)).toBe(await dumpSchema(fresh.url));
+});

@@ -83,7 +83,7 @@ test('a timer firing into the partition being removed waits and fires into the p
   const fire = new Client({ connectionString: api.databaseUrl });
   await fire.connect();
   try {
-    const fired = fire.query('SELECT queen.timers_fire_v2(10) AS r');
+    const fired = fire.query('SELECT queen.timers_fire_v3(10, 0) AS r');
     const waits = await someoneWaits();
     await pass.commit();
     expect(waits).toBe(true);

@@ -164,3 +164,30 @@ test('an API process without the key: a schedule into an encrypted queue is 403 
     }
   });
 });
+
+test("0.1.0's fire (timers_fire_v1, a sweeper of that release during a rolling upgrade) stores a sealed, traced timer's text unmarked and untraced, and leaves its mark", async () => {
+  await configure(api.url, 'tenc-v1', { encryptionEnabled: true });
+  const scheduled = await call(api.url, 'POST', '/api/v1/timers', { queue: 'tenc-v1', payload: SECRET, delaySeconds: 3600 });
+  const timerId = scheduled.body.timerId as string;
+  const [row] = await storedTimers('tenc-v1');
+  expect(row.sealed).toBe(true);
+  // Due and traced, and fired by v1, in one transaction: no sweeper of this release takes it first.
+  const c = await api.pool.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query(`UPDATE queen.log_timers SET deliver_at = now() - interval '1 second',
+                     trace_id = '0af76519-16cd-43dd-8448-eb211c80319c', span_id = '\\xb7ad6b7169203331'::bytea
+                   WHERE timer_id = $1`, [timerId]);
+    const fired = (await c.query('SELECT queen.timers_fire_v1(1000) AS r')).rows[0].r;
+    await c.query('COMMIT');
+    expect(fired.fired).toBeGreaterThanOrEqual(1);
+    expect(Object.keys(fired).sort()).toEqual(['duplicates', 'fired', 'maxLateSeconds']);
+  } finally {
+    c.release();
+  }
+  expect(await storedMessages('tenc-v1')).toEqual([{ txid: `timer:${timerId}`, payload: row.payload, sealed: false }]);
+  const traces = await api.pool.query(`SELECT m.trace_id, m.span_id FROM queen.messages m WHERE m.transaction_id = $1`, [`timer:${timerId}`]);
+  expect(traces.rows).toEqual([{ trace_id: null, span_id: null }]);
+  expect((await api.pool.query(`SELECT count(*)::int AS n FROM queen.sealed_timers WHERE timer_id = $1`, [timerId])).rows[0].n).toBe(1);
+  await api.pool.query(`DELETE FROM queen.sealed_timers WHERE timer_id = $1`, [timerId]);
+});
