@@ -1765,15 +1765,7 @@ BEGIN
     END IF;
   END IF;
 
-  -- Every leased message settled: the partition goes back to the group now, not at expiry.
-  IF NOT EXISTS (
-    SELECT 1 FROM unnest(v_pc.lease_seqs) s
-     WHERE s > v_pc.cursor_seq AND s <> ALL (v_pc.done_seqs) AND s <> ALL (v_pc.lease_failed)) THEN
-    v_pc.lease_id := NULL;
-    v_pc.lease_expires_at := NULL;
-    v_pc.lease_seqs := '{}';
-    v_pc.lease_failed := '{}';
-  END IF;
+  v_pc := queen.log_release_settled_v1(v_pc);
 
   UPDATE queen.partition_consumers
      SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
