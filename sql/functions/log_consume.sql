@@ -654,9 +654,12 @@ BEGIN
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
+  -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
+  -- version less the bytes it shares with the old one at either end, so a row whose tail is
+  -- unchanged logs only the lease's middle. last_leased_at says when the group last read.
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
-         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs)
    WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
   RETURN v_out;
 END $$;
@@ -799,21 +802,21 @@ BEGIN
   END IF;
 
   v_pc := queen.log_release_settled_v1(v_pc);
-  v_pc.updated_at := v_now;
   o_pc := v_pc;
   o_applied := true;
   o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- The group's row as queen.log_ack_step_v1 left it, written: the columns an ack changes.
+-- The group's row as queen.log_ack_step_v1 left it, written: the columns an ack changes (not
+-- updated_at: see queen.log_pop_v2).
 CREATE OR REPLACE FUNCTION queen.log_ack_write_v1(p_pc queen.partition_consumers) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE queen.partition_consumers
      SET cursor_seq = p_pc.cursor_seq, done_seqs = p_pc.done_seqs, lease_id = p_pc.lease_id,
          lease_expires_at = p_pc.lease_expires_at, lease_seqs = p_pc.lease_seqs, lease_failed = p_pc.lease_failed,
-         completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters, updated_at = p_pc.updated_at
+         completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters
    WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $$;
 
@@ -894,7 +897,6 @@ BEGIN
   v_pc.done_seqs := coalesce((SELECT array_agg(s ORDER BY i) FROM unnest(v_all) WITH ORDINALITY u(s, i) WHERE s > v_pc.cursor_seq), '{}');
   v_pc.completed := v_pc.completed + v_n;
   v_pc := queen.log_release_settled_v1(v_pc);
-  v_pc.updated_at := v_now;
   PERFORM queen.log_ack_write_v1(v_pc);
   RETURN (SELECT jsonb_agg(jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
                                               'consumerGroup', v_group, 'status', a->'status', 'deadLetter', false) ORDER BY i)

@@ -112,3 +112,20 @@ test('a lease id of another shape (a pop from before 058) is still found by an e
   expect((await call(api.url, 'POST', `/api/v1/lease/${m.leaseId}/extend`, {})).body).toMatchObject({ ok: false, reason: 'lease_expired' });
   expect((await call(api.url, 'POST', '/api/v1/ack', { ...ackOf(m), leaseId: old })).body).toMatchObject({ ok: true });
 });
+
+test('a pop and its acks leave the row\'s tail (updated_at) as it was, so their HOT updates log only what changed', async () => {
+  const queue = 'lease-tail';
+  await push(api.url, [1, 2, 3].map((payload) => ({ queue, payload })));
+  const tail = async () => (await sql(api.databaseUrl, `
+    SELECT c.updated_at::text AS at FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+      JOIN queen.queues q ON q.id = p.queue_id WHERE q.tenant_id = $1 AND q.name = $2`, [DEFAULT_TENANT, queue]))[0].at;
+  const [first] = await pop(api.url, queue, { batch: 1 });
+  const before = await tail();
+  expect((await ack(api.url, first)).body.ok).toBe(true);
+  const rest = await pop(api.url, queue, { batch: 2 });
+  expect(rest).toHaveLength(2);
+  const batch = await call(api.url, 'POST', '/api/v1/ack/batch', { acknowledgments: rest.map((m) => ackOf(m)) });
+  expect(batch.body.results.map((r: any) => r.ok)).toEqual([true, true]);
+  expect(await state(queue)).toMatchObject({ cursor: 3, released: true, deliveries: 3, completed: 3 });
+  expect(await tail()).toBe(before);
+});
