@@ -503,10 +503,10 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
       [bareRows.map((r) => r[0]), bareRows.map((r) => r[1])],
     );
     const clients: HttpClient[] = [];
-    const popAck: () => Promise<PointResult> = async () => {
+    const popAck = (seconds: number) => async (): Promise<PointResult> => {
       for (let c = 0; c < CLIENTS; c++) clients[c] = rawClient('127.0.0.1', ctx.cellPort);
       try {
-        return await closedLoop(CLIENTS, T * 1000, (c) => async () => {
+        return await closedLoop(CLIENTS, seconds * 1000, (c) => async () => {
           const [p] = partitionOf(c);
           const group = groupOf('api', c);
           const pop = await clients[c].request('GET', `/api/v1/pop/queue/${QUEUE}/partition/${p}?batch=10&consumerGroup=${group}&wait=false`);
@@ -523,11 +523,13 @@ async function measureSize(ctx: Ctx, n: number): Promise<Omit<SizeFigures, 'load
       }
     };
     const cursors = new Map<number, number>();
-    await both(name, popAck, sqlLoop(ctx, (pool, c) => async () => {
+    const bare = (seconds: number) => sqlLoop(ctx, (pool, c) => async () => {
       const { n, top } = await barePopAck(pool, partitionOf(c)[1], groupOf('sql', c), cursors.get(c) ?? 0);
       cursors.set(c, top);
       return n;
-    }, T));
+    }, seconds);
+    // Warmed like the KV lanes: the message pool's connections open on the first pop.
+    await both(name, popAck(T), bare(T), [{ run: popAck(WARM_S) }, bare(WARM_S)]);
   };
   await popAckLane('pop+ack10', (c) => [`p${c % PARTITIONS}`, ctx.partitions[c % PARTITIONS]], (side) => `g-${side}-${runId}`);
   await popAckLane('pop+ack10 deep', () => ['deep', ctx.deepPartition], (side, c) => `gd-${side}-${runId}-${c}`);

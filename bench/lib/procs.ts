@@ -66,7 +66,8 @@ export class TreeCpu {
 
   stop(): number {
     let total = 0;
-    for (const [pid, us] of this.snapshot()) total += us - (this.before.get(pid) ?? us);
+    // A process born during the stretch (a pool's new connection) did all its work inside it.
+    for (const [pid, us] of this.snapshot()) total += us - (this.before.get(pid) ?? 0);
     return total;
   }
 }
