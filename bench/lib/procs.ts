@@ -7,12 +7,12 @@ import http from 'node:http';
 
 const TICK_US = 1e6 / 100; // USER_HZ is 100 on every Linux we run on
 
+/** The children of every thread of pid (a child belongs to the thread that forked it). */
 export function childrenOf(pid: number): number[] {
   try {
     return fs
-      .readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
-      .trim()
-      .split(/\s+/)
+      .readdirSync(`/proc/${pid}/task`)
+      .flatMap((tid) => fs.readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim().split(/\s+/))
       .filter(Boolean)
       .map(Number);
   } catch {
