@@ -1915,88 +1915,7 @@ BEGIN
          completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters
    WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_trace jsonb)
- RETURNS jsonb
- LANGUAGE sql
-AS $function$
-  SELECT coalesce((SELECT jsonb_agg(CASE WHEN e ->> 'type' = 'push'
-                                         THEN e || jsonb_build_object('items', queen.log_stamp_traces_v1(e -> 'items',
-                                                     p_ops -> ((e ->> 'index')::int) -> 'items', p_trace, (e ->> 'index')::int))
-                                         ELSE e END ORDER BY k)
-                     FROM jsonb_array_elements(s.r) WITH ORDINALITY AS t (e, k)), s.r)
-    FROM (SELECT queen.log_apply_v2(p_tenant, p_ops, p_sealed) AS r OFFSET 0) s
-$function$
-CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_n INT;
-  v_op JSONB;
-  v_type TEXT;
-  -- The pushes' items, gathered as an array (appended in place) and made one jsonb once: a jsonb
-  -- grown by || is copied whole at every item, which made a bundle quadratic in its items (8,000
-  -- items took 16 s, 20,000 over a minute, holding every partition lock the while).
-  v_items JSONB[] := '{}';
-  v_acks JSONB[] := '{}';
-  v_norm JSONB[] := '{}';
-  v_out JSONB[] := '{}';
-  v_item JSONB;
-  j INT;
-  i INT;
-BEGIN
-  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
-  IF jsonb_typeof(p_ops) <> 'array' THEN
-    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_ops);
-  IF v_n > 1000 THEN
-    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
-  END IF;
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_op := p_ops->i;
-    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
-    IF v_type = 'ack' THEN
-      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
-    ELSIF v_type = 'push' THEN
-      v_norm := v_norm || '{}'::jsonb;
-      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
-        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
-      END IF;
-      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
-        v_item := v_op->'items'->j;
-        IF jsonb_typeof(v_item) <> 'object'
-           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
-           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
-          PERFORM queen.fail_v1('log_invalid_item', format(
-            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
-        END IF;
-        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
-          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
-        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
-        v_items := v_items || v_item;
-      END LOOP;
-    ELSE
-      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
-    END IF;
-  END LOOP;
-
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
-  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
-  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
-
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_op := p_ops->i;
-    IF v_op->>'type' = 'ack' THEN
-      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(p_tenant, v_norm[i + 1], i, true));
-    ELSE
-      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(p_tenant, v_op->'items', i));
-    END IF;
-  END LOOP;
-  RETURN to_jsonb(v_out);
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+CREATE OR REPLACE FUNCTION queen.log_apply_ops_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_v2 boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -2019,7 +1938,9 @@ DECLARE
   j INT;
   i INT;
 BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
     PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
@@ -2062,8 +1983,10 @@ BEGIN
   -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
   -- planned at every call).
   IF cardinality(v_items) > 0 THEN
-    v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
-    PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    IF p_v2 THEN
+      v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+      PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    END IF;
     PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
   END IF;
   -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
@@ -2071,8 +1994,10 @@ BEGIN
 
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
-    IF v_op->>'type' = 'ack' THEN
+    IF v_op->>'type' = 'ack' AND p_v2 THEN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
+    ELSIF v_op->>'type' = 'ack' THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
       IF p_sealed IS NULL THEN
@@ -2089,9 +2014,28 @@ BEGIN
     END IF;
   END LOOP;
   -- maxSize: a queue these pushes took past its cap refuses the bundle (raised: all of it rolls back).
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
+  IF p_v2 AND cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
   RETURN to_jsonb(v_out);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_traced_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_trace jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce((SELECT jsonb_agg(CASE WHEN e ->> 'type' = 'push'
+                                         THEN e || jsonb_build_object('items', queen.log_stamp_traces_v1(e -> 'items',
+                                                     p_ops -> ((e ->> 'index')::int) -> 'items', p_trace, (e ->> 'index')::int))
+                                         ELSE e END ORDER BY k)
+                     FROM jsonb_array_elements(s.r) WITH ORDINALITY AS t (e, k)), s.r)
+    FROM (SELECT queen.log_apply_v2(p_tenant, p_ops, p_sealed) AS r OFFSET 0) s
+$function$
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant uuid, p_ops jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.log_apply_ops_v1(p_tenant, p_ops, NULL, false) $function$
+CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant uuid, p_ops jsonb, p_sealed jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.log_apply_ops_v1(p_tenant, p_ops, p_sealed, true) $function$
 CREATE OR REPLACE FUNCTION queen.log_auto_ack_v1(p_tenant uuid, p_messages jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2194,6 +2138,25 @@ BEGIN
       'Item %s: transactionIds starting with timer: are reserved for the messages timers deliver; choose another.', p_index), p_index);
   END IF;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_neutral_options_v1(p_options jsonb, p_implemented text[], p_neutral jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_key TEXT;
+BEGIN
+  FOR v_key IN SELECT k FROM jsonb_object_keys(p_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key = ANY (p_implemented);
+    IF NOT p_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF p_options->v_key IS DISTINCT FROM p_neutral->v_key AND NOT (jsonb_typeof(p_options->v_key) = 'number'
+       AND jsonb_typeof(p_neutral->v_key) = 'number' AND (p_options->>v_key)::numeric = (p_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, p_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_push_v1(p_queue text, p_partition text, p_transaction_id text, p_index integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -2251,24 +2214,12 @@ BEGIN
     END IF;
   END LOOP;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
- RETURNS jsonb
+CREATE OR REPLACE FUNCTION queen.log_configure_queue_v1(p_body jsonb)
+ RETURNS text
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_queue TEXT := queen.log_str_v1(p_body->'queue');
-  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
-  -- Queen's options at the value meaning what the cell does.
-  v_neutral JSONB := '{"priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0, "ttl": 0,
-    "retryDelay": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
-    "retentionEnabled": false, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
-  v_key TEXT;
-  v_lease INT;
-  v_retry INT;
-  v_row queen.queues;
-  v_delay INT;
-  v_window INT;
-  v_delays queen.queue_delays;
 BEGIN
   IF jsonb_typeof(p_body) <> 'object' THEN
     PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
@@ -2279,6 +2230,27 @@ BEGIN
   IF NOT queen.log_name_ok_v1(v_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
+  RETURN v_queue;
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_queue TEXT;
+  v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
+  -- Queen's options at the value meaning what the cell does.
+  v_neutral JSONB := '{"priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0, "ttl": 0,
+    "retryDelay": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
+    "retentionEnabled": false, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
+  v_key TEXT;
+  v_lease INT;
+  v_retry INT;
+  v_delay INT;
+  v_window INT;
+  v_stored JSONB;
+BEGIN
+  v_queue := queen.log_configure_queue_v1(p_body);
   IF jsonb_typeof(v_options) <> 'object' THEN
     PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
   END IF;
@@ -2287,50 +2259,19 @@ BEGIN
       PERFORM queen.fail_v1('unsupported', format('%s: the cell has no queue %ss (nor pop by them); leave it out or null.', v_key, v_key), NULL);
     END IF;
   END LOOP;
-  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer');
-    IF NOT v_neutral ? v_key THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
-    END IF;
-    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
-       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
-        v_key, v_neutral->v_key), NULL);
-    END IF;
-  END LOOP;
-  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
-  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
-  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
-                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
-  RETURNING * INTO v_row;
-  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
-    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
-    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
-    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
-                                         window_buffer = coalesce(v_window, d.window_buffer)
-    RETURNING * INTO v_delays;
-  ELSE
-    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
-  END IF;
-  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
-    'namespace', '', 'task', '',
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
-      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
+  PERFORM queen.log_check_neutral_options_v1(v_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer'], v_neutral);
+  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
+    FROM queen.log_queue_timing_v1(v_options) t;
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'namespace', '', 'task', '',
+    'options', v_neutral || (v_stored->'options')) || (v_stored - 'options');
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant uuid, p_body jsonb, p_can_encrypt boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_queue TEXT;
   v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
   v_neutral JSONB := '{"deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
@@ -2345,10 +2286,10 @@ DECLARE
   v_key TEXT;
   v_lease INT;
   v_retry INT;
-  v_row queen.queues;
   v_delay INT;
   v_window INT;
-  v_delays queen.queue_delays;
+  v_stored JSONB;
+  v_id UUID;
   v_retry_delay INT;
   v_retry_max INT;
   v_max_size INT;
@@ -2359,15 +2300,7 @@ DECLARE
   v_opts queen.queue_options;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF jsonb_typeof(p_body) <> 'object' THEN
-    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
-  END IF;
-  IF v_queue IS NULL THEN
-    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
-  END IF;
-  IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  v_queue := queen.log_configure_queue_v1(p_body);
   IF jsonb_typeof(v_options) <> 'object' THEN
     PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?, ...}.', NULL);
   END IF;
@@ -2380,25 +2313,9 @@ BEGIN
   END LOOP;
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
-  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key = ANY (v_implemented) OR v_key = ANY (v_retention_keys);
-    IF NOT v_neutral ? v_key THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
-    END IF;
-    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
-       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
-        v_key, v_neutral->v_key), NULL);
-    END IF;
-  END LOOP;
-  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  PERFORM queen.log_check_neutral_options_v1(v_options, v_implemented || v_retention_keys, v_neutral);
+  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
+    FROM queen.log_queue_timing_v1(v_options) t;
   v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
     'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
   v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
@@ -2433,23 +2350,11 @@ BEGIN
     END IF;
     v_enabled := (v_options->>'retentionEnabled')::boolean;
   END IF;
-  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
-  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
-                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
-  RETURNING * INTO v_row;
-  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
-    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
-    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
-    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
-                                         window_buffer = coalesce(v_window, d.window_buffer)
-    RETURNING * INTO v_delays;
-  ELSE
-    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
-  END IF;
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_id := (v_stored->>'queueId')::uuid;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
-    VALUES (v_row.id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+    VALUES (v_id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
             coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
     ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
       retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
@@ -2457,32 +2362,31 @@ BEGIN
       encryption_enabled = coalesce(v_encrypt, o.encryption_enabled)
     RETURNING * INTO v_opts;
   ELSE
-    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
+    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_id;
   END IF;
   IF v_options ?| v_retention_keys THEN
     INSERT INTO queen.queue_retention AS t (queue_id, retention_seconds, completed_retention_seconds, retention_enabled,
                                           max_wait_time_seconds, ttl)
-    VALUES (v_row.id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
+    VALUES (v_id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
     ON CONFLICT (queue_id) DO UPDATE SET retention_seconds = coalesce(v_ret_s, t.retention_seconds),
       completed_retention_seconds = coalesce(v_done_s, t.completed_retention_seconds),
       retention_enabled = CASE WHEN v_options ? 'retentionEnabled' THEN v_enabled ELSE t.retention_enabled END,
       max_wait_time_seconds = coalesce(v_wait_s, t.max_wait_time_seconds), ttl = coalesce(v_ttl, t.ttl), updated_at = now()
     RETURNING * INTO v_ret;
   ELSE
-    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_row.id;
+    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_id;
   END IF;
-  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+  RETURN jsonb_build_object('ok', true, 'configured', true,
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
-      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
+    'options', v_neutral || (v_stored->'options') || jsonb_build_object(
       'retryDelay', coalesce(v_opts.retry_delay_ms, queen.log_retry_delay_default_v1()), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
       'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
       'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
       'retentionEnabled', v_ret.retention_enabled IS DISTINCT FROM false, 'maxWaitTimeSeconds', coalesce(v_ret.max_wait_time_seconds, 0),
-      'ttl', coalesce(v_ret.ttl, 0)));
+      'ttl', coalesce(v_ret.ttl, 0))) || (v_stored - 'options');
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_page_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer, p_from timestamp with time zone, p_to timestamp with time zone, p_marks boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -2490,47 +2394,6 @@ DECLARE
   v_out JSONB;
   v_total BIGINT;
 BEGIN
-  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  SELECT count(*) INTO v_total
-    FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
-     AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
-     AND (p_group IS NULL OR f.consumer_group = p_group);
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
-           'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
-           'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
-           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
-           'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
-           ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
-    INTO v_out
-    FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition, t.error_message
-            FROM queen.message_failures f
-            JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
-            LEFT JOIN queen.message_failure_texts t
-              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
-            JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
-           WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
-             AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
-     AND (p_group IS NULL OR f.consumer_group = p_group)
-           ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
-           LIMIT p_limit OFFSET p_offset) d;
-  RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer, p_from timestamp with time zone, p_to timestamp with time zone)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_out JSONB;
-  v_total BIGINT;
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -2547,14 +2410,15 @@ BEGIN
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
-           'traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id),
            'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
-           || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
+           || CASE WHEN NOT p_marks THEN '{}'::jsonb
+                   ELSE jsonb_build_object('traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id))
+                        || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END END
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
                  m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
-                 EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
+                 p_marks AND EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
             LEFT JOIN queen.message_failure_texts t
@@ -2568,6 +2432,17 @@ BEGIN
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.log_dead_letters_page_v1(p_tenant, p_queue, p_partition, p_group, p_limit, p_offset, NULL, NULL, false) $function$
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_limit integer, p_offset integer, p_from timestamp with time zone, p_to timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
+                  queen.log_dead_letters_page_v1(p_tenant, p_queue, p_partition, p_group, p_limit, p_offset, p_from, p_to, true))
+$function$
 CREATE OR REPLACE FUNCTION queen.log_delete_consumer_group_v1(p_tenant uuid, p_group text, p_delete_metadata boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3665,6 +3540,20 @@ BEGIN
                             'message_id', queen.log_message_id_v1(v_ids.p_id, v_seq), 'partition_id', v_ids.p_id,
                             'trace_id', NULL, 'queueName', p_queue, 'partition', v_partition);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_queue_timing_v1(p_options jsonb, OUT lease_time integer, OUT retry_limit integer, OUT delayed_processing integer, OUT window_buffer integer)
+ RETURNS record
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  lease_time := queen.log_whole_option_v1(p_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  retry_limit := queen.log_whole_option_v1(p_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  delayed_processing := queen.log_whole_option_v1(p_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  window_buffer := queen.log_whole_option_v1(p_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_record_trace_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4008,6 +3897,32 @@ BEGIN
     v_out := v_out || v_e;
   END LOOP;
   RETURN to_jsonb(v_out);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_store_queue_v1(p_tenant uuid, p_queue text, p_lease integer, p_retry integer, p_delay integer, p_window integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_row queen.queues;
+  v_delays queen.queue_delays;
+BEGIN
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, p_queue, coalesce(p_lease, 300), coalesce(p_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(p_lease, q.lease_time),
+                                   retry_limit = coalesce(p_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  IF p_delay IS NOT NULL OR p_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(p_delay, 0), coalesce(p_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(p_delay, d.delayed_processing),
+                                         window_buffer = coalesce(p_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
+  RETURN jsonb_build_object('queueId', v_row.id, 'queue', v_row.name,
+    'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_str_v1(p_value jsonb)
  RETURNS text

@@ -33,6 +33,90 @@ BEGIN
   RETURN (p_options->>p_key)::numeric::int;
 END $$;
 
+-- The queue a configure body names (queen.log_configure_v1 and v2), refused unless the body is an
+-- object and its queue a string that is a queue name.
+CREATE OR REPLACE FUNCTION queen.log_configure_queue_v1(p_body JSONB) RETURNS TEXT
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+BEGIN
+  IF jsonb_typeof(p_body) <> 'object' THEN
+    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
+  END IF;
+  IF v_queue IS NULL THEN
+    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
+  END IF;
+  IF NOT queen.log_name_ok_v1(v_queue) THEN
+    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+  RETURN v_queue;
+END $$;
+
+-- Configure's options the cell does not implement (every key of p_options outside p_implemented,
+-- in key order): accepted only at their value in p_neutral, the one meaning what the cell always
+-- does; any other value, and a key p_neutral lacks, is 400 unsupported naming it.
+CREATE OR REPLACE FUNCTION queen.log_check_neutral_options_v1(p_options JSONB, p_implemented TEXT[], p_neutral JSONB) RETURNS VOID
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_key TEXT;
+BEGIN
+  FOR v_key IN SELECT k FROM jsonb_object_keys(p_options) k ORDER BY k LOOP
+    CONTINUE WHEN v_key = ANY (p_implemented);
+    IF NOT p_neutral ? v_key THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
+    END IF;
+    IF p_options->v_key IS DISTINCT FROM p_neutral->v_key AND NOT (jsonb_typeof(p_options->v_key) = 'number'
+       AND jsonb_typeof(p_neutral->v_key) = 'number' AND (p_options->>v_key)::numeric = (p_neutral->>v_key)::numeric) THEN
+      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
+        v_key, p_neutral->v_key), NULL);
+    END IF;
+  END LOOP;
+END $$;
+
+-- Configure's options kept in queen.queues and queen.queue_delays, checked in this order; NULL for
+-- one not sent.
+CREATE OR REPLACE FUNCTION queen.log_queue_timing_v1(p_options JSONB,
+  OUT lease_time INT, OUT retry_limit INT, OUT delayed_processing INT, OUT window_buffer INT)
+LANGUAGE plpgsql AS $$
+BEGIN
+  lease_time := queen.log_whole_option_v1(p_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
+    'options.leaseTime is a whole number of seconds from 1 to 86400.');
+  retry_limit := queen.log_whole_option_v1(p_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
+    'options.retryLimit is a whole number from 0 to 1000.');
+  delayed_processing := queen.log_whole_option_v1(p_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
+    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
+  window_buffer := queen.log_whole_option_v1(p_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
+    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+END $$;
+
+-- Creates the queue, or updates it, with those options (NULL keeps a value: its default on a new
+-- queue), and answers what configure's answer says of them: {queueId, queue, options: {leaseTime,
+-- retryLimit, delayedProcessing, windowBuffer}}.
+CREATE OR REPLACE FUNCTION queen.log_store_queue_v1(p_tenant UUID, p_queue TEXT, p_lease INT, p_retry INT, p_delay INT, p_window INT)
+RETURNS JSONB LANGUAGE plpgsql AS $$
+DECLARE
+  v_row queen.queues;
+  v_delays queen.queue_delays;
+BEGIN
+  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
+  VALUES (p_tenant, p_queue, coalesce(p_lease, 300), coalesce(p_retry, 3))
+  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(p_lease, q.lease_time),
+                                   retry_limit = coalesce(p_retry, q.retry_limit), updated_at = now()
+  RETURNING * INTO v_row;
+  IF p_delay IS NOT NULL OR p_window IS NOT NULL THEN
+    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
+    VALUES (v_row.id, coalesce(p_delay, 0), coalesce(p_window, 0))
+    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(p_delay, d.delayed_processing),
+                                         window_buffer = coalesce(p_window, d.window_buffer)
+    RETURNING * INTO v_delays;
+  ELSE
+    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
+  END IF;
+  RETURN jsonb_build_object('queueId', v_row.id, 'queue', v_row.name,
+    'options', jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
+      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
+END $$;
+
 -- POST /api/v1/configure: {queue, namespace?, task?, options: {...}} as Queen's client sends it.
 -- Creates the queue when new; an omitted option keeps its current value (its default on a new queue).
 -- The options the cell implements: leaseTime, retryLimit, delayedProcessing, windowBuffer (the last
@@ -45,7 +129,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_queue TEXT;
   v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
   -- Queen's options at the value meaning what the cell does.
   v_neutral JSONB := '{"priority": 0, "delayedProcessing": 0, "windowBuffer": 0, "maxSize": 0, "ttl": 0,
@@ -54,20 +138,11 @@ DECLARE
   v_key TEXT;
   v_lease INT;
   v_retry INT;
-  v_row queen.queues;
   v_delay INT;
   v_window INT;
-  v_delays queen.queue_delays;
+  v_stored JSONB;
 BEGIN
-  IF jsonb_typeof(p_body) <> 'object' THEN
-    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
-  END IF;
-  IF v_queue IS NULL THEN
-    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
-  END IF;
-  IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  v_queue := queen.log_configure_queue_v1(p_body);
   IF jsonb_typeof(v_options) <> 'object' THEN
     PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?}.', NULL);
   END IF;
@@ -76,43 +151,12 @@ BEGIN
       PERFORM queen.fail_v1('unsupported', format('%s: the cell has no queue %ss (nor pop by them); leave it out or null.', v_key, v_key), NULL);
     END IF;
   END LOOP;
-  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key IN ('leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer');
-    IF NOT v_neutral ? v_key THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
-    END IF;
-    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
-       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
-        v_key, v_neutral->v_key), NULL);
-    END IF;
-  END LOOP;
-  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
-  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
-  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
-                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
-  RETURNING * INTO v_row;
-  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
-    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
-    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
-    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
-                                         window_buffer = coalesce(v_window, d.window_buffer)
-    RETURNING * INTO v_delays;
-  ELSE
-    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
-  END IF;
-  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
-    'namespace', '', 'task', '',
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
-      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0)));
+  PERFORM queen.log_check_neutral_options_v1(v_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer'], v_neutral);
+  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
+    FROM queen.log_queue_timing_v1(v_options) t;
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  RETURN jsonb_build_object('ok', true, 'configured', true, 'namespace', '', 'task', '',
+    'options', v_neutral || (v_stored->'options')) || (v_stored - 'options');
 END $$;
 
 -- Locks, in ascending (partition, group) order, the partition_consumers rows of the tenant's queues
@@ -142,11 +186,15 @@ BEGIN
 END $$;
 
 -- The transaction wire's `operations`, the partitions/messages lock space (shared/lockOrder.ts
--- runs it after KV and timers). Validates every operation, locks partitions (pushes) then
--- partition_consumers rows (acks) in ascending order, then applies them in request order.
--- A failing ack raises QK412 (everything in the bundle rolls back). Answers one element per
--- operation: {index, type: "push", items: [...]} or {index, type: "ack", ...}.
-CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant UUID, p_ops JSONB) RETURNS JSONB
+-- runs it after KV and timers), as queen.log_apply_v1 and queen.log_apply_v2 apply them. Validates
+-- every operation, locks partitions (pushes) then partition_consumers rows (acks) in ascending
+-- order, then applies them in request order. A failing ack raises QK412 (everything in the bundle
+-- rolls back). Answers one element per operation: {index, type: "push", items: [...]} or
+-- {index, type: "ack", ...}. p_v2 is what 0.2 added (log_apply_v2): a moving tenant refused first,
+-- pushes to an encrypted queue only sealed by the API (p_sealed), acks through
+-- queen.log_ack_one_v2 (retryDelay), and maxSize checked after the pushes; without it (p_sealed
+-- NULL), 0.1.0's log_apply_v1 as released.
+CREATE OR REPLACE FUNCTION queen.log_apply_ops_v1(p_tenant UUID, p_ops JSONB, p_sealed JSONB, p_v2 BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_n INT;
@@ -160,9 +208,16 @@ DECLARE
   v_norm JSONB[] := '{}';
   v_out JSONB[] := '{}';
   v_item JSONB;
+  v_queues TEXT[];
+  v_pushed JSONB;
+  v_slice JSONB;
+  v_at INT := 0;
   j INT;
   i INT;
 BEGIN
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
   IF jsonb_typeof(p_ops) <> 'array' THEN
     PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
@@ -176,6 +231,7 @@ BEGIN
     v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
     IF v_type = 'ack' THEN
       v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
+      v_acks := v_acks || v_norm[i + 1];
     ELSIF v_type = 'push' THEN
       v_norm := v_norm || '{}'::jsonb;
       IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
@@ -199,21 +255,51 @@ BEGIN
     END IF;
   END LOOP;
 
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items)); END IF;
-  SELECT coalesce(array_agg(n), '{}') INTO v_acks FROM unnest(v_norm) n WHERE n ? 'transactionId';
+  -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
+  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1). A bundle
+  -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
+  -- planned at every call).
+  IF cardinality(v_items) > 0 THEN
+    IF p_v2 THEN
+      v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
+      PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
+    END IF;
+    PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
+  END IF;
+  -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
   IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
 
   FOR i IN 0 .. v_n - 1 LOOP
     v_op := p_ops->i;
-    IF v_op->>'type' = 'ack' THEN
+    IF v_op->>'type' = 'ack' AND p_v2 THEN
+      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
+    ELSIF v_op->>'type' = 'ack' THEN
       v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v1(p_tenant, v_norm[i + 1], i, true));
     ELSE
       -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', queen.log_push_items_v1(p_tenant, v_op->'items', i));
+      IF p_sealed IS NULL THEN
+        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
+      ELSE
+        -- This operation's share of the sealed payloads (they align with every push item in order).
+        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
+          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
+        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
+        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
+        v_at := v_at + jsonb_array_length(v_op->'items');
+      END IF;
+      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
     END IF;
   END LOOP;
+  -- maxSize: a queue these pushes took past its cap refuses the bundle (raised: all of it rolls back).
+  IF p_v2 AND cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
   RETURN to_jsonb(v_out);
 END $$;
+
+-- The transaction wire's `operations` as release 0.1.0 applies them: queen.log_apply_ops_v1
+-- without 0.2's rules (no tenant-move gate, acks through queen.log_ack_one_v1, no encryption or
+-- maxSize check).
+CREATE OR REPLACE FUNCTION queen.log_apply_v1(p_tenant UUID, p_ops JSONB) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.log_apply_ops_v1(p_tenant, p_ops, NULL, false) $$;
 
 -- POST /api/v1/lease/:leaseId/extend: pushes a live lease's expiry to now + p_seconds (the queue's
 -- lease time when NULL). An expired or unknown lease is not revived: a consumer whose lease lapsed
@@ -380,12 +466,17 @@ BEGIN
 END $$;
 
 -- GET /api/v1/dlq: the tenant's dead letters, newest first, optionally of one queue, one partition
--- and one consumer group; `p_limit` from `p_offset`. A dead letter is per (message, group): the message
--- took more failed deliveries than the queue's retryLimit for that group (queen.log_ack_one_v1,
--- queen.log_lapse_lease_v1). Answers Queen's {messages: [...], pagination: {limit, offset}} and
--- the cell's `total` (how many match, beyond the page). errorMessage is the text the last `failed`
--- ack gave (null when none did, e.g. an expired lease).
-CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT) RETURNS JSONB
+-- and one consumer group, set aside at or after p_from and at or before p_to (NULL: unbounded);
+-- `p_limit` from `p_offset`. A dead letter is per (message, group): the message took more failed
+-- deliveries than the queue's retryLimit for that group (queen.log_ack_one_v1,
+-- queen.log_lapse_lease_v1). Answers Queen's {messages: [...], pagination: {limit, offset}} and the
+-- cell's `total` (how many match, beyond the page). errorMessage is the text the last `failed` ack
+-- gave (null when none did, e.g. an expired lease). p_marks (0.2's queen.log_dead_letters_v2): each
+-- entry also carries the message's trace context (traceId, traceparent) as a pop answers it, and one
+-- whose payload is stored encrypted is marked "sealed": true for the API to open; without, 0.1.0's
+-- entry (queen.log_dead_letters_v1).
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_page_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT,
+  p_from TIMESTAMPTZ, p_to TIMESTAMPTZ, p_marks BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_out JSONB;
@@ -401,16 +492,21 @@ BEGIN
     FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
      AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
-     AND (p_group IS NULL OR f.consumer_group = p_group);
+     AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to);
   SELECT coalesce(jsonb_agg(jsonb_build_object(
            'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
            'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
            'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
            'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
+           || CASE WHEN NOT p_marks THEN '{}'::jsonb
+                   ELSE jsonb_build_object('traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id))
+                        || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END END
            ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
     INTO v_out
     FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, q.name AS queue, p.name AS partition, t.error_message
+                 m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
+                 p_marks AND EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
             FROM queen.message_failures f
             JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
             LEFT JOIN queen.message_failure_texts t
@@ -419,109 +515,24 @@ BEGIN
            WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
              AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
      AND (p_group IS NULL OR f.consumer_group = p_group)
+     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to)
            ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
            LIMIT p_limit OFFSET p_offset) d;
   RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
 END $$;
 
--- queen.log_apply_v1 with the queue options of 0.2: acks through queen.log_ack_one_v2 (retryDelay),
--- pushes to an encrypted queue only sealed by the API (p_sealed, else QK428 before anything is
--- written; their messages marked), and maxSize checked after the pushes (429 log_queue_full
--- raised: the whole bundle rolls back).
+-- 0.1.0's GET /api/v1/dlq: queen.log_dead_letters_page_v1 unbounded in time, without the marks.
+CREATE OR REPLACE FUNCTION queen.log_dead_letters_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT) RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.log_dead_letters_page_v1(p_tenant, p_queue, p_partition, p_group, p_limit, p_offset, NULL, NULL, false) $$;
+
+-- queen.log_apply_v1 with the queue options of 0.2 (queen.log_apply_ops_v1 with p_v2): acks through
+-- queen.log_ack_one_v2 (retryDelay), pushes to an encrypted queue only sealed by the API (p_sealed,
+-- else QK428 before anything is written; their messages marked), and maxSize checked after the
+-- pushes (429 log_queue_full raised: the whole bundle rolls back). In SQL, one call: the planner
+-- inlines it into the statements that call it (shared/sql/log.ts, queen.log_apply_traced_v1), so
+-- the bundle costs no call more than when this was the plpgsql body.
 CREATE OR REPLACE FUNCTION queen.log_apply_v2(p_tenant UUID, p_ops JSONB, p_sealed JSONB DEFAULT NULL) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_n INT;
-  v_op JSONB;
-  v_type TEXT;
-  -- The pushes' items, gathered as an array (appended in place) and made one jsonb once: a jsonb
-  -- grown by || is copied whole at every item, which made a bundle quadratic in its items (8,000
-  -- items took 16 s, 20,000 over a minute, holding every partition lock the while).
-  v_items JSONB[] := '{}';
-  v_acks JSONB[] := '{}';
-  v_norm JSONB[] := '{}';
-  v_out JSONB[] := '{}';
-  v_item JSONB;
-  v_queues TEXT[];
-  v_pushed JSONB;
-  v_slice JSONB;
-  v_at INT := 0;
-  j INT;
-  i INT;
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF p_ops IS NULL OR jsonb_typeof(p_ops) = 'null' THEN RETURN '[]'::jsonb; END IF;
-  IF jsonb_typeof(p_ops) <> 'array' THEN
-    PERFORM queen.fail_v1('tx_invalid_operations', 'operations must be an array of {type: "push" | "ack", ...}.', NULL);
-  END IF;
-  v_n := jsonb_array_length(p_ops);
-  IF v_n > 1000 THEN
-    PERFORM queen.fail_v1('tx_batch_too_large', format('The bundle has %s operations; at most 1000 are allowed.', v_n), NULL);
-  END IF;
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_op := p_ops->i;
-    v_type := CASE WHEN jsonb_typeof(v_op) = 'object' THEN queen.log_str_v1(v_op->'type') END;
-    IF v_type = 'ack' THEN
-      v_norm := v_norm || queen.log_check_ack_v1(v_op, i);
-      v_acks := v_acks || v_norm[i + 1];
-    ELSIF v_type = 'push' THEN
-      v_norm := v_norm || '{}'::jsonb;
-      IF jsonb_typeof(v_op->'items') IS DISTINCT FROM 'array' OR jsonb_array_length(v_op->'items') = 0 THEN
-        PERFORM queen.fail_v1('log_items_required', format('Operation %s: a push carries items, a non-empty array.', i), i);
-      END IF;
-      FOR j IN 0 .. jsonb_array_length(v_op->'items') - 1 LOOP
-        v_item := v_op->'items'->j;
-        IF jsonb_typeof(v_item) <> 'object'
-           OR (v_item ? 'partition' AND jsonb_typeof(v_item->'partition') NOT IN ('string', 'null'))
-           OR (v_item ? 'transactionId' AND jsonb_typeof(v_item->'transactionId') NOT IN ('string', 'null')) THEN
-          PERFORM queen.fail_v1('log_invalid_item', format(
-            'Operation %s, item %s: an item is {queue, partition?, payload, transactionId?} with string names.', i, j), i);
-        END IF;
-        PERFORM queen.log_check_push_v1(queen.log_str_v1(v_item->'queue'),
-          coalesce(queen.log_str_v1(v_item->'partition'), 'Default'), queen.log_str_v1(v_item->'transactionId'), i);
-        PERFORM queen.log_check_client_transaction_id_v1(queen.log_str_v1(v_item->'transactionId'), i);
-        v_items := v_items || v_item;
-      END LOOP;
-    ELSE
-      PERFORM queen.fail_v1('tx_unknown_operation', format('Operation %s: type is "push" or "ack".', i), i);
-    END IF;
-  END LOOP;
-
-  -- Pushes to an encrypted queue the API did not seal: QK428 before anything is locked or written.
-  -- p_sealed is aligned with the push operations' items in order (queen.log_op_items_v1). A bundle
-  -- without pushes (an ack and its once-marker) skips the three (the queues' list is a SQL function
-  -- planned at every call).
-  IF cardinality(v_items) > 0 THEN
-    v_queues := queen.log_item_queues_v1(to_jsonb(v_items));
-    PERFORM queen.log_check_sealed_v1(p_tenant, to_jsonb(v_items), p_sealed);
-    PERFORM queen.log_lock_partitions_v1(p_tenant, to_jsonb(v_items));
-  END IF;
-  -- The acks were gathered as they were checked (in order; log_lock_consumers_v1 sorts them).
-  IF cardinality(v_acks) > 0 THEN PERFORM queen.log_lock_consumers_v1(p_tenant, v_acks); END IF;
-
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_op := p_ops->i;
-    IF v_op->>'type' = 'ack' THEN
-      v_out := v_out || (jsonb_build_object('index', i, 'type', 'ack') || queen.log_ack_one_v2(p_tenant, v_norm[i + 1], i, true));
-    ELSE
-      -- Item by item in request order (log_push_items_v1 loops; an aggregate would not promise it).
-      IF p_sealed IS NULL THEN
-        v_pushed := queen.log_push_items_v1(p_tenant, v_op->'items', i);
-      ELSE
-        -- This operation's share of the sealed payloads (they align with every push item in order).
-        SELECT coalesce(jsonb_agg(p_sealed->(v_at + k::int - 1) ORDER BY k), '[]'::jsonb) INTO v_slice
-          FROM generate_series(1, jsonb_array_length(v_op->'items')) k;
-        v_pushed := queen.log_push_items_v1(p_tenant, queen.log_sealed_items_v1(v_op->'items', v_slice), i);
-        PERFORM queen.log_mark_sealed_v1(v_pushed, v_slice);
-        v_at := v_at + jsonb_array_length(v_op->'items');
-      END IF;
-      v_out := v_out || jsonb_build_object('index', i, 'type', 'push', 'items', v_pushed);
-    END IF;
-  END LOOP;
-  -- maxSize: a queue these pushes took past its cap refuses the bundle (raised: all of it rolls back).
-  IF cardinality(v_items) > 0 THEN PERFORM queen.log_check_size_v1(p_tenant, v_queues, NULL); END IF;
-  RETURN to_jsonb(v_out);
-END $$;
+LANGUAGE sql AS $$ SELECT queen.log_apply_ops_v1(p_tenant, p_ops, p_sealed, true) $$;
 -- POST /api/v1/configure since 0.2: queen.log_configure_v1 and the options of
 -- sql/migrations/051_queue_options.sql, stored in queen.queue_options:
 --   retryDelay (ms, 0 to 86,400,000; 1000 on a new queue, Queen's default; 0: redelivery at once), retryDelayMax (ms, the
@@ -539,7 +550,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_configure_v2(p_tenant UUID, p_body JSONB, p_can_encrypt BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_queue TEXT := queen.log_str_v1(p_body->'queue');
+  v_queue TEXT;
   v_options JSONB := coalesce(nullif(p_body->'options', 'null'::jsonb), '{}'::jsonb);
   v_neutral JSONB := '{"deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_implemented TEXT[] := ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer', 'retryDelay', 'retryDelayMax',
@@ -554,10 +565,10 @@ DECLARE
   v_key TEXT;
   v_lease INT;
   v_retry INT;
-  v_row queen.queues;
   v_delay INT;
   v_window INT;
-  v_delays queen.queue_delays;
+  v_stored JSONB;
+  v_id UUID;
   v_retry_delay INT;
   v_retry_max INT;
   v_max_size INT;
@@ -568,15 +579,7 @@ DECLARE
   v_opts queen.queue_options;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF jsonb_typeof(p_body) <> 'object' THEN
-    PERFORM queen.fail_v1('invalid_json', 'The request body must be a JSON object.', NULL);
-  END IF;
-  IF v_queue IS NULL THEN
-    PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
-  END IF;
-  IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  v_queue := queen.log_configure_queue_v1(p_body);
   IF jsonb_typeof(v_options) <> 'object' THEN
     PERFORM queen.fail_v1('log_invalid_options', 'options must be an object {leaseTime?, retryLimit?, ...}.', NULL);
   END IF;
@@ -589,25 +592,9 @@ BEGIN
   END LOOP;
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
-  FOR v_key IN SELECT k FROM jsonb_object_keys(v_options) k ORDER BY k LOOP
-    CONTINUE WHEN v_key = ANY (v_implemented) OR v_key = ANY (v_retention_keys);
-    IF NOT v_neutral ? v_key THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell does not know this option.', v_key), NULL);
-    END IF;
-    IF v_options->v_key IS DISTINCT FROM v_neutral->v_key AND NOT (jsonb_typeof(v_options->v_key) = 'number'
-       AND jsonb_typeof(v_neutral->v_key) = 'number' AND (v_options->>v_key)::numeric = (v_neutral->>v_key)::numeric) THEN
-      PERFORM queen.fail_v1('unsupported', format('options.%s: the cell implements only %s (what it always does); it does not implement other values.',
-        v_key, v_neutral->v_key), NULL);
-    END IF;
-  END LOOP;
-  v_lease := queen.log_whole_option_v1(v_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  v_retry := queen.log_whole_option_v1(v_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  v_delay := queen.log_whole_option_v1(v_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  v_window := queen.log_whole_option_v1(v_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  PERFORM queen.log_check_neutral_options_v1(v_options, v_implemented || v_retention_keys, v_neutral);
+  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
+    FROM queen.log_queue_timing_v1(v_options) t;
   v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
     'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
   v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
@@ -642,23 +629,11 @@ BEGIN
     END IF;
     v_enabled := (v_options->>'retentionEnabled')::boolean;
   END IF;
-  INSERT INTO queen.queues AS q (tenant_id, name, lease_time, retry_limit)
-  VALUES (p_tenant, v_queue, coalesce(v_lease, 300), coalesce(v_retry, 3))
-  ON CONFLICT (tenant_id, name) DO UPDATE SET lease_time = coalesce(v_lease, q.lease_time),
-                                   retry_limit = coalesce(v_retry, q.retry_limit), updated_at = now()
-  RETURNING * INTO v_row;
-  IF v_delay IS NOT NULL OR v_window IS NOT NULL THEN
-    INSERT INTO queen.queue_delays AS d (queue_id, delayed_processing, window_buffer)
-    VALUES (v_row.id, coalesce(v_delay, 0), coalesce(v_window, 0))
-    ON CONFLICT (queue_id) DO UPDATE SET delayed_processing = coalesce(v_delay, d.delayed_processing),
-                                         window_buffer = coalesce(v_window, d.window_buffer)
-    RETURNING * INTO v_delays;
-  ELSE
-    SELECT * INTO v_delays FROM queen.queue_delays d WHERE d.queue_id = v_row.id;
-  END IF;
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_id := (v_stored->>'queueId')::uuid;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
-    VALUES (v_row.id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
+    VALUES (v_id, coalesce(v_retry_delay, queen.log_retry_delay_default_v1()), coalesce(v_retry_max, 0), coalesce(v_max_size, 0), coalesce(v_priority, 0),
             coalesce(v_namespace, ''), coalesce(v_task, ''), coalesce(v_encrypt, false))
     ON CONFLICT (queue_id) DO UPDATE SET retry_delay_ms = coalesce(v_retry_delay, o.retry_delay_ms),
       retry_delay_max_ms = coalesce(v_retry_max, o.retry_delay_max_ms), max_size = coalesce(v_max_size, o.max_size),
@@ -666,30 +641,29 @@ BEGIN
       encryption_enabled = coalesce(v_encrypt, o.encryption_enabled)
     RETURNING * INTO v_opts;
   ELSE
-    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_row.id;
+    SELECT * INTO v_opts FROM queen.queue_options o WHERE o.queue_id = v_id;
   END IF;
   IF v_options ?| v_retention_keys THEN
     INSERT INTO queen.queue_retention AS t (queue_id, retention_seconds, completed_retention_seconds, retention_enabled,
                                           max_wait_time_seconds, ttl)
-    VALUES (v_row.id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
+    VALUES (v_id, coalesce(v_ret_s, 0), coalesce(v_done_s, 0), v_enabled, coalesce(v_wait_s, 0), coalesce(v_ttl, 0))
     ON CONFLICT (queue_id) DO UPDATE SET retention_seconds = coalesce(v_ret_s, t.retention_seconds),
       completed_retention_seconds = coalesce(v_done_s, t.completed_retention_seconds),
       retention_enabled = CASE WHEN v_options ? 'retentionEnabled' THEN v_enabled ELSE t.retention_enabled END,
       max_wait_time_seconds = coalesce(v_wait_s, t.max_wait_time_seconds), ttl = coalesce(v_ttl, t.ttl), updated_at = now()
     RETURNING * INTO v_ret;
   ELSE
-    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_row.id;
+    SELECT * INTO v_ret FROM queen.queue_retention t WHERE t.queue_id = v_id;
   END IF;
-  RETURN jsonb_build_object('ok', true, 'configured', true, 'queueId', v_row.id, 'queue', v_row.name,
+  RETURN jsonb_build_object('ok', true, 'configured', true,
     'namespace', coalesce(v_opts.namespace, ''), 'task', coalesce(v_opts.task, ''),
-    'options', v_neutral || jsonb_build_object('leaseTime', v_row.lease_time, 'retryLimit', v_row.retry_limit,
-      'delayedProcessing', coalesce(v_delays.delayed_processing, 0), 'windowBuffer', coalesce(v_delays.window_buffer, 0),
+    'options', v_neutral || (v_stored->'options') || jsonb_build_object(
       'retryDelay', coalesce(v_opts.retry_delay_ms, queen.log_retry_delay_default_v1()), 'retryDelayMax', coalesce(v_opts.retry_delay_max_ms, 0),
       'maxSize', coalesce(v_opts.max_size, 0), 'priority', coalesce(v_opts.priority, 0),
       'encryptionEnabled', coalesce(v_opts.encryption_enabled, false),
       'retentionSeconds', coalesce(v_ret.retention_seconds, 0), 'completedRetentionSeconds', coalesce(v_ret.completed_retention_seconds, 0),
       'retentionEnabled', v_ret.retention_enabled IS DISTINCT FROM false, 'maxWaitTimeSeconds', coalesce(v_ret.max_wait_time_seconds, 0),
-      'ttl', coalesce(v_ret.ttl, 0)));
+      'ttl', coalesce(v_ret.ttl, 0))) || (v_stored - 'options');
 END $$;
 
 -- A pop with Queen's subscriptionFrom=<timestamp> for a named consumer group: as
@@ -746,55 +720,14 @@ BEGIN
                             'metadataDeleted', coalesce(p_delete_metadata, true));
 END $$;
 
--- GET /api/v1/dlq since 0.2: queen.log_dead_letters_v1 with Queen's from/to (the dead letters set
--- aside at or after p_from and at or before p_to; NULL: unbounded), an entry whose payload is
--- stored encrypted marked "sealed": true for the API to open, and the message's trace context
--- (traceId, traceparent) as a pop answers it.
+-- GET /api/v1/dlq since 0.2: queen.log_dead_letters_v1 with Queen's from/to, the trace context and
+-- the sealed mark (queen.log_dead_letters_page_v1 with p_marks), a moving tenant refused first.
 CREATE OR REPLACE FUNCTION queen.log_dead_letters_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_limit INT, p_offset INT,
   p_from TIMESTAMPTZ, p_to TIMESTAMPTZ) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_out JSONB;
-  v_total BIGINT;
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  SELECT count(*) INTO v_total
-    FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
-     AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
-     AND (p_group IS NULL OR f.consumer_group = p_group)
-     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to);
-  SELECT coalesce(jsonb_agg(jsonb_build_object(
-           'id', queen.log_message_id_v1(d.partition_id, d.seq), 'transactionId', d.transaction_id,
-           'partitionId', d.partition_id, 'queue', d.queue, 'partition', d.partition, 'consumerGroup', d.consumer_group,
-           'errorMessage', d.error_message, 'retryCount', d.failures, 'data', d.payload, 'producerSub', NULL,
-           'traceId', d.trace_id, 'traceparent', queen.log_traceparent_v1(d.trace_id, d.span_id),
-           'createdAt', queen.ts_v1(d.created_at), 'failedAt', queen.ts_v1(d.dead_lettered_at))
-           || CASE WHEN d.sealed THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END
-           ORDER BY d.dead_lettered_at DESC, d.partition_id, d.seq), '[]'::jsonb)
-    INTO v_out
-    FROM (SELECT f.partition_id, f.seq, f.consumer_group, f.failures, f.dead_lettered_at, m.transaction_id, m.payload,
-                 m.created_at, m.trace_id, m.span_id, q.name AS queue, p.name AS partition, t.error_message,
-                 EXISTS (SELECT 1 FROM queen.sealed_messages s WHERE s.partition_id = f.partition_id AND s.seq = f.seq) AS sealed
-            FROM queen.message_failures f
-            JOIN queen.messages m ON m.partition_id = f.partition_id AND m.seq = f.seq
-            LEFT JOIN queen.message_failure_texts t
-              ON t.partition_id = f.partition_id AND t.consumer_group = f.consumer_group AND t.seq = f.seq
-            JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
-           WHERE q.tenant_id = p_tenant AND f.dead_lettered_at IS NOT NULL
-             AND (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
-     AND (p_group IS NULL OR f.consumer_group = p_group)
-     AND (p_from IS NULL OR f.dead_lettered_at >= p_from) AND (p_to IS NULL OR f.dead_lettered_at <= p_to)
-           ORDER BY f.dead_lettered_at DESC, f.partition_id, f.seq
-           LIMIT p_limit OFFSET p_offset) d;
-  RETURN jsonb_build_object('messages', v_out, 'total', v_total, 'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset));
-END $$;
+LANGUAGE sql AS $$
+  SELECT coalesce(queen.tenant_gate_v1(p_tenant),
+                  queen.log_dead_letters_page_v1(p_tenant, p_queue, p_partition, p_group, p_limit, p_offset, p_from, p_to, true))
+$$;
 
 -- The transaction wire's `operations` with trace context (a push item's traceId, or the bundle
 -- request's sampled span, p_trace as queen.log_stamp_traces_v1 takes it): queen.log_apply_v2, then
