@@ -1518,29 +1518,15 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant uuid, p_body jso
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-  v_acks JSONB := p_body->'acknowledgments';
 BEGIN
-  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
-    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
-                              ORDER BY k), '[]'::jsonb)
-      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
-  END IF;
-  RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
+  RETURN queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-  v_acks JSONB := p_body->'acknowledgments';
 BEGIN
-  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
-    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
-                              ORDER BY k), '[]'::jsonb)
-      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
-  END IF;
-  RETURN queen.log_ack_batch_v2(p_tenant, v_acks, false);
+  RETURN queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
@@ -2092,6 +2078,20 @@ CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
  LANGUAGE sql
  STABLE
 AS $function$ SELECT * FROM queen.log_backlog_of_v1(true) $function$
+CREATE OR REPLACE FUNCTION queen.log_body_acks_v1(p_body jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_acks JSONB := p_body->'acknowledgments';
+BEGIN
+  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
+    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                              ORDER BY k), '[]'::jsonb)
+      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
+  END IF;
+  RETURN v_acks;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
  LANGUAGE plpgsql

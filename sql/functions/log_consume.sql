@@ -401,12 +401,13 @@ BEGIN
   RETURN to_jsonb(v_out);
 END $$;
 
--- POST /api/v1/ack/batch's body: {acknowledgments: [...], consumerGroup?}. A body-level
--- consumerGroup (a string) is the group of every acknowledgment, replacing any the elements name:
--- Queen's client names the group there and only there, so without this its acks went to queue mode
--- (not_leased) and the group's messages came back at lease expiry. Absent or null: each element's
--- own consumerGroup, else queue mode. A non-string value is refused by the element check.
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
+-- POST /api/v1/ack/batch's body: {acknowledgments: [...], consumerGroup?}, answered as the
+-- acknowledgments it names. A body-level consumerGroup (a string) is the group of every
+-- acknowledgment, replacing any the elements name: Queen's client names the group there and only
+-- there, so without this its acks went to queue mode (not_leased) and the group's messages came back
+-- at lease expiry. Absent or null: each element's own consumerGroup, else queue mode. A non-string
+-- value is refused by the element check. Shared by queen.log_ack_batch_body_v1 and _v2.
+CREATE OR REPLACE FUNCTION queen.log_body_acks_v1(p_body JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_acks JSONB := p_body->'acknowledgments';
@@ -416,7 +417,14 @@ BEGIN
                               ORDER BY k), '[]'::jsonb)
       INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
   END IF;
-  RETURN queen.log_ack_batch_v1(p_tenant, v_acks, false);
+  RETURN v_acks;
+END $$;
+
+-- POST /api/v1/ack/batch's body (queen.log_body_acks_v1) through queen.log_ack_batch_v1.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false);
 END $$;
 
 -- GET /api/v1/pop with Queen's `partitions` (p_partitions, 1 to 1000): leases up to that many
@@ -955,15 +963,8 @@ END $$;
 -- queen.log_ack_batch_body_v1 through queen.log_ack_batch_v2.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB
 LANGUAGE plpgsql AS $$
-DECLARE
-  v_acks JSONB := p_body->'acknowledgments';
 BEGIN
-  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
-    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
-                              ORDER BY k), '[]'::jsonb)
-      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
-  END IF;
-  RETURN queen.log_ack_batch_v2(p_tenant, v_acks, false);
+  RETURN queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false);
 END $$;
 
 -- queen.log_pop_many_v1 through queen.log_pop_v2.
