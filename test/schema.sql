@@ -3933,24 +3933,17 @@ AS $function$
 $function$
 CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_from timestamp with time zone)
  RETURNS void
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_group = '__QUEUE_MODE__' THEN
-    PERFORM queen.fail_v1('unsupported', 'subscriptionFrom applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
-  END IF;
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
-  SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
-    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
-END $function$
+  SELECT queen.log_subscribe_v1(p_tenant, p_queue, p_partition, p_group, p_from, 'subscriptionFrom');
+$function$
 CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant uuid, p_queue text, p_partition text, p_group text)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_subscribe_v1(p_tenant, p_queue, p_partition, p_group, NULL, 'subscriptionMode new');
+$function$
+CREATE OR REPLACE FUNCTION queen.log_subscribe_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_from timestamp with time zone, p_option text)
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -3960,10 +3953,11 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_group = '__QUEUE_MODE__' THEN
-    PERFORM queen.fail_v1('unsupported', 'subscriptionMode new applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+    PERFORM queen.fail_v1('unsupported', p_option || ' applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
   END IF;
   INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
-  SELECT p.id, p_group, p.last_seq
+  SELECT p.id, p_group, CASE WHEN p_from IS NULL THEN p.last_seq
+                             ELSE coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0) END
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
      FOR KEY SHARE OF p

@@ -366,15 +366,19 @@ LANGUAGE sql AS $$
   SELECT queen.log_extend_lease_v2(p_tenant, p_lease, p_seconds)
 $$;
 
--- A pop with Queen's subscriptionMode=new (or subscriptionFrom=now) for a named consumer group:
+-- The subscription of a named consumer group, before a pop with Queen's subscriptionMode=new (or
+-- subscriptionFrom=now):
 -- the group starts at the end of each partition of the queue (or of the named one) it has not read
 -- yet, so it sees only messages pushed from now on. Partitions the group already reads keep their
 -- cursor (the first pop decides, as in Queen); a partition created later is read from its
 -- beginning. Called before the pop, in its own statement; creates rows only (ON CONFLICT DO
 -- NOTHING), so a concurrent pop of the group is never disturbed. Each partition read is locked FOR
 -- KEY SHARE, as the pop's own first-sight rows are (queen.log_pop_v1): a queue deleted under it is
--- skipped rather than breaking partition_consumers_partition_id_fkey.
-CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
+-- skipped rather than breaking partition_consumers_partition_id_fkey. p_from NULL is now (each
+-- new row's cursor at its partition's last_seq), else the messages stored before p_from are
+-- skipped (queen.log_subscribe_from_v1); p_option names the request's option in the refusal of
+-- queue mode.
+CREATE OR REPLACE FUNCTION queen.log_subscribe_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_from TIMESTAMPTZ, p_option TEXT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
@@ -382,15 +386,22 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
   IF p_group = '__QUEUE_MODE__' THEN
-    PERFORM queen.fail_v1('unsupported', 'subscriptionMode new applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
+    PERFORM queen.fail_v1('unsupported', p_option || ' applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
   END IF;
   INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
-  SELECT p.id, p_group, p.last_seq
+  SELECT p.id, p_group, CASE WHEN p_from IS NULL THEN p.last_seq
+                             ELSE coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0) END
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
      FOR KEY SHARE OF p
   ON CONFLICT DO NOTHING;
 END $$;
+
+-- queen.log_subscribe_v1 from now.
+CREATE OR REPLACE FUNCTION queen.log_subscribe_new_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT) RETURNS VOID
+LANGUAGE sql AS $$
+  SELECT queen.log_subscribe_v1(p_tenant, p_queue, p_partition, p_group, NULL, 'subscriptionMode new');
+$$;
 
 -- DELETE /api/v1/resources/queues/:queue: the tenant's queue and everything in it (partitions,
 -- messages, consumer groups' cursors and leases, failure counts and dead letters: ON DELETE
@@ -671,22 +682,9 @@ END $$;
 -- messages stored before p_from (the group reads those stored at or after it). The first pop
 -- decides, as with `new`.
 CREATE OR REPLACE FUNCTION queen.log_subscribe_from_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_from TIMESTAMPTZ) RETURNS VOID
-LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_group = '__QUEUE_MODE__' THEN
-    PERFORM queen.fail_v1('unsupported', 'subscriptionFrom applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
-  END IF;
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group, cursor_seq)
-  SELECT p.id, p_group, coalesce((SELECT max(m.seq) FROM queen.messages m WHERE m.partition_id = p.id AND m.created_at < p_from), 0)
-    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_subscribe_v1(p_tenant, p_queue, p_partition, p_group, p_from, 'subscriptionFrom');
+$$;
 
 -- DELETE /api/v1/consumer-groups/:group: everything the tenant's group holds on every queue: its
 -- cursors and leases (so the next pop of that group starts it anew, by its subscription rule),
