@@ -1,6 +1,7 @@
 // The routes and parameters Queen's clients call beyond push/pop/ack (docs/log-and-transactions.md):
 // DELETE /api/v1/consumer-groups/:group, POST /api/v1/traces and its read, subscriptionFrom with an
 // instant, the dead-letter read's from/to, and the server-side autoAck on pop.
+import { DEFAULT_TENANT } from '../../shared/config';
 import { ack, configure, pop, popRaw, push } from './helpers';
 import { call } from '../support/http';
 import { useApi } from '../support/api';
@@ -82,6 +83,15 @@ describe('subscriptionFrom with an instant', () => {
   test.each(['yesterday', '2026-13-01T00:00:00Z', '2026-12-01'])('%p is 400 log_invalid_timestamp', async (value) => {
     const res = await call(api.url, 'GET', `/api/v1/pop/queue/sf-b?consumerGroup=g&subscriptionFrom=${encodeURIComponent(value)}`);
     expect([res.status, res.body.error]).toEqual([400, 'log_invalid_timestamp']);
+  });
+});
+
+test.each([
+  ['queen.log_subscribe_new_v1($1, $2, NULL, $3)', 'subscriptionMode new'],
+  ['queen.log_subscribe_from_v1($1, $2, NULL, $3, now())', 'subscriptionFrom'],
+])('%s refuses queue mode, naming its option', async (call_, option) => {
+  await expect(api.pool.query(`SELECT ${call_}`, [DEFAULT_TENANT, 'sub-qm', '__QUEUE_MODE__'])).rejects.toMatchObject({
+    message: `${option} applies to a named consumer group (consumerGroup), not to queue mode.`,
   });
 });
 
