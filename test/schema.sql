@@ -4670,73 +4670,7 @@ AS $function$
                    ORDER BY k.expires_at LIMIT 1) o
         WHERE o.expires_at < now()))::double precision, 0))
 $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_since TIMESTAMPTZ := coalesce(p_since, now());
-  v_shards SMALLINT[];
-  v_claimed_at TIMESTAMPTZ;
-  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
-  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
-  v_fired INT;
-  v_pruned INT := 0;
-  v_prune_full BOOLEAN := false;
-  v_fired_at TIMESTAMPTZ;
-  v_next TIMESTAMPTZ;
-  v_n INT;
-  v_s SMALLINT;
-BEGIN
-  IF p_prune THEN
-    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
-      SELECT s.shard FROM queen.sweeper_shards s
-      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
-      ORDER BY s.last_swept_at NULLS FIRST, s.shard
-      LIMIT p_shard_count
-      FOR UPDATE SKIP LOCKED) c;
-  END IF;
-  v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
-    v_fire := queen.timers_fire_v1(p_fire_limit);
-  END IF;
-  v_fired := (v_fire ->> 'fired')::int;
-  v_fired_at := clock_timestamp();
-  IF v_shards IS NOT NULL THEN
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
-      v_pruned := v_pruned + v_n;
-      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
-    END LOOP;
-    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
-  END IF;
-  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
-    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
-    -- idx_log_timers_due).
-    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
-      ORDER BY t.deliver_at LIMIT 1;
-  END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
-  IF v_fired = 0 AND v_pruned = 0 THEN
-    SET LOCAL synchronous_commit = off;
-  END IF;
-  RETURN jsonb_build_object(
-    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
-    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
-    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
-    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
-    'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
-    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
-END $function$
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_links integer)
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_run_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retain boolean, p_retention_default integer, p_links integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -4762,6 +4696,7 @@ DECLARE
   v_retained_at TIMESTAMPTZ;
   v_groups INT := 0;
   v_partitions INT := 0;
+  v_answer JSONB;
 BEGIN
   IF p_prune THEN
     SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
@@ -4772,8 +4707,10 @@ BEGIN
       FOR UPDATE SKIP LOCKED) c;
   END IF;
   v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
+  IF v_fire_on AND p_retain THEN
     v_fire := queen.timers_fire_v3(p_fire_limit, p_links);
+  ELSIF v_fire_on THEN
+    v_fire := queen.timers_fire_v1(p_fire_limit);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -4783,17 +4720,19 @@ BEGIN
       v_pruned := v_pruned + v_n;
       v_prune_full := v_prune_full OR v_n >= p_prune_limit;
     END LOOP;
-    v_retained_at := clock_timestamp();
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_groups := v_groups + (v_retain ->> 'groups')::int;
-      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
-      v_removed := v_removed + (v_retain ->> 'removed')::int;
-      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
-      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
-      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
-      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
-    END LOOP;
+    IF p_retain THEN
+      v_retained_at := clock_timestamp();
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+        v_groups := v_groups + (v_retain ->> 'groups')::int;
+        v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
+        v_removed := v_removed + (v_retain ->> 'removed')::int;
+        v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+        v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+        v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+        v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+      END LOOP;
+    END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
   IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
@@ -4802,15 +4741,16 @@ BEGIN
     SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
       ORDER BY t.deliver_at LIMIT 1;
   END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  -- A pass that fired, pruned and removed nothing wrote only its own bookkeeping: losing that
+  -- commit in a crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second
+  -- the sweeper wakes every few tens of ms and most passes are empty; each waiting for an fsync was
+  -- measured (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that
+  -- fired keeps the synchronous commit: a message a consumer has seen must survive a crash.
   IF v_fired = 0 AND v_pruned = 0 AND v_removed = 0 THEN
     SET LOCAL synchronous_commit = off;
   END IF;
-  RETURN jsonb_build_object(
+  -- pruneSeconds ends where the retention began (without retention, here).
+  v_answer := jsonb_build_object(
     'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
     'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
     'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
@@ -4818,15 +4758,30 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+  IF NOT p_retain THEN
+    RETURN v_answer;
+  END IF;
+  RETURN v_answer || jsonb_build_object(
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
     'removedGroups', v_groups, 'removedPartitions', v_partitions,
-    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
     || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$ SELECT queen.sweeper_pass_run_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, false, 0, 0) $function$
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(p_since timestamp with time zone, p_worker text, p_shard_count integer, p_fire_limit integer, p_prune_limit integer, p_prune boolean, p_retention_default integer, p_links integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.sweeper_pass_run_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune,
+    true, p_retention_default, p_links)
+$function$
 CREATE OR REPLACE FUNCTION queen.sweeper_report_v1(p_worker text, p_state jsonb, p_sample_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -1,6 +1,6 @@
 -- The message log's retention: which messages a queue keeps, and the bounded removal of the rest by
--- the sweeper, one claimed shard at a time (queen.sweeper_pass_v4 calls queen.log_retain_v1 for each
--- shard it claimed). The options are queen.queue_retention's (written by queen.log_configure_v2);
+-- the sweeper, one claimed shard at a time (queen.sweeper_pass_v4, through its body
+-- queen.sweeper_pass_run_v1, calls queen.log_retain_v1 for each shard it claimed). The options are queen.queue_retention's (written by queen.log_configure_v2);
 -- docs/log-and-transactions.md ("Retention") states the rules in prose.
 --
 -- What is removed is always a prefix of a partition: its oldest messages in seq order, up to the

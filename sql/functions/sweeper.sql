@@ -197,96 +197,31 @@ BEGIN
   RETURN v_n;
 END $$;
 
--- One sweeper pass, one transaction. Firing is cell-wide: the oldest due timers of the cell, at most
--- p_fire_limit (queen.timers_fire_v1), unless the switch says no (read here, fresh). The shards are
--- for the rest: when p_prune, claim up to p_shard_count shards not yet swept since p_since (the start
--- of the caller's cycle; NULL = this instant, the first pass of a cycle), least recently swept
--- first, with FOR UPDATE SKIP LOCKED, held until commit (two sweepers never work one shard at once,
--- and a dead sweeper's claim ends with its connection), prune their expired keys and mark them
--- swept. A pass that claimed no shard and did not fill its fire batch ends the caller's cycle; it
--- answers when the cell's next future timer falls due, so the caller sleeps no longer than that.
--- claimedAtUs and finishedAtUs (epoch microseconds) are read from the server's clock inside the claim,
--- so a test can check that no two passes over one shard ever overlapped.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
-  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
-RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_since TIMESTAMPTZ := coalesce(p_since, now());
-  v_shards SMALLINT[];
-  v_claimed_at TIMESTAMPTZ;
-  v_fire_on BOOLEAN := queen.timers_fire_enabled_v1();
-  v_fire JSONB := '{"fired": 0, "duplicates": 0, "maxLateSeconds": 0}';
-  v_fired INT;
-  v_pruned INT := 0;
-  v_prune_full BOOLEAN := false;
-  v_fired_at TIMESTAMPTZ;
-  v_next TIMESTAMPTZ;
-  v_n INT;
-  v_s SMALLINT;
-BEGIN
-  IF p_prune THEN
-    SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
-      SELECT s.shard FROM queen.sweeper_shards s
-      WHERE s.last_swept_at IS NULL OR s.last_swept_at < v_since
-      ORDER BY s.last_swept_at NULLS FIRST, s.shard
-      LIMIT p_shard_count
-      FOR UPDATE SKIP LOCKED) c;
-  END IF;
-  v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
-    v_fire := queen.timers_fire_v1(p_fire_limit);
-  END IF;
-  v_fired := (v_fire ->> 'fired')::int;
-  v_fired_at := clock_timestamp();
-  IF v_shards IS NOT NULL THEN
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_n := queen.kv_prune_v1(v_s, p_prune_limit);
-      v_pruned := v_pruned + v_n;
-      v_prune_full := v_prune_full OR v_n >= p_prune_limit;
-    END LOOP;
-    UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
-  END IF;
-  IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
-    -- The end of the caller's cycle: when the cell's next future timer falls due (one probe of
-    -- idx_log_timers_due).
-    SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
-      ORDER BY t.deliver_at LIMIT 1;
-  END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
-  IF v_fired = 0 AND v_pruned = 0 THEN
-    SET LOCAL synchronous_commit = off;
-  END IF;
-  RETURN jsonb_build_object(
-    'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
-    'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
-    'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
-    'fireFull', v_fire_on AND v_fired >= p_fire_limit,
-    'pruned', v_pruned, 'pruneFull', v_prune_full,
-    'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
-    'pruneSeconds', extract(epoch FROM clock_timestamp() - v_fired_at)::double precision,
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
-END $$;
-
--- One sweeper pass, as queen.sweeper_pass_v1, and the message log's retention in the shards it
--- claimed: after the prune of each claimed shard's expired keys, queen.log_retain_v1 removes the
--- messages of the shard's partitions that are past keeping, the stale consumer-group rows and the
--- emptied partitions (sql/functions/retention.sql), at most p_prune_limit per shard, with
--- p_retention_default the cell's default retention in seconds (QUEEN_LOG_RETENTION_SECONDS; 0:
--- none). The shard claim is what makes several sweepers share the work without two ever working
--- one partition at once. It fires through queen.timers_fire_v3 (a sealed timer's message marked
--- sealed); p_links > 0 (the sweeper traces) adds the fired timers' `traced` count and trace-context
--- `links` to the answer, for the pass's span. 0.1.0's sweepers keep calling v1 during a rolling
--- upgrade.
-CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(
+-- One sweeper pass, one transaction: the body of queen.sweeper_pass_v1 and queen.sweeper_pass_v4.
+-- Firing is cell-wide: the oldest due timers of the cell, at most p_fire_limit, unless the switch
+-- says no (read here, fresh). The shards are for the rest: when p_prune, claim up to p_shard_count
+-- shards not yet swept since p_since (the start of the caller's cycle; NULL = this instant, the
+-- first pass of a cycle), least recently swept first, with FOR UPDATE SKIP LOCKED, held until commit
+-- (two sweepers never work one shard at once, and a dead sweeper's claim ends with its connection),
+-- prune their expired keys and mark them swept. A pass that claimed no shard and did not fill its
+-- fire batch ends the caller's cycle; it answers when the cell's next future timer falls due, so the
+-- caller sleeps no longer than that. claimedAtUs and finishedAtUs (epoch microseconds) are read from
+-- the server's clock inside the claim, so a test can check that no two passes over one shard ever
+-- overlapped.
+--
+-- p_retain false is 0.1.0's pass, statement for statement: it fires through queen.timers_fire_v1,
+-- removes no message, and answers its keys alone (p_retention_default and p_links unread).
+-- p_retain true is v4's: it fires through queen.timers_fire_v3 (a sealed timer's message marked
+-- sealed; p_links > 0, the sweeper traces, adds the fired timers' `traced` count and trace-context
+-- `links` to the answer, for the pass's span), and after the prune of each claimed shard's expired
+-- keys, queen.log_retain_v1 removes the messages of the shard's partitions that are past keeping,
+-- the stale consumer-group rows and the emptied partitions (sql/functions/retention.sql), at most
+-- p_prune_limit per shard, with p_retention_default the cell's default retention in seconds
+-- (QUEEN_LOG_RETENTION_SECONDS; 0: none); the answer adds what it removed. The shard claim is what
+-- makes several sweepers share that work without two ever working one partition at once.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_run_v1(
   p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
-  p_retention_default INT, p_links INT)
+  p_retain BOOLEAN, p_retention_default INT, p_links INT)
 RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -311,6 +246,7 @@ DECLARE
   v_retained_at TIMESTAMPTZ;
   v_groups INT := 0;
   v_partitions INT := 0;
+  v_answer JSONB;
 BEGIN
   IF p_prune THEN
     SELECT array_agg(c.shard ORDER BY c.shard) INTO v_shards FROM (
@@ -321,8 +257,10 @@ BEGIN
       FOR UPDATE SKIP LOCKED) c;
   END IF;
   v_claimed_at := clock_timestamp();
-  IF v_fire_on THEN
+  IF v_fire_on AND p_retain THEN
     v_fire := queen.timers_fire_v3(p_fire_limit, p_links);
+  ELSIF v_fire_on THEN
+    v_fire := queen.timers_fire_v1(p_fire_limit);
   END IF;
   v_fired := (v_fire ->> 'fired')::int;
   v_fired_at := clock_timestamp();
@@ -332,17 +270,19 @@ BEGIN
       v_pruned := v_pruned + v_n;
       v_prune_full := v_prune_full OR v_n >= p_prune_limit;
     END LOOP;
-    v_retained_at := clock_timestamp();
-    FOREACH v_s IN ARRAY v_shards LOOP
-      v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
-      v_groups := v_groups + (v_retain ->> 'groups')::int;
-      v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
-      v_removed := v_removed + (v_retain ->> 'removed')::int;
-      v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
-      v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
-      v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
-      v_retain_queues := v_retain_queues || (v_retain -> 'queues');
-    END LOOP;
+    IF p_retain THEN
+      v_retained_at := clock_timestamp();
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_retain := queen.log_retain_v1(v_s, p_prune_limit, p_retention_default);
+        v_groups := v_groups + (v_retain ->> 'groups')::int;
+        v_partitions := v_partitions + (v_retain ->> 'partitions')::int;
+        v_removed := v_removed + (v_retain ->> 'removed')::int;
+        v_unfinished := v_unfinished + (v_retain ->> 'unfinished')::int;
+        v_removed_bytes := v_removed_bytes + (v_retain ->> 'bytes')::bigint;
+        v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
+        v_retain_queues := v_retain_queues || (v_retain -> 'queues');
+      END LOOP;
+    END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
   IF v_shards IS NULL AND NOT (v_fire_on AND v_fired >= p_fire_limit) THEN
@@ -351,15 +291,16 @@ BEGIN
     SELECT t.deliver_at INTO v_next FROM queen.log_timers t WHERE t.deliver_at > now()
       ORDER BY t.deliver_at LIMIT 1;
   END IF;
-  -- A pass that fired and pruned nothing wrote only its own bookkeeping: losing that commit in a
-  -- crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second the sweeper
-  -- wakes every few tens of ms and most passes are empty; each waiting for an fsync was measured
-  -- (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that fired keeps
-  -- the synchronous commit: a message a consumer has seen must survive a crash.
+  -- A pass that fired, pruned and removed nothing wrote only its own bookkeeping: losing that
+  -- commit in a crash loses nothing, so it does not wait for the WAL flush. At 1,000 timers a second
+  -- the sweeper wakes every few tens of ms and most passes are empty; each waiting for an fsync was
+  -- measured (bench:timers, 2026-11-29) to cost CPU and fire lag on a 2-core machine. A pass that
+  -- fired keeps the synchronous commit: a message a consumer has seen must survive a crash.
   IF v_fired = 0 AND v_pruned = 0 AND v_removed = 0 THEN
     SET LOCAL synchronous_commit = off;
   END IF;
-  RETURN jsonb_build_object(
+  -- pruneSeconds ends where the retention began (without retention, here).
+  v_answer := jsonb_build_object(
     'since', v_since, 'shards', coalesce(to_jsonb(v_shards), '[]'::jsonb), 'fireEnabled', v_fire_on,
     'fired', v_fired, 'duplicates', (v_fire ->> 'duplicates')::int,
     'maxLateSeconds', (v_fire ->> 'maxLateSeconds')::double precision,
@@ -367,15 +308,37 @@ BEGIN
     'pruned', v_pruned, 'pruneFull', v_prune_full,
     'fireSeconds', extract(epoch FROM v_fired_at - v_claimed_at)::double precision,
     'pruneSeconds', extract(epoch FROM coalesce(v_retained_at, clock_timestamp()) - v_fired_at)::double precision,
+    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
+    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision);
+  IF NOT p_retain THEN
+    RETURN v_answer;
+  END IF;
+  RETURN v_answer || jsonb_build_object(
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
     'removedGroups', v_groups, 'removedPartitions', v_partitions,
-    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0),
-    'claimedAtUs', (extract(epoch FROM v_claimed_at) * 1000000)::bigint,
-    'finishedAtUs', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
-    'nextDueInMs', (extract(epoch FROM v_next - clock_timestamp()) * 1000)::double precision)
+    'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
     || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $$;
+
+-- 0.1.0's pass: no retention, timers fired through queen.timers_fire_v1 (a sealed timer's message
+-- stored unmarked). Its sweepers keep calling it during a rolling upgrade.
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v1(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN)
+RETURNS JSONB
+LANGUAGE sql AS $$ SELECT queen.sweeper_pass_run_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune, false, 0, 0) $$;
+
+-- The pass since the log's retention, encrypted timers and the sweeper's traces (this release's
+-- sweepers, shared/sql/sweeper.ts).
+CREATE OR REPLACE FUNCTION queen.sweeper_pass_v4(
+  p_since TIMESTAMPTZ, p_worker TEXT, p_shard_count INT, p_fire_limit INT, p_prune_limit INT, p_prune BOOLEAN,
+  p_retention_default INT, p_links INT)
+RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.sweeper_pass_run_v1(p_since, p_worker, p_shard_count, p_fire_limit, p_prune_limit, p_prune,
+    true, p_retention_default, p_links)
+$$;
 
 -- What the sweeper's gauges show. One probe of idx_log_timers_due for the oldest due timer, per-shard
 -- probes of the KV's shard-led index (64 short index scans) rather than one scan of everything; the
