@@ -70,14 +70,12 @@ BEGIN
         format('Operation %s: delaySeconds must be a number of seconds, 0 or more.', p_index), p_index);
     END IF;
     v_delay := (p_op ->> 'delaySeconds')::numeric;
-    IF v_delay > v_horizon THEN
-      PERFORM queen.fail_v1('timers_beyond_horizon',
-        format('Operation %s: a timer may be at most %s seconds ahead (QUEEN_TIMERS_MAX_HORIZON_SECONDS).', p_index, v_horizon), p_index);
-    END IF;
     -- Rounded to microseconds (the timestamp's own precision) first: a tiny positive delay such as
     -- 1e-400 is a valid numeric but underflows double precision, which raised 22003 (a 400
-    -- invalid_json echoing the whole number) instead of meaning "now".
-    v_at := p_now + make_interval(secs => round(v_delay, 6)::double precision);
+    -- invalid_json echoing the whole number) instead of meaning "now". A delay past the horizon is
+    -- never made an interval (a huge one overflows it): it is refused below, as a deliverAt is.
+    v_at := CASE WHEN v_delay > v_horizon THEN 'infinity'
+                 ELSE p_now + make_interval(secs => round(v_delay, 6)::double precision) END;
   ELSE
     PERFORM queen.fail_v1('timers_when_required',
       format('Operation %s: say when, with deliverAt (ISO 8601) or delaySeconds.', p_index), p_index);

@@ -165,6 +165,8 @@ test('refusals are 400s with their own codes', async () => {
     [{ queue: 'q', payload: 1, delaySeconds: -1 }, 'timers_invalid_delay'],
     [{ queue: 'q', payload: 1, delaySeconds: '5' }, 'timers_invalid_delay'],
     [{ queue: 'q', payload: 1, delaySeconds: 3601 }, 'timers_beyond_horizon'],
+    // Too large for an interval: refused as beyond the horizon, not an overflow.
+    [{ queue: 'q', payload: 1, delaySeconds: 1e300 }, 'timers_beyond_horizon'],
     [{ payload: 1, delaySeconds: 1 }, 'timers_queue_required'],
     [{ queue: 'no spaces', payload: 1, delaySeconds: 1 }, 'timers_invalid_queue'],
     [{ queue: 'q', partition: 7, payload: 1, delaySeconds: 1 }, 'timers_invalid_partition'],
@@ -203,6 +205,6 @@ test('refusals are 400s with their own codes', async () => {
     expect([method, path, res.status, res.body?.error]).toEqual([method, path, 400, code]);
   }
   // The operator's ceilings are counted as refusals by a limit.
-  expect(await refusals('timers_beyond_horizon')).toBe(horizonBefore + 1);
+  expect(await refusals('timers_beyond_horizon')).toBe(horizonBefore + 2);
   expect(await refusals('timers_payload_too_large')).toBe(payloadBefore + 1);
 });
