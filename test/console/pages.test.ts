@@ -2,12 +2,11 @@
 // cookie's attributes, every page's status and security headers, every value escaped (a payload,
 // a transaction id, a key and a value holding markup render as text), CSRF refused without its
 // token, each action seen by a client afterwards, bad input a 4xx page, no payload in any log.
-import { Writable } from 'node:stream';
 import pino from 'pino';
 import { loadConfig } from '../../shared/config';
-import { startApiServer, ApiServer } from '../../services/api/server';
-import { createTestDatabase, sql } from '../support/database';
-import { UNLIMITED_RATES, startTestApi } from '../support/api';
+import { startApiServer } from '../../services/api/server';
+import { sql } from '../support/database';
+import { startTestApi, useApi } from '../support/api';
 import { call } from '../support/http';
 import { startTestSweeper, sweep } from '../support/sweeper';
 import { waitFor } from '../support/wait';
@@ -22,44 +21,24 @@ const VALUE = 'VALUE-SECRET-9a2';
 const OPERATOR = 'ada.lovelace@oncall';
 
 const rawLines: string[] = [];
-let db: { url: string; drop(): Promise<void> };
-let server: ApiServer;
-let url: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  const config = loadConfig({
-    QUEEN_WORKERS: '1', DB_POOL_SIZE: '20', ...UNLIMITED_RATES, DATABASE_URL: db.url, QUEEN_TENANCY_HEADER: '1',
-    QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: '7f'.repeat(32),
-  });
-  const stream = new Writable({
-    write(chunk, _enc, done) {
-      rawLines.push(...String(chunk).split('\n').filter(Boolean));
-      done();
-    },
-  });
-  server = await startApiServer(config, pino({ level: 'debug' }, stream), { message: 10, kv: config.kvPoolSize }, 0);
-  url = server.url;
-});
-afterAll(async () => {
-  await server.close();
-  await db.drop();
-});
+const api = useApi({
+  QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: '7f'.repeat(32),
+}, { lines: rawLines });
 
 interface Page { status: number; headers: Headers; text: string }
 /** A page of the suite's cell, or of `base`'s. */
-async function get(path: string, cookie?: string, base = url): Promise<Page> {
+async function get(path: string, cookie?: string, base = api.url): Promise<Page> {
   const res = await fetch(base + path, { redirect: 'manual', headers: cookie ? { cookie } : {} });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
-async function post(path: string, form: Record<string, string>, cookie?: string, base = url): Promise<Page> {
+async function post(path: string, form: Record<string, string>, cookie?: string, base = api.url): Promise<Page> {
   const res = await fetch(base + path, {
     method: 'POST', redirect: 'manual', body: new URLSearchParams(form).toString(),
     headers: { 'content-type': 'application/x-www-form-urlencoded', ...(cookie ? { cookie } : {}) },
   });
   return { status: res.status, headers: res.headers, text: await res.text() };
 }
-async function login(base = url): Promise<string> {
+async function login(base = api.url): Promise<string> {
   const res = await post('/console/login', { token: TOKEN, operator: OPERATOR }, undefined, base);
   expect(res.status).toBe(303);
   return res.headers.get('set-cookie')!.split(';')[0];
@@ -72,7 +51,7 @@ function secured(p: Page): void {
 }
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 async function pop(queue: string, group: string): Promise<any[]> {
-  const res = await call(url, 'GET', `/api/v1/pop/queue/${queue}?consumerGroup=${group}`, undefined, as(A));
+  const res = await call(api.url, 'GET', `/api/v1/pop/queue/${queue}?consumerGroup=${group}`, undefined, as(A));
   return res.status === 204 ? [] : res.body.messages;
 }
 
@@ -83,8 +62,8 @@ let timerId: string;
 
 beforeAll(async () => {
   cookie = await login();
-  await call(url, 'POST', '/api/v1/configure', { queue: 'orders', options: { retryLimit: 0, retryDelay: 0 } }, as(A));
-  expect((await call(url, 'POST', '/api/v1/push', { items: [
+  await call(api.url, 'POST', '/api/v1/configure', { queue: 'orders', options: { retryLimit: 0, retryDelay: 0 } }, as(A));
+  expect((await call(api.url, 'POST', '/api/v1/push', { items: [
     { queue: 'orders', partition: 'p1', payload: { html: EVIL, secret: SECRET }, transactionId: `tx-${EVIL}` },
     { queue: 'orders', partition: 'p1', payload: { n: 2, secret: SECRET }, transactionId: 'tx-2' },
   ] }, as(A))).status).toBe(201);
@@ -92,15 +71,15 @@ beforeAll(async () => {
   const [m] = await pop('orders', 'billing');
   deadTx = m.transactionId;
   partitionId = m.partitionId;
-  expect((await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: `boom ${EVIL}`, leaseId: m.leaseId, consumerGroup: 'billing' }, as(A))).body.deadLetter).toBe(true);
+  expect((await call(api.url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: `boom ${EVIL}`, leaseId: m.leaseId, consumerGroup: 'billing' }, as(A))).body.deadLetter).toBe(true);
   // The other group has not moved for ten minutes: stuck.
   await pop('orders', 'audit');
-  await sql(db.url, `UPDATE queen.messages SET created_at = now() - interval '10 minutes'`);
-  const t = await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { secret: SECRET }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
+  await sql(api.databaseUrl, `UPDATE queen.messages SET created_at = now() - interval '10 minutes'`);
+  const t = await call(api.url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { secret: SECRET }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
   timerId = t.body.timerId;
-  expect((await call(url, 'PUT', `/api/v1/kv/sessions/${encodeURIComponent(`<b>${EVIL}</b>`)}`, { value: { v: VALUE, html: EVIL }, forever: true }, as(A))).status).toBe(200);
-  expect((await call(url, 'PUT', '/api/v1/kv/sessions/user:1', { value: { v: VALUE }, forever: true }, as(A))).status).toBe(200);
-  await sweep(db.url);
+  expect((await call(api.url, 'PUT', `/api/v1/kv/sessions/${encodeURIComponent(`<b>${EVIL}</b>`)}`, { value: { v: VALUE, html: EVIL }, forever: true }, as(A))).status).toBe(200);
+  expect((await call(api.url, 'PUT', '/api/v1/kv/sessions/user:1', { value: { v: VALUE }, forever: true }, as(A))).status).toBe(200);
+  await sweep(api.databaseUrl);
 });
 
 describe('login', () => {
@@ -207,11 +186,11 @@ describe('pages', () => {
   });
 
   test('a sealed payload (an encrypted queue) is opened on its message page, as the operator read opens it, and escaped', async () => {
-    await call(url, 'POST', '/api/v1/configure', { queue: 'vault', options: { encryptionEnabled: true } }, as(A));
-    expect((await call(url, 'POST', '/api/v1/push', { items: [{ queue: 'vault', payload: { secret: SECRET, html: EVIL }, transactionId: 'v1' }] }, as(A))).status).toBe(201);
+    await call(api.url, 'POST', '/api/v1/configure', { queue: 'vault', options: { encryptionEnabled: true } }, as(A));
+    expect((await call(api.url, 'POST', '/api/v1/push', { items: [{ queue: 'vault', payload: { secret: SECRET, html: EVIL }, transactionId: 'v1' }] }, as(A))).status).toBe(201);
     const list = await get(`/console/queues/vault/partitions/Default?tenant=${A}`, cookie);
     expect(list.text).toMatch(/>v1<\/a><\/td>[\s\S]*?<td>yes<\/td>/);
-    const stored = await sql(db.url, `SELECT payload::text AS p FROM queen.messages WHERE transaction_id = 'v1'`);
+    const stored = await sql(api.databaseUrl, `SELECT payload::text AS p FROM queen.messages WHERE transaction_id = 'v1'`);
     expect(stored[0].p).not.toContain(SECRET);
     const href = /href="(\/console\/messages\/[^"]+\/v1\?[^"]+)"/.exec(list.text)![1].replace(/&amp;/g, '&');
     const one = await get(href, cookie);
@@ -258,7 +237,7 @@ describe('actions', () => {
       expect([res.status, res.text.includes('403 csrf_refused')]).toEqual([403, true]);
     }
     expect((await post(`/console/timers/${timerId}/cancel?tenant=${A}`, {}, cookie)).status).toBe(403);
-    const dlq = await call(url, 'GET', '/api/v1/dlq?queue=orders', undefined, as(A));
+    const dlq = await call(api.url, 'GET', '/api/v1/dlq?queue=orders', undefined, as(A));
     expect(dlq.body.total).toBe(1);
   });
 
@@ -273,12 +252,12 @@ describe('actions', () => {
     const again = await pop('orders', 'billing');
     expect(again.map((m) => m.transactionId)).toEqual([deadTx]);
     // Fail it once more, then discard it from the message page.
-    await call(url, 'POST', '/api/v1/ack', { transactionId: again[0].transactionId, partitionId, status: 'failed', error: 'again', leaseId: again[0].leaseId, consumerGroup: 'billing' }, as(A));
+    await call(api.url, 'POST', '/api/v1/ack', { transactionId: again[0].transactionId, partitionId, status: 'failed', error: 'again', leaseId: again[0].leaseId, consumerGroup: 'billing' }, as(A));
     const msg = await get(`/console/messages/${partitionId}/${encodeURIComponent(deadTx)}?tenant=${A}`, cookie);
     expect(msg.text).toContain('>Discard</button>');
     const discard = await post(`/console/messages/${partitionId}/${encodeURIComponent(deadTx)}/discard?tenant=${A}`, { csrf: csrfOf(msg.text), consumerGroup: 'billing' }, cookie);
     expect(discard.headers.get('location')).toBe(`/console/messages/${partitionId}/${encodeURIComponent(deadTx)}?tenant=${A}&done=discarded`);
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=orders', undefined, as(A))).body.total).toBe(0);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=orders', undefined, as(A))).body.total).toBe(0);
     // Done again: nothing left to do, and it says so.
     const twice = await post(`/console/messages/${partitionId}/${encodeURIComponent(deadTx)}/discard?tenant=${A}`, { csrf: csrfOf(msg.text), consumerGroup: 'billing' }, cookie);
     expect(twice.headers.get('location')).toContain('done=nothing');
@@ -292,7 +271,7 @@ describe('actions', () => {
     const after = await get(res.headers.get('location')!, cookie);
     expect(after.text).toContain('Timer cancelled.');
     expect(after.text).not.toContain(`data-timer="${timerId}"`);
-    const op = await call(url, 'GET', `/api/v1/system/timers?tenant=${A}`, undefined, { authorization: `Bearer ${TOKEN}` });
+    const op = await call(api.url, 'GET', `/api/v1/system/timers?tenant=${A}`, undefined, { authorization: `Bearer ${TOKEN}` });
     expect(op.body.timers).toHaveLength(0);
     // An action under tenancy names its tenant, as the operator routes do.
     const noTenant = await post(`/console/timers/${timerId}/cancel`, { csrf: csrfOf(list.text) }, cookie);
@@ -300,11 +279,11 @@ describe('actions', () => {
   });
 
   test('all of a queue\'s dead letters at once, requeued then discarded; a group moved to now; a key deleted', async () => {
-    await call(url, 'POST', '/api/v1/configure', { queue: 'bulk', options: { retryLimit: 0, retryDelay: 0 } }, as(A));
-    await call(url, 'POST', '/api/v1/push', { items: [1, 2, 3].map((n) => ({ queue: 'bulk', payload: { n, secret: SECRET }, transactionId: `b-${n}` })) }, as(A));
+    await call(api.url, 'POST', '/api/v1/configure', { queue: 'bulk', options: { retryLimit: 0, retryDelay: 0 } }, as(A));
+    await call(api.url, 'POST', '/api/v1/push', { items: [1, 2, 3].map((n) => ({ queue: 'bulk', payload: { n, secret: SECRET }, transactionId: `b-${n}` })) }, as(A));
     const failAll = async () => {
-      const ms = (await call(url, 'GET', '/api/v1/pop/queue/bulk?consumerGroup=g1&batch=10', undefined, as(A))).body.messages;
-      for (const m of ms) await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: 'boom', leaseId: m.leaseId, consumerGroup: 'g1' }, as(A));
+      const ms = (await call(api.url, 'GET', '/api/v1/pop/queue/bulk?consumerGroup=g1&batch=10', undefined, as(A))).body.messages;
+      for (const m of ms) await call(api.url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: 'boom', leaseId: m.leaseId, consumerGroup: 'g1' }, as(A));
       return ms.length;
     };
     expect(await failAll()).toBe(3);
@@ -314,12 +293,12 @@ describe('actions', () => {
     expect((await post(`/console/queues/bulk/dead-letters/requeue?tenant=${A}`, {}, cookie)).status).toBe(403);
     const requeued = await post(`/console/queues/bulk/dead-letters/requeue?tenant=${A}`, { csrf }, cookie);
     expect(requeued.headers.get('location')).toBe(`/console/queues/bulk/dead-letters?tenant=${A}&done=bulk`);
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
     expect(await failAll()).toBe(3);
     const discarded = await post(`/console/queues/bulk/dead-letters/discard?tenant=${A}`, { csrf, consumerGroup: 'g1' }, cookie);
     expect(discarded.headers.get('location')).toBe(`/console/queues/bulk/dead-letters?tenant=${A}&consumerGroup=g1&done=bulk`);
     expect((await get(discarded.headers.get('location')!, cookie)).text).toContain('No dead letters.');
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=bulk', undefined, as(A))).body.total).toBe(0);
 
     // The stuck group audit, moved to now from its queue's page: no longer stuck, nothing to pop.
     const queue = await get(`/console/queues/orders?tenant=${A}`, cookie);
@@ -335,7 +314,7 @@ describe('actions', () => {
     expect((await post(`/console/kv/sessions/keys/user%3A1/delete?tenant=${A}`, {}, cookie)).status).toBe(403);
     const deleted = await post(`/console/kv/sessions/keys/user%3A1/delete?tenant=${A}`, { csrf: csrfOf(key.text) }, cookie);
     expect(deleted.headers.get('location')).toBe(`/console/kv/sessions?tenant=${A}&done=deleted`);
-    expect((await call(url, 'GET', '/api/v1/kv/sessions/user:1', undefined, as(A))).body.found).toBe(false);
+    expect((await call(api.url, 'GET', '/api/v1/kv/sessions/user:1', undefined, as(A))).body.found).toBe(false);
     expect((await get(`/console/kv/sessions/keys/user%3A1?tenant=${A}`, cookie)).status).toBe(404);
   });
 
@@ -357,9 +336,9 @@ describe('the cell on the overview: shedding rung, throughput, timers due and la
   test('timers due and late are counted; the connections are pg_stat_activity\'s; no sweeper heard from is said', async () => {
     const ids: string[] = [];
     for (const ago of [10, 300]) {
-      const t = await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { n: ago }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
+      const t = await call(api.url, 'POST', '/api/v1/timers', { queue: 'orders', payload: { n: ago }, deliverAt: new Date(Date.now() + 3_600_000).toISOString() }, as(A));
       ids.push(t.body.timerId);
-      await sql(db.url, `UPDATE queen.log_timers SET deliver_at = now() - make_interval(secs => ${ago}) WHERE timer_id = '${t.body.timerId}'`);
+      await sql(api.databaseUrl, `UPDATE queen.log_timers SET deliver_at = now() - make_interval(secs => ${ago}) WHERE timer_id = '${t.body.timerId}'`);
     }
     try {
       const text = await overview();
@@ -375,17 +354,17 @@ describe('the cell on the overview: shedding rung, throughput, timers due and la
       // One sample so far (the sweeper of beforeAll took it): no window to count over yet.
       expect(text).toContain('<th>last minute</th><td colspan="4" class="none">not yet two samples</td>');
     } finally {
-      await sql(db.url, `DELETE FROM queen.log_timers WHERE timer_id = ANY ('{${ids.join(',')}}'::uuid[])`);
+      await sql(api.databaseUrl, `DELETE FROM queen.log_timers WHERE timer_id = ANY ('{${ids.join(',')}}'::uuid[])`);
     }
   });
 
   test('a sweeper on rung 2 (every pass slow) shows on it, with its throughput samples; stopped, it leaves', async () => {
     // A sample a minute old, as if a sweeper had taken it then (before anything was pushed).
     const minuteAgo = Date.now() - 61_000;
-    await sql(db.url, `INSERT INTO queen.system_state (key, value, updated_at) VALUES ('log_throughput', '[{"atMs": ${minuteAgo}, "pushed": 0, "completed": 0, "failed": 0}]', now() - interval '61 seconds')
+    await sql(api.databaseUrl, `INSERT INTO queen.system_state (key, value, updated_at) VALUES ('log_throughput', '[{"atMs": ${minuteAgo}, "pushed": 0, "completed": 0, "failed": 0}]', now() - interval '61 seconds')
                        ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at`);
-    const [{ pushed, failed }] = await sql(db.url, `SELECT (SELECT sum(last_seq) FROM queen.partitions)::int AS pushed, (SELECT sum(failures) FROM queen.partition_consumers)::int AS failed`);
-    const s = startTestSweeper(db.url, { slowPassMs: -1 });
+    const [{ pushed, failed }] = await sql(api.databaseUrl, `SELECT (SELECT sum(last_seq) FROM queen.partitions)::int AS pushed, (SELECT sum(failures) FROM queen.partition_consumers)::int AS failed`);
+    const s = startTestSweeper(api.databaseUrl, { slowPassMs: -1 });
     try {
       await waitFor(async () => (await overview()).includes('data-rung="2"'), { what: 'the overview showing rung 2' });
       const text = await overview();
@@ -393,13 +372,13 @@ describe('the cell on the overview: shedding rung, throughput, timers due and la
       expect(text).toContain(`<td class="id">${s.sweeper.id}</td><td>2</td><td>prune, usage</td>`);
       expect(text).toMatch(new RegExp(`<th>last minute</th><td>6\\d s</td><td>${pushed} \\(`));
       expect(text).toMatch(new RegExp(`<th>last minute</th>.*<td>${failed}</td></tr>`));
-      const rows = await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`);
+      const rows = await sql(api.databaseUrl, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`);
       expect(rows).toEqual([{ key: `sweeper:${s.sweeper.id}` }]);
     } finally {
       await s.close();
     }
     expect(await overview()).toContain('data-rung="none"');
-    expect(await sql(db.url, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`)).toEqual([]);
+    expect(await sql(api.databaseUrl, `SELECT key FROM queen.system_state WHERE key LIKE 'sweeper:%'`)).toEqual([]);
   });
 });
 

@@ -5,7 +5,6 @@
 // the limits the SQL reads from its settings hold (they would fall back to defaults if the settings
 // were lost). The last two tests show what the default (session) mode does there: refused, or, with
 // PgBouncer told to ignore its options, running without its limits and failing on named statements.
-import { Client } from 'pg';
 import { loadConfig } from '../../shared/config';
 import { beginOf, createPools } from '../../shared/db';
 import { freePort } from '../../shared/embeddedPostgres';
@@ -14,20 +13,10 @@ import { Bouncer, PGBOUNCER, startPgbouncer } from './pgbouncer';
 import { call } from '../support/http';
 import { API_MAIN, LogLine, Spawned, spawnLogged, SWEEPER_MAIN, untilGone } from '../support/processes';
 import { UNLIMITED_RATES } from '../support/api';
-import { createTestDatabase } from '../support/database';
+import { createTestDatabase, sql } from '../support/database';
 import { waitFor } from '../support/wait';
 
 const listening = (l: LogLine) => l.msg === 'API worker listening';
-
-async function sql(url: string, text: string, values: unknown[] = []): Promise<any[]> {
-  const c = new Client({ connectionString: url });
-  await c.connect();
-  try {
-    return (await c.query(text, values)).rows;
-  } finally {
-    await c.end();
-  }
-}
 
 async function stopProcess(p: Spawned | undefined): Promise<void> {
   if (!p) return;

@@ -7,7 +7,7 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 import { sql } from '../support/database';
-import { startTestApi, TestApi } from '../support/api';
+import { startTestApi, TestApi, useApi } from '../support/api';
 import { call } from '../support/http';
 import { sweep } from '../support/sweeper';
 
@@ -24,17 +24,9 @@ const VALUE_A = 'VALUE-OF-A-118';
 const rawLines: string[] = [];
 /** The lines the API logged, parsed. */
 const logged = (): Array<Record<string, any>> => rawLines.map((l) => JSON.parse(l));
-let cell: TestApi;
-let url: string;
-const db = { get url() { return cell.databaseUrl; } };
-
-beforeAll(async () => {
-  cell = await startTestApi({
-    QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: KEY,
-  }, { lines: rawLines });
-  url = cell.url;
-});
-afterAll(() => cell.close());
+const api = useApi({
+  QUEEN_TENANCY_HEADER: '1', QUEEN_KV_TRUSTED_PROXY: '1', QUEEN_ADMIN_TOKEN: TOKEN, QUEEN_KV_REQUIRE_GRANT: '0', QUEEN_ENCRYPTION_KEY: KEY,
+}, { lines: rawLines });
 
 // Every 200 and refusal of an operator route is checked against docs/openapi.yaml as it arrives.
 const doc = parse(fs.readFileSync(path.resolve(__dirname, '../../../docs/openapi.yaml'), 'utf8'));
@@ -63,21 +55,21 @@ const admin = { authorization: `Bearer ${TOKEN}`, 'x-queen-operator': 'alice@onc
 const as = (tenant: string) => ({ 'x-queen-tenant': tenant });
 const op = async (method: string, route: string, body?: unknown, tenant: string | null = A) => {
   const sep = route.includes('?') ? '&' : '?';
-  const res = await call(url, method, tenant === null ? route : `${route}${sep}tenant=${tenant}`, body, admin);
+  const res = await call(api.url, method, tenant === null ? route : `${route}${sep}tenant=${tenant}`, body, admin);
   conforms(method, route, res);
   return res;
 };
-const push = (tenant: string, items: unknown[]) => call(url, 'POST', '/api/v1/push', { items }, as(tenant));
+const push = (tenant: string, items: unknown[]) => call(api.url, 'POST', '/api/v1/push', { items }, as(tenant));
 async function pop(tenant: string, queue: string, query = ''): Promise<any[]> {
-  const res = await call(url, 'GET', `/api/v1/pop/queue/${queue}${query}`, undefined, as(tenant));
+  const res = await call(api.url, 'GET', `/api/v1/pop/queue/${queue}${query}`, undefined, as(tenant));
   if (res.status === 204) return [];
   expect(res.status).toBe(200);
   return res.body.messages;
 }
 const ackFailed = (tenant: string, m: any, group: string) =>
-  call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: 'boom', leaseId: m.leaseId, consumerGroup: group }, as(tenant));
+  call(api.url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'failed', error: 'boom', leaseId: m.leaseId, consumerGroup: group }, as(tenant));
 const configure = (tenant: string, queue: string, options: Record<string, unknown>) =>
-  call(url, 'POST', '/api/v1/configure', { queue, options }, as(tenant));
+  call(api.url, 'POST', '/api/v1/configure', { queue, options }, as(tenant));
 
 /** Dead-letters `m` for `group` (the queue has retryLimit 0: one failure is enough). */
 async function deadLetter(tenant: string, queue: string, group: string): Promise<any> {
@@ -100,7 +92,7 @@ describe('refusals', () => {
   test('without the bearer of the token every route is 401 unauthorized JSON', async () => {
     for (const [method, path] of [...READS.map((p) => ['GET', p]), ...ACTIONS]) {
       for (const headers of [{}, { authorization: 'Bearer wrong-token-of-same-len' }] as Array<Record<string, string>>) {
-        const res = await call(url, method, `${path}?tenant=${A}`, undefined, headers);
+        const res = await call(api.url, method, `${path}?tenant=${A}`, undefined, headers);
         expect([method, path, res.status, res.body?.error]).toEqual([method, path, 401, 'unauthorized']);
       }
     }
@@ -109,7 +101,7 @@ describe('refusals', () => {
   test('under tenancy each route but the tenant list needs ?tenant=, a UUID of a tenant', async () => {
     for (const [method, path] of [...READS.filter((p) => !p.endsWith('/tenants')).map((p) => ['GET', p]), ...ACTIONS]) {
       for (const tenant of [null, 'not-a-uuid', '00000000-0000-0000-0000-000000000000']) {
-        const res = await call(url, method, tenant === null ? path : `${path}?tenant=${tenant}`, undefined, admin);
+        const res = await call(api.url, method, tenant === null ? path : `${path}?tenant=${tenant}`, undefined, admin);
         expect([method, path, res.status, res.body?.error]).toEqual([method, path, 400, 'tenant_required']);
       }
     }
@@ -241,17 +233,17 @@ describe('reads, one tenant at a time', () => {
     expect(page.body.messages[0].sealed).toBe(true);
     const one = await op('GET', `/api/v1/system/partitions/${page.body.partitionId}/messages/v1`);
     expect(one.body).toMatchObject({ sealed: true, data: { secret: SECRET_A } });
-    const stored = await sql(db.url, `SELECT payload::text AS p FROM queen.messages WHERE transaction_id = 'v1'`);
+    const stored = await sql(api.databaseUrl, `SELECT payload::text AS p FROM queen.messages WHERE transaction_id = 'v1'`);
     expect(stored[0].p).not.toContain(SECRET_A);
   });
 
   test('timers: due, late and pending, by deliverAt, keyset-paged; payload sizes only; B\'s never shown', async () => {
     const at = (secondsFromNow: number) => new Date(Date.now() + secondsFromNow * 1000).toISOString();
     for (const [s, q] of [[-600, 'orders'], [-5, 'orders'], [3600, 'orders'], [7200, 'other']] as Array<[number, string]>) {
-      const r = await call(url, 'POST', '/api/v1/timers', { queue: q, payload: { secret: SECRET_A }, deliverAt: at(s) }, as(A));
+      const r = await call(api.url, 'POST', '/api/v1/timers', { queue: q, payload: { secret: SECRET_A }, deliverAt: at(s) }, as(A));
       expect([r.status, typeof r.body.timerId]).toEqual([200, 'string']);
     }
-    await call(url, 'POST', '/api/v1/timers', { queue: 'orders', payload: SECRET_B, deliverAt: at(-600) }, as(B));
+    await call(api.url, 'POST', '/api/v1/timers', { queue: 'orders', payload: SECRET_B, deliverAt: at(-600) }, as(B));
     const all = await op('GET', '/api/v1/system/timers?queue=orders');
     expect(all.status).toBe(200);
     expect(all.body.timers.map((t: any) => [t.due, t.late])).toEqual([[true, true], [true, false], [false, false]]);
@@ -270,9 +262,9 @@ describe('reads, one tenant at a time', () => {
 
   test('KV: keys under a prefix with versions and expiry, keyset-paged, no values; a value only for one key', async () => {
     for (const key of ['user:1', 'user:2', 'user:3', 'other']) {
-      expect((await call(url, 'PUT', `/api/v1/kv/sessions/${key}`, { value: { v: VALUE_A }, ttlSeconds: 3600 }, as(A))).status).toBe(200);
+      expect((await call(api.url, 'PUT', `/api/v1/kv/sessions/${key}`, { value: { v: VALUE_A }, ttlSeconds: 3600 }, as(A))).status).toBe(200);
     }
-    await call(url, 'PUT', '/api/v1/kv/sessions/user:9', { value: SECRET_B, forever: true }, as(B));
+    await call(api.url, 'PUT', '/api/v1/kv/sessions/user:9', { value: SECRET_B, forever: true }, as(B));
     const first = await op('GET', '/api/v1/system/kv/sessions?prefix=user:&limit=2');
     expect(first.status).toBe(200);
     expect(first.body.keys.map((k: any) => k.key)).toEqual(['user:1', 'user:2']);
@@ -289,8 +281,8 @@ describe('reads, one tenant at a time', () => {
 
   test('tenants: grants, usage and queue counts, over quota said; the rate limits of the cell', async () => {
     // C has a grant and a measurement over it, and no queue.
-    await sql(db.url, `INSERT INTO queen.kv_quota (tenant_id, granted, enabled, max_rows) VALUES ($1, true, true, 10)`, [C]);
-    await sql(db.url, `INSERT INTO queen.kv_usage (tenant_id, rows, bytes) VALUES ($1, 12, 400)`, [C]);
+    await sql(api.databaseUrl, `INSERT INTO queen.kv_quota (tenant_id, granted, enabled, max_rows) VALUES ($1, true, true, 10)`, [C]);
+    await sql(api.databaseUrl, `INSERT INTO queen.kv_usage (tenant_id, rows, bytes) VALUES ($1, 12, 400)`, [C]);
     const res = await op('GET', '/api/v1/system/tenants', undefined, null);
     expect(res.status).toBe(200);
     expect(res.body.tenants.map((t: any) => t.tenantId)).toEqual([A, B, C]);
@@ -313,7 +305,7 @@ describe('actions, as a client then sees them', () => {
     const dead = await deadLetter(A, 'jobs', 'w');
     // The rest of the partition is consumed past it.
     for (const m of await pop(A, 'jobs', '?consumerGroup=w&batch=10')) {
-      await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId, consumerGroup: 'w' }, as(A));
+      await call(api.url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId, consumerGroup: 'w' }, as(A));
     }
     expect(await pop(A, 'jobs', '?consumerGroup=w')).toEqual([]);
     const path = `/api/v1/system/partitions/${dead.partitionId}/messages/${dead.transactionId}/requeue`;
@@ -325,17 +317,17 @@ describe('actions, as a client then sees them', () => {
     const again = await pop(A, 'jobs', '?consumerGroup=w&batch=10');
     expect(again.map((m) => m.transactionId)).toEqual([dead.transactionId]);
     expect(again[0].retryCount).toBe(0);
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=jobs', undefined, as(A))).body.messages).toEqual([]);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=jobs', undefined, as(A))).body.messages).toEqual([]);
   });
 
   test('discard takes a dead letter off the list and leaves it consumed', async () => {
     await configure(A, 'disc', { retryLimit: 0, retryDelay: 0 });
     await push(A, [{ queue: 'disc', payload: SECRET_A, transactionId: 'd-1' }]);
     const dead = await deadLetter(A, 'disc', 'w');
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=disc', undefined, as(A))).body.messages).toHaveLength(1);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=disc', undefined, as(A))).body.messages).toHaveLength(1);
     const res = await op('POST', `/api/v1/system/partitions/${dead.partitionId}/messages/d-1/discard`);
     expect(res.body.groups).toEqual([{ consumerGroup: 'w', outcome: 'discarded' }]);
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=disc', undefined, as(A))).body.messages).toEqual([]);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=disc', undefined, as(A))).body.messages).toEqual([]);
     expect(await pop(A, 'disc', '?consumerGroup=w')).toEqual([]);
   });
 
@@ -356,7 +348,7 @@ describe('actions, as a client then sees them', () => {
 
   test('a cancelled timer never fires; a rescheduled one moves; another tenant\'s is absent to A', async () => {
     const past = new Date(Date.now() - 1000).toISOString();
-    const mk = async (tenant: string, q: string) => (await call(url, 'POST', '/api/v1/timers', { queue: q, payload: SECRET_A, deliverAt: past }, as(tenant))).body.timerId;
+    const mk = async (tenant: string, q: string) => (await call(api.url, 'POST', '/api/v1/timers', { queue: q, payload: SECRET_A, deliverAt: past }, as(tenant))).body.timerId;
     const cancelled = await mk(A, 'fired');
     const kept = await mk(A, 'fired');
     const moved = await mk(A, 'fired');
@@ -366,8 +358,8 @@ describe('actions, as a client then sees them', () => {
     expect((await op('POST', `/api/v1/system/timers/${cancelled}/cancel`)).body).toMatchObject({ cancelled: false, reason: 'absent' });
     const r = await op('POST', `/api/v1/system/timers/${moved}/reschedule`, { delaySeconds: 3600 });
     expect(r.body).toMatchObject({ rescheduled: true, deliverAt: expect.any(String) });
-    await sweep(db.url);
-    const fired = await sql(db.url, `SELECT transaction_id FROM queen.messages WHERE transaction_id LIKE 'timer:%'`);
+    await sweep(api.databaseUrl);
+    const fired = await sql(api.databaseUrl, `SELECT transaction_id FROM queen.messages WHERE transaction_id LIKE 'timer:%'`);
     const ids = fired.map((row: any) => String(row.transaction_id).slice('timer:'.length));
     expect(ids).toEqual(expect.arrayContaining([kept, theirs]));
     expect(ids).not.toContain(cancelled);
@@ -375,12 +367,12 @@ describe('actions, as a client then sees them', () => {
   });
 
   test('a deleted key is gone for the client; the delete is idempotent; another tenant\'s key is untouched', async () => {
-    await call(url, 'PUT', '/api/v1/kv/del/k1', { value: VALUE_A, forever: true }, as(A));
-    await call(url, 'PUT', '/api/v1/kv/del/k1', { value: SECRET_B, forever: true }, as(B));
+    await call(api.url, 'PUT', '/api/v1/kv/del/k1', { value: VALUE_A, forever: true }, as(A));
+    await call(api.url, 'PUT', '/api/v1/kv/del/k1', { value: SECRET_B, forever: true }, as(B));
     expect((await op('DELETE', '/api/v1/system/kv/del/keys/k1')).body).toEqual({ namespace: 'del', key: 'k1', deleted: true });
     expect((await op('DELETE', '/api/v1/system/kv/del/keys/k1')).body.deleted).toBe(false);
-    expect((await call(url, 'GET', '/api/v1/kv/del/k1', undefined, as(A))).body.found).toBe(false);
-    expect((await call(url, 'GET', '/api/v1/kv/del/k1', undefined, as(B))).body.value).toBe(SECRET_B);
+    expect((await call(api.url, 'GET', '/api/v1/kv/del/k1', undefined, as(A))).body.found).toBe(false);
+    expect((await call(api.url, 'GET', '/api/v1/kv/del/k1', undefined, as(B))).body.value).toBe(SECRET_B);
   });
 
   test('a group moved to now skips its backlog and gets what is pushed after', async () => {
@@ -404,7 +396,7 @@ describe('actions, as a client then sees them', () => {
     const res = await op('POST', `/api/v1/system/partitions/${first.partitionId}/messages/l-1/requeue`, {});
     expect(res.body.groups).toEqual([{ consumerGroup: 'w', outcome: 'requeued' }]);
     // The lease still holds l-2; completing it ends the lease, and l-1 comes back before l-3.
-    const done = await call(url, 'POST', '/api/v1/ack', { transactionId: second.transactionId, partitionId: second.partitionId, status: 'completed', leaseId: second.leaseId, consumerGroup: 'w' }, as(A));
+    const done = await call(api.url, 'POST', '/api/v1/ack', { transactionId: second.transactionId, partitionId: second.partitionId, status: 'completed', leaseId: second.leaseId, consumerGroup: 'w' }, as(A));
     expect(done.body.ok).toBe(true);
     expect((await pop(A, 'leased', '?consumerGroup=w&batch=10')).map((m) => m.transactionId)).toEqual(['l-1', 'l-3']);
   });
@@ -424,14 +416,14 @@ describe('actions, as a client then sees them', () => {
     expect(res.body.groups).toEqual([{ consumerGroup: 'w', outcome: 'cursor_too_far' }]);
     expect((await op('POST', '/api/v1/system/queues/far/dead-letters/requeue', {})).body).toMatchObject({ requeued: 0, cursorTooFar: 1, remaining: 1 });
     expect(await pop(A, 'far', '?consumerGroup=w')).toEqual([]);
-    expect((await call(url, 'GET', '/api/v1/dlq?queue=far', undefined, as(A))).body.messages).toHaveLength(1);
+    expect((await call(api.url, 'GET', '/api/v1/dlq?queue=far', undefined, as(A))).body.messages).toHaveLength(1);
   });
 
   test('an ack under a lease the skip ended answers already_acked', async () => {
     await push(A, [{ queue: 'skip2', payload: SECRET_A, transactionId: 'k-1' }]);
     const [m] = await pop(A, 'skip2', '?consumerGroup=g');
     expect((await op('POST', '/api/v1/system/queues/skip2/consumer-groups/g/skip', { partition: 'Default' })).body).toMatchObject({ partitions: 1, skipped: 1 });
-    const ack = await call(url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId, consumerGroup: 'g' }, as(A));
+    const ack = await call(api.url, 'POST', '/api/v1/ack', { transactionId: m.transactionId, partitionId: m.partitionId, status: 'completed', leaseId: m.leaseId, consumerGroup: 'g' }, as(A));
     expect(ack.body).toMatchObject({ ok: false, ackReason: 'already_acked' });
     expect((await op('POST', '/api/v1/system/queues/skip2/consumer-groups/g/skip', { partition: 'nope' })).status).toBe(404);
   });
@@ -446,10 +438,10 @@ test('every operator route was answered and held to docs/openapi.yaml', () => {
 });
 
 test('a kill switch flipped with a reason: the audit line says who, what and why; a reason that is not plain short text is refused', async () => {
-  const off = await call(url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: false, reason: 'incident 42: schedules flood' }, admin);
+  const off = await call(api.url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: false, reason: 'incident 42: schedules flood' }, admin);
   expect(off.status).toBe(200);
   expect(off.body.timersSchedule).toBe(false);
-  const on = await call(url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: true }, admin);
+  const on = await call(api.url, 'POST', '/api/v1/system/kv-timers', { timersSchedule: true }, admin);
   expect(on.status).toBe(200);
   const flips = logged().filter((l) => l.msg === 'operator action' && l.audit.action === 'switch_flip').map((l) => l.audit);
   expect(flips).toEqual([
@@ -457,10 +449,10 @@ test('a kill switch flipped with a reason: the audit line says who, what and why
     expect.objectContaining({ operator: 'alice@oncall', target: { timersSchedule: true } }),
   ]);
   for (const reason of ['', 'x'.repeat(201), 'two\nlines', 42]) {
-    const bad = await call(url, 'POST', '/api/v1/system/kv-timers', { kv: false, reason }, admin);
+    const bad = await call(api.url, 'POST', '/api/v1/system/kv-timers', { kv: false, reason }, admin);
     expect({ reason, status: bad.status, error: bad.body.error }).toEqual({ reason, status: 400, error: 'bad_request' });
   }
-  expect((await call(url, 'GET', '/api/v1/system/kv-timers', undefined, admin)).body.kv).toBe(true);
+  expect((await call(api.url, 'GET', '/api/v1/system/kv-timers', undefined, admin)).body.kv).toBe(true);
 });
 
 test('the log: one audit line per action (who, what), and no value or payload in any line', () => {

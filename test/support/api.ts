@@ -63,13 +63,14 @@ export interface ApiSuite extends TestApi, Pick<DatabaseSuite, 'pool' | 'client'
 /**
  * For a suite file: an API started with `env` in beforeAll and a pool on its database (see
  * useDatabase for the options), both closed in afterAll. The fields answer once beforeAll has run.
+ * `lines` is startTestApi's: every line the API logs is pushed onto it.
  */
-export function useApi(env: Record<string, string> = {}, o: SuiteOptions = {}): ApiSuite {
+export function useApi(env: Record<string, string> = {}, { lines, ...o }: SuiteOptions & { lines?: string[] } = {}): ApiSuite {
   let api: TestApi;
   const db = useDatabase({
     ...o,
     open: async () => {
-      api = await startTestApi(env);
+      api = await startTestApi(env, { lines });
       return { url: api.databaseUrl, drop: () => api.close() };
     },
   });
