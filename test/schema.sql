@@ -2965,7 +2965,7 @@ AS $function$
          jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
                                    THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
 $function$
-CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -2979,13 +2979,15 @@ BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch);
+  v_out := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch)
+                ELSE queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch) END;
   IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
   -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
   v_left := p_batch - jsonb_array_length(v_out);
   FOR v_turn IN 2..p_partitions LOOP
     EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left);
+    v_got := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left)
+                  ELSE queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left) END;
     EXIT WHEN jsonb_array_length(v_got) = 0;
     v_out := v_out || v_got;
     v_left := v_left - jsonb_array_length(v_got);
@@ -2998,38 +3000,19 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RETURN queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_out JSONB;
-  v_got JSONB;
-  v_left INT := p_batch;
-  v_shared UUID;
 BEGIN
-  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
-    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
-  END IF;
-  v_out := queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch);
-  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
-  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
-  v_left := p_batch - jsonb_array_length(v_out);
-  FOR v_turn IN 2..p_partitions LOOP
-    EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left);
-    EXIT WHEN jsonb_array_length(v_got) = 0;
-    v_out := v_out || v_got;
-    v_left := v_left - jsonb_array_length(v_got);
-  END LOOP;
-  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
-  v_shared := gen_random_uuid();
-  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
-  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
-  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
-  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
-            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+  RETURN queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_match_v1(p_tenant uuid, p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
