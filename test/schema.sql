@@ -1533,17 +1533,13 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   i INT;
 BEGIN
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
@@ -1555,7 +1551,7 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
@@ -1569,12 +1565,8 @@ DECLARE
   v_fast JSONB;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
   IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
@@ -2185,6 +2177,22 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
                             'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_acks_v1(p_acks jsonb)
+ RETURNS jsonb[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_n INT;
+BEGIN
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  RETURN v_norm;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id text, p_index integer)
  RETURNS void

@@ -377,16 +377,14 @@ BEGIN
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
--- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
--- is one element per ack.
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+-- An ack batch's acks (1 to 1000 of them), each validated and normalized by queen.log_check_ack_v1
+-- (named by its index when there are two or more), in request order: the first step of
+-- queen.log_ack_batch_v1 and _v2.
+CREATE OR REPLACE FUNCTION queen.log_check_acks_v1(p_acks JSONB) RETURNS JSONB[]
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[] := '{}';
-  v_out JSONB[] := '{}';
   v_n INT;
-  i INT;
 BEGIN
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
     'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
@@ -394,6 +392,22 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
+  RETURN v_norm;
+END $$;
+
+-- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
+-- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
+-- is one element per ack.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_norm JSONB[];
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
@@ -926,7 +940,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
@@ -940,12 +954,8 @@ DECLARE
   v_fast JSONB;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
   IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
