@@ -1533,17 +1533,13 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   i INT;
 BEGIN
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
@@ -1555,7 +1551,7 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p
  LANGUAGE plpgsql
 AS $function$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
@@ -1569,12 +1565,8 @@ DECLARE
   v_fast JSONB;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
   IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
@@ -2127,6 +2119,22 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('transactionId', v_txid, 'partitionId', lower(v_pid), 'status', v_status,
                             'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_check_acks_v1(p_acks jsonb)
+ RETURNS jsonb[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_norm JSONB[] := '{}';
+  v_n INT;
+BEGIN
+  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
+    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
+    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
+  FOR i IN 0 .. v_n - 1 LOOP
+    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
+  END LOOP;
+  RETURN v_norm;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id text, p_index integer)
  RETURNS void
@@ -2838,7 +2846,7 @@ AS $function$
          jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
                                    THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
 $function$
-CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -2852,13 +2860,15 @@ BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch);
+  v_out := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch)
+                ELSE queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch) END;
   IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
   -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
   v_left := p_batch - jsonb_array_length(v_out);
   FOR v_turn IN 2..p_partitions LOOP
     EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left);
+    v_got := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left)
+                  ELSE queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left) END;
     EXIT WHEN jsonb_array_length(v_got) = 0;
     v_out := v_out || v_got;
     v_left := v_left - jsonb_array_length(v_got);
@@ -2871,38 +2881,19 @@ BEGIN
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  RETURN queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
-DECLARE
-  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_out JSONB;
-  v_got JSONB;
-  v_left INT := p_batch;
-  v_shared UUID;
 BEGIN
-  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
-    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
-  END IF;
-  v_out := queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch);
-  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
-  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
-  v_left := p_batch - jsonb_array_length(v_out);
-  FOR v_turn IN 2..p_partitions LOOP
-    EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left);
-    EXIT WHEN jsonb_array_length(v_got) = 0;
-    v_out := v_out || v_got;
-    v_left := v_left - jsonb_array_length(v_got);
-  END LOOP;
-  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
-  v_shared := gen_random_uuid();
-  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
-  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
-  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
-  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
-            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+  RETURN queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_match_v1(p_tenant uuid, p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb

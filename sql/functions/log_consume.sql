@@ -377,16 +377,14 @@ BEGIN
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
--- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
--- is one element per ack.
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+-- An ack batch's acks (1 to 1000 of them), each validated and normalized by queen.log_check_ack_v1
+-- (named by its index when there are two or more), in request order: the first step of
+-- queen.log_ack_batch_v1 and _v2.
+CREATE OR REPLACE FUNCTION queen.log_check_acks_v1(p_acks JSONB) RETURNS JSONB[]
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[] := '{}';
-  v_out JSONB[] := '{}';
   v_n INT;
-  i INT;
 BEGIN
   v_n := queen.array_length_v1(p_acks, 'log_acks_required',
     'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
@@ -394,6 +392,22 @@ BEGIN
   FOR i IN 0 .. v_n - 1 LOOP
     v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
   END LOOP;
+  RETURN v_norm;
+END $$;
+
+-- POST /api/v1/ack (one element) and /ack/batch: every ack validated, the rows locked in order, the
+-- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
+-- is one element per ack.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_norm JSONB[];
+  v_out JSONB[] := '{}';
+  v_n INT;
+  i INT;
+BEGIN
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
     v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
@@ -428,12 +442,14 @@ BEGIN
 END $$;
 
 -- GET /api/v1/pop with Queen's `partitions` (p_partitions, 1 to 1000): leases up to that many
--- partitions to one consumer of the group, `p_batch` messages in all, each partition as
--- queen.log_pop_v1 leases one (a partition it has just leased holds a live lease, so the next turn
--- takes another). With more than one partition, every message carries one shared lease id
--- (queen.shared_leases) that acks and lease extends accept for each partition's own lease. A named
--- partition is one partition whatever p_partitions says.
-CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
+-- partitions to one consumer of the group, `p_batch` messages in all, each partition as one pop
+-- leases one (a partition it has just leased holds a live lease, so the next turn takes another):
+-- queen.log_pop_v2 with p_pop_v2 (queen.log_pop_many_v2), else queen.log_pop_v1
+-- (queen.log_pop_many_v1, as 0.1.0 popped). With more than one partition, every message carries one
+-- shared lease id (queen.shared_leases) that acks and lease extends accept for each partition's own
+-- lease. A named partition is one partition whatever p_partitions says.
+CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 BOOLEAN, p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT,
+  p_batch INT, p_partitions INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
@@ -445,13 +461,15 @@ BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch);
+  v_out := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch)
+                ELSE queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch) END;
   IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
   -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
   v_left := p_batch - jsonb_array_length(v_out);
   FOR v_turn IN 2..p_partitions LOOP
     EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left);
+    v_got := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left)
+                  ELSE queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left) END;
     EXIT WHEN jsonb_array_length(v_got) = 0;
     v_out := v_out || v_got;
     v_left := v_left - jsonb_array_length(v_got);
@@ -463,6 +481,13 @@ BEGIN
   ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
   RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
             FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+END $$;
+
+-- GET /api/v1/pop with `partitions`, each partition as queen.log_pop_v1 leases one (0.1.0's pop).
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
+LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
 END $$;
 
 -- retryDelay where a queue never set it (no queen.queue_options row, or a configure that named
@@ -917,7 +942,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_norm JSONB[] := '{}';
+  v_norm JSONB[];
   v_out JSONB[] := '{}';
   v_n INT;
   -- The rows read so far, by '<partitionId>/<group>', and whether an ack changed each.
@@ -931,12 +956,8 @@ DECLARE
   v_fast JSONB;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  v_n := queen.array_length_v1(p_acks, 'log_acks_required',
-    'acknowledgments must be a non-empty array of {transactionId, partitionId, status, consumerGroup?, leaseId?}.', NULL,
-    1000, 'log_batch_too_large', 'The batch has %s acks; at most %s are allowed.');
-  FOR i IN 0 .. v_n - 1 LOOP
-    v_norm := v_norm || queen.log_check_ack_v1(p_acks->i, CASE WHEN v_n = 1 THEN NULL ELSE i END);
-  END LOOP;
+  v_norm := queen.log_check_acks_v1(p_acks);
+  v_n := cardinality(v_norm);
   v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
   IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
@@ -970,34 +991,8 @@ END $$;
 -- queen.log_pop_many_v1 through queen.log_pop_v2.
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
-DECLARE
-  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_out JSONB;
-  v_got JSONB;
-  v_left INT := p_batch;
-  v_shared UUID;
 BEGIN
-  IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
-    PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
-  END IF;
-  v_out := queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch);
-  IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
-  -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
-  v_left := p_batch - jsonb_array_length(v_out);
-  FOR v_turn IN 2..p_partitions LOOP
-    EXIT WHEN v_left <= 0;
-    v_got := queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left);
-    EXIT WHEN jsonb_array_length(v_got) = 0;
-    v_out := v_out || v_got;
-    v_left := v_left - jsonb_array_length(v_got);
-  END LOOP;
-  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
-  v_shared := gen_random_uuid();
-  INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
-  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
-  ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
-  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
-            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+  RETURN queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
 END $$;
 
 -- Queen's server-side autoAck (?autoAck=true): the messages a pop just leased are acked `completed`
