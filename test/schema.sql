@@ -1516,18 +1516,16 @@ AS $function$
 $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-BEGIN
-  RETURN queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false);
-END $function$
+  SELECT queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-BEGIN
-  RETURN queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false);
-END $function$
+  SELECT queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2072,18 +2070,14 @@ CREATE OR REPLACE FUNCTION queen.log_backlog_v2()
 AS $function$ SELECT * FROM queen.log_backlog_of_v1(true) $function$
 CREATE OR REPLACE FUNCTION queen.log_body_acks_v1(p_body jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  v_acks JSONB := p_body->'acknowledgments';
-BEGIN
-  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
-    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
-                              ORDER BY k), '[]'::jsonb)
-      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
-  END IF;
-  RETURN v_acks;
-END $function$
+  SELECT CASE WHEN p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(p_body->'acknowledgments') = 'array'
+    THEN (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                                    ORDER BY k), '[]'::jsonb)
+            FROM jsonb_array_elements(p_body->'acknowledgments') WITH ORDINALITY AS t(e, k))
+    ELSE p_body->'acknowledgments' END
+$function$
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack jsonb, p_index integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2883,18 +2877,16 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-BEGIN
-  RETURN queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
-END $function$
+  SELECT queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-BEGIN
-  RETURN queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
-END $function$
+  SELECT queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_pop_match_v1(p_tenant uuid, p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql

@@ -422,24 +422,19 @@ END $$;
 -- at lease expiry. Absent or null: each element's own consumerGroup, else queue mode. A non-string
 -- value is refused by the element check. Shared by queen.log_ack_batch_body_v1 and _v2.
 CREATE OR REPLACE FUNCTION queen.log_body_acks_v1(p_body JSONB) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_acks JSONB := p_body->'acknowledgments';
-BEGIN
-  IF p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(v_acks) = 'array' THEN
-    SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
-                              ORDER BY k), '[]'::jsonb)
-      INTO v_acks FROM jsonb_array_elements(v_acks) WITH ORDINALITY AS t(e, k);
-  END IF;
-  RETURN v_acks;
-END $$;
+LANGUAGE sql AS $$
+  SELECT CASE WHEN p_body ? 'consumerGroup' AND jsonb_typeof(p_body->'consumerGroup') <> 'null' AND jsonb_typeof(p_body->'acknowledgments') = 'array'
+    THEN (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(e) = 'object' THEN e || jsonb_build_object('consumerGroup', p_body->'consumerGroup') ELSE e END
+                                    ORDER BY k), '[]'::jsonb)
+            FROM jsonb_array_elements(p_body->'acknowledgments') WITH ORDINALITY AS t(e, k))
+    ELSE p_body->'acknowledgments' END
+$$;
 
 -- POST /api/v1/ack/batch's body (queen.log_body_acks_v1) through queen.log_ack_batch_v1.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v1(p_tenant UUID, p_body JSONB) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_v1(p_tenant, queen.log_body_acks_v1(p_body), false)
+$$;
 
 -- GET /api/v1/pop with Queen's `partitions` (p_partitions, 1 to 1000): leases up to that many
 -- partitions to one consumer of the group, `p_batch` messages in all, each partition as one pop
@@ -485,10 +480,9 @@ END $$;
 
 -- GET /api/v1/pop with `partitions`, each partition as queen.log_pop_v1 leases one (0.1.0's pop).
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
+$$;
 
 -- retryDelay where a queue never set it (no queen.queue_options row, or a configure that named
 -- none): 1000 ms, Queen MQ's default, so a failing consumer does not spin on its message.
@@ -983,17 +977,15 @@ END $$;
 
 -- queen.log_ack_batch_body_v1 through queen.log_ack_batch_v2.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false)
+$$;
 
 -- queen.log_pop_many_v1 through queen.log_pop_v2.
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT, p_partitions INT) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
+$$;
 
 -- Queen's server-side autoAck (?autoAck=true): the messages a pop just leased are acked `completed`
 -- in the same statement, so they are consumed at delivery (nothing comes back if the consumer then
