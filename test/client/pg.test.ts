@@ -1,7 +1,7 @@
 // kvOn(pgClient): the KV and the ack on the caller's own PostgreSQL transaction. The caller's rows,
 // the marker and the ack commit together, or roll back together; the answers are the HTTP
 // surface's, because the SQL is the same.
-import { Pool } from 'pg';
+import { testPool } from '../support/database';
 import { QueenError, type Message } from '@queen-kv/client';
 import { kvOn } from '@queen-kv/client/pg';
 import { useCell } from './helpers';
@@ -115,7 +115,7 @@ test('the same rules and answers as the HTTP surface: numbers, refusals, reads',
 });
 
 test('a pool is refused: each of its queries may take another connection, never the transaction', async () => {
-  const pool = new Pool({ connectionString: cell.api.databaseUrl, max: 1 });
+  const pool = testPool(cell.api.databaseUrl, 1);
   try {
     expect(() => kvOn(pool)).toThrow(/not the pool/);
     const held = await pool.connect();

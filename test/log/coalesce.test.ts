@@ -2,11 +2,11 @@
 // arrive while a push to it is in flight go together in one transaction, and each is still answered
 // on its own, with its own refusals. Calls made in one tick are deterministic: the first is in
 // flight before the others are made. Messages of one transaction share its xmin.
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { PushCoalescer } from '../../services/api/push/coalescer';
 import { push } from './helpers';
 import { useApi } from '../support/api';
-import { createTestDatabase } from '../support/database';
+import { createTestDatabase, testPool } from '../support/database';
 import { metric } from '../support/metrics';
 import { call } from '../support/http';
 
@@ -18,7 +18,7 @@ let pool: Pool;
 let coalescer: PushCoalescer;
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = new Pool({ connectionString: db.url, max: 10 });
+  pool = testPool(db.url, 10);
   coalescer = new PushCoalescer(pool);
 });
 afterAll(async () => {

@@ -104,6 +104,17 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
   };
 }
 
+/**
+ * A pool for a test. pg's pool.end() resolves before its connections have closed, so the drop's
+ * WITH (FORCE) can still end one of them: an idle connection the server ends (that, or a test that
+ * restarts or terminates backends) is not the test's failure, and unhandled it fails the whole file.
+ */
+export function testPool(url: string, max: number): Pool {
+  const pool = new Pool({ connectionString: url, max });
+  pool.on('error', () => undefined);
+  return pool;
+}
+
 export interface SuiteOptions {
   /** Connections of the suite's pool (default 2). */
   connections?: number;
@@ -134,9 +145,7 @@ export function useDatabase(o: SuiteOptions & { open?: () => Promise<{ url: stri
     const db = await (o.open ?? createTestDatabase)();
     drop = db.drop;
     suite.url = db.url;
-    suite.pool = new Pool({ connectionString: db.url, max: o.connections ?? 2 });
-    // An idle connection the server ends (a test that restarts or terminates backends) is not the test's failure.
-    suite.pool.on('error', () => undefined);
+    suite.pool = testPool(db.url, o.connections ?? 2);
     if (o.client) suite.client = await suite.pool.connect();
   });
   if (o.reset || o.sweepers) {

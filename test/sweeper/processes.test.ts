@@ -1,9 +1,9 @@
 // Sweepers as real processes (node dist/services/sweeper/main.js): three at once over 20,000 due
 // timers, one SIGKILLed mid-batch, several SIGKILLed again and again over a set-based drain of
 // 20,000, SIGTERM, and the metrics endpoint from the first second.
-import { Pool } from 'pg';
+import type { Pool } from 'pg';
 import { DEFAULT_TENANT } from '../../shared/config';
-import { createTestDatabase } from '../support/database';
+import { createTestDatabase, testPool } from '../support/database';
 import { scrape } from '../support/metrics';
 import { spawnSweeper, SweeperProcess } from '../support/processes';
 import { scheduleDirect, timerMessageCounts } from '../support/sweeper';
@@ -15,7 +15,7 @@ const started: SweeperProcess[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = new Pool({ connectionString: db.url, max: 4 });
+  pool = testPool(db.url, 4);
 });
 afterEach(async () => {
   // Every process a test started is ended here, by its PID, whatever the test's outcome.

@@ -2,8 +2,8 @@
 // a call, the measurement the sum of the slices' counts. Slices of one page here, so a few thousand
 // keys make dozens of them. What a user sees is queen.kv_usage, the same as the full count's (v1);
 // what the quota relies on is computed_at: every write acknowledged before it is in the counts.
-import { Pool, PoolClient } from 'pg';
-import { createTestDatabase } from '../support/database';
+import type { Pool, PoolClient } from 'pg';
+import { createTestDatabase, testPool } from '../support/database';
 import { closeLeakedSweepers, scheduleDirect, startTestSweeper } from '../support/sweeper';
 import { waitFor } from '../support/wait';
 
@@ -16,7 +16,7 @@ let db: { url: string; drop(): Promise<void> };
 let pool: Pool;
 beforeAll(async () => {
   db = await createTestDatabase();
-  pool = new Pool({ connectionString: db.url, max: 6 });
+  pool = testPool(db.url, 6);
 });
 afterEach(async () => {
   expect(await closeLeakedSweepers()).toBe(0);

@@ -1,7 +1,7 @@
 // Timers into a queue with encryptionEnabled (docs/security.md#encryption-at-rest): the timer row
 // holds only the sealed text, the fired message the same sealed text marked sealed, and the payload
 // is opened only by the API (peek, list, pop). The stored bytes of both tables hold no plaintext.
-import { Pool } from 'pg';
+import { testPool } from '../support/database';
 import { configure, pop, push, transaction } from '../log/helpers';
 import { call } from '../support/http';
 import { useApi, withKeyedAndKeyless } from '../support/api';
@@ -151,7 +151,7 @@ test('an API process without the key: a schedule into an encrypted queue is 403 
     expect(peek.text).not.toContain('qk1:');
     expect((await call(a, 'GET', `/api/v1/timers/${ok.body.timerId}`)).body.timer.payload).toBe(SECRET);
     // Only the one schedule the keyed process sealed is stored.
-    const pool = new Pool({ connectionString: databaseUrl, max: 1 });
+    const pool = testPool(databaseUrl, 1);
     try {
       const { rows } = await pool.query(`SELECT payload::text AS p FROM queen.log_timers`);
       expect(rows.map((r) => r.p.includes(SECRET))).toEqual([false]);
