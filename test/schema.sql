@@ -523,7 +523,9 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant uuid, p_ops jsonb, p_in_tr
 AS $function$
   SELECT coalesce(
     queen.tenant_gate_v1(p_tenant),
-    CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
+    -- A lone operation with `required` (a bundle's once-marker) goes straight to kv_apply_at_v1,
+    -- whose fast path takes it with its verdict: this one would only decline it, after its checks.
+    CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL AND NOT coalesce(p_ops->0 ? 'required', false) THEN
       nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
         CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
         CASE WHEN jsonb_typeof(p_ops->0->'ns') = 'string' THEN p_ops->0->>'ns' END,
@@ -1803,8 +1805,7 @@ BEGIN
       v_reason := 'already_acked';
     ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
       v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
-            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT queen.log_lease_shared_v1(v_pid, v_group, v_lease, v_pc.lease_id) THEN
       -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
       v_reason := 'lease_expired';
     ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
@@ -2729,6 +2730,14 @@ AS $function$
   -- pop's own statement instead of planning this body at every call (about 40 µs).
   SELECT (left(replace(p_partition::text, '-', ''), 12) || '8' || substr(replace(gen_random_uuid()::text, '-', ''), 14, 3)
           || substr(replace(gen_random_uuid()::text, '-', ''), 17, 16))::uuid
+$function$
+CREATE OR REPLACE FUNCTION queen.log_lease_shared_v1(p_pid uuid, p_group text, p_shared uuid, p_lease uuid)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT EXISTS (SELECT 1 FROM queen.shared_leases s
+                  WHERE s.partition_id = p_pid AND s.consumer_group = p_group AND s.shared_id = p_shared AND s.lease_id = p_lease)
 $function$
 CREATE OR REPLACE FUNCTION queen.log_lock_consumers_v1(p_tenant uuid, p_acks jsonb[])
  RETURNS void

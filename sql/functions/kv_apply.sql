@@ -261,7 +261,9 @@ CREATE OR REPLACE FUNCTION queen.kv_apply_v1(p_tenant UUID, p_ops JSONB, p_in_tr
 RETURNS JSONB LANGUAGE sql AS $$
   SELECT coalesce(
     queen.tenant_gate_v1(p_tenant),
-    CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL THEN
+    -- A lone operation with `required` (a bundle's once-marker) goes straight to kv_apply_at_v1,
+    -- whose fast path takes it with its verdict: this one would only decline it, after its checks.
+    CASE WHEN jsonb_typeof(p_ops) = 'array' AND p_ops->1 IS NULL AND NOT coalesce(p_ops->0 ? 'required', false) THEN
       nullif(jsonb_build_array(queen.kv_apply_fast_v1(p_tenant,
         CASE WHEN jsonb_typeof(p_ops->0->'op') = 'string' THEN p_ops->0->>'op' END,
         CASE WHEN jsonb_typeof(p_ops->0->'ns') = 'string' THEN p_ops->0->>'ns' END,

@@ -707,6 +707,16 @@ BEGIN
   RETURN p_pc;
 END $$;
 
+-- Whether p_shared is the shared id a pop of several partitions handed p_lease out under. A
+-- function, so the ack step's check of its lease stays a simple expression that stops at
+-- `v_lease <> v_pc.lease_id`: with the sub-SELECT written inline, the whole condition was a query
+-- planned afresh at every ack (about 15 µs), even when the lease was the row's own.
+CREATE OR REPLACE FUNCTION queen.log_lease_shared_v1(p_pid UUID, p_group TEXT, p_shared UUID, p_lease UUID) RETURNS BOOLEAN
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM queen.shared_leases s
+                  WHERE s.partition_id = p_pid AND s.consumer_group = p_group AND s.shared_id = p_shared AND s.lease_id = p_lease)
+$$;
+
 -- queen.log_ack_one_v1's decision with the queue's retryDelay (a `failed` ack that leaves the
 -- message for redelivery holds the group's partition back, queen.consumer_retry_at, for the
 -- delay), taken on the group's row as the caller holds it in memory: `p_pc` is the row as the acks
@@ -757,8 +767,7 @@ BEGIN
       v_reason := 'already_acked';
     ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
       v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
-            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
+    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT queen.log_lease_shared_v1(v_pid, v_group, v_lease, v_pc.lease_id) THEN
       -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
       v_reason := 'lease_expired';
     ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
