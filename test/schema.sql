@@ -5472,7 +5472,8 @@ CREATE OR REPLACE FUNCTION queen.uuid_ok_v1(p_text text)
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
 AS $function$
-  SELECT p_text IS NOT NULL AND p_text ~* ('^' || queen.uuid_pattern_v1() || '$')
+  SELECT p_text IS NOT NULL AND p_text LIKE '________-____-____-____-____________' AND p_text ~ '^[0-9a-fA-F-]+$'
+         AND p_text NOT LIKE '%-%-%-%-%-%'
 $function$
 CREATE OR REPLACE FUNCTION queen.uuid_pattern_v1()
  RETURNS text

