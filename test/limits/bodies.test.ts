@@ -78,7 +78,7 @@ test('bodies in flight past the worker\'s budget: 503 server_busy with Retry-Aft
 
 // Node's own clients send a whole body before reading an answer. The cell closed the connection
 // right after its 413 while they were still sending: they saw EPIPE or ECONNRESET, never the answer.
-// Now the rest of the body is read and dropped (up to REFUSED_BODY_DRAIN) before the close.
+// Now the rest of the body is read and dropped (up to REFUSED_BODY_DRAIN, edge/drain.ts) before the close.
 describe("a refused body reaches node's clients as its answer, not a dropped connection", () => {
   const big = Buffer.alloc(64 * MIB, 'x');
   const viaHttp = (headers: Record<string, string | number>, chunked: boolean) =>

@@ -5,7 +5,7 @@ import { ApiError, coerceError } from '../../../shared/errors';
 import type { Logger } from '../../../shared/log';
 import type { Config } from '../../../shared/config';
 import { INVALID_UTF8, rawBody } from './body';
-import { drainThenClose } from './bodyBudget';
+import { drainThenClose } from './drain';
 
 /**
  * A JSON body PostgreSQL already rendered, written once with node's own writeHead/end: Express's
@@ -42,14 +42,20 @@ export function sendError(res: ServerResponse, err: ApiError): void {
   sendJsonText(res, err.status, JSON.stringify(err.body()));
 }
 
+/** The answer goes out with Connection: close; the rest of the body is read and dropped, bounded (drain.ts), then the socket closes. */
+export function refuseAndClose(res: ServerResponse, err: ApiError): void {
+  if (res.headersSent) return;
+  res.shouldKeepAlive = false;
+  drainThenClose(res);
+  sendError(res, err);
+}
+
 /** The one place a thrown thing becomes an answer. A 500 is a bug and is logged as one. */
 export function errorHandler(log: Logger) {
   return (err: unknown, req: IncomingMessage & { route?: { path?: string } }, res: ServerResponse, _next?: NextFunction): void => {
     const e = err as { type?: string; status?: number; statusCode?: number; message?: string };
     if (e && e.type === 'entity.too.large') {
-      res.shouldKeepAlive = false;
-      drainThenClose(res);
-      return sendError(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));
+      return refuseAndClose(res, new ApiError('payload_too_large', 'The request body is larger than this cell accepts.'));
     }
     if (e && e.type === INVALID_UTF8) {
       return sendError(res, new ApiError('invalid_json', 'The request body is not valid UTF-8; JSON text is UTF-8 unless Content-Type names another charset.'));
