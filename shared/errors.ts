@@ -418,6 +418,20 @@ export function statusOf(code: string): number {
   return STATUS[code] ?? 500;
 }
 
+/** The codes admission refuses a call with (services/api/admission): a refusal series each, and a span's `admission` attribute. */
+export const ADMISSION_REFUSAL_CODES = [
+  'kv_disabled',
+  'timers_schedule_disabled',
+  'feature_gated',
+  'kv_disabled_for_tenant',
+  'timers_disabled_for_tenant',
+  'kv_quota_exceeded',
+  'timers_quota_exceeded',
+  'rate_limited',
+  'rate_limit_exceeds_burst',
+  'kv_unavailable',
+] as const;
+
 /** Every code and its status: what docs/errors.md must list (test/docs/docs.test.ts holds them together). */
 export function errorCodes(): ReadonlyArray<readonly [string, number]> {
   return Object.entries(STATUS);

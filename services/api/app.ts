@@ -7,7 +7,7 @@ import type { Pools } from '../../shared/db';
 import type { Logger } from '../../shared/log';
 import type { ApiMetrics } from '../../shared/metrics';
 import { errorHandler, notFound, sendError } from './edge/answer';
-import { KV_ROUTES, kvRoutes } from './routes/kv';
+import { KV_BATCH, KV_PATH, KV_ROUTES, kvRoutes } from './routes/kv';
 import { healthRoutes } from './routes/health';
 import { openapiRoutes } from './routes/openapi';
 import { systemRoutes } from './routes/system';
@@ -120,12 +120,20 @@ export function createApp(deps: AppDeps): App {
     handle(req, res) {
       const tracer = activeTracer();
       if (tracer === undefined) return route(req, res);
-      traced(tracer, req, res, route);
+      traced(tracer, req, res, route, directRouteTemplate);
     },
     close: () => logSurface.close(),
     routes: () => [...KV_ROUTES, ...PUSH_ROUTES, ...expressRoutes(app)],
     ...expressShaped(app, deps.bodyChunk),
   };
+}
+
+/** The span name of a route answered before Express (the KV, push and console listeners above). */
+function directRouteTemplate(path: string): string | undefined {
+  if (path === KV_BATCH || PUSH_ROUTES.some((r) => r.path === path)) return path;
+  if (path.startsWith(KV_PATH)) return `${KV_PATH}:ns/*key`;
+  if (path === '/console' || path.startsWith('/console/')) return '/console/*';
+  return undefined;
 }
 
 interface RouterLayer {

@@ -39,7 +39,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Pool } from 'pg';
 import type { Config } from '../../../shared/config';
-import { ApiError, coerceError } from '../../../shared/errors';
+import { ADMISSION_REFUSAL_CODES, ApiError, coerceError } from '../../../shared/errors';
 import type { Logger } from '../../../shared/log';
 import type { ApiMetrics } from '../../../shared/metrics';
 import { Admitted } from './admitted';
@@ -74,19 +74,6 @@ export const SHED_WAITING_PER_CONNECTION = 1;
 function formatTokens(n: number): string {
   return Number.isInteger(n) ? String(n) : n.toFixed(2).replace(/0+$/, '');
 }
-
-export const REFUSAL_CODES = [
-  'kv_disabled',
-  'timers_schedule_disabled',
-  'feature_gated',
-  'kv_disabled_for_tenant',
-  'timers_disabled_for_tenant',
-  'kv_quota_exceeded',
-  'timers_quota_exceeded',
-  'rate_limited',
-  'rate_limit_exceeds_burst',
-  'kv_unavailable',
-] as const;
 
 export interface GuardDeps {
   config: Config;
@@ -123,7 +110,7 @@ export class Guards {
     this.shedAt = Math.max(1, poolMax * SHED_WAITING_PER_CONNECTION);
     this.shedWindowMs = Math.max(1000, 2 * deps.config.kvAcquireTimeoutMs);
     // Every refusal series exists from boot, so an alert on any of them can be written before the first one.
-    for (const code of REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
+    for (const code of ADMISSION_REFUSAL_CODES) deps.metrics.kvRefusals.inc({ code }, 0);
   }
 
   /** The pool is past a burst: it has turned someone away lately and its queue is still as deep as the pool. */
