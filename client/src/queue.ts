@@ -57,19 +57,26 @@ function isNetwork(err: unknown): boolean {
   return err instanceof QueenError && (err.code === 'network_error' || err.code === 'timeout');
 }
 
+/** What a builder's setters set, and its calls read when they run. */
+interface Settings {
+  partitionName?: string;
+  groupName?: string;
+  batchSize: number;
+  waitFlag?: boolean;
+  timeoutMs: number;
+  workers: number;
+  maxMessages?: number;
+  oneByOne: boolean;
+  acking: boolean;
+  renewEveryMs?: number;
+  options: QueueOptions;
+  labels: { namespace?: string; task?: string };
+}
+
 export class QueueBuilder {
-  private partitionName?: string;
-  private groupName?: string;
-  private batchSize = 1;
-  private waitFlag?: boolean;
-  private timeoutMs = DEFAULT_POP_TIMEOUT_MS;
-  private workers = 1;
-  private maxMessages?: number;
-  private oneByOne = false;
-  private acking = true;
-  private renewEveryMs?: number;
-  private options: QueueOptions = {};
-  private labels: { namespace?: string; task?: string } = {};
+  private readonly settings: Settings = {
+    batchSize: 1, timeoutMs: DEFAULT_POP_TIMEOUT_MS, workers: 1, oneByOne: false, acking: true, options: {}, labels: {},
+  };
 
   constructor(
     private readonly queen: QueenCore,
@@ -78,81 +85,75 @@ export class QueueBuilder {
     private readonly match?: { namespace?: string; task?: string },
   ) {}
 
+  /** The one way a setter changes the builder, so that each is a line: what it sets, from what. */
+  private set(change: Partial<Settings>): this {
+    Object.assign(this.settings, change);
+    return this;
+  }
+
   /** The partition pushes go to and pops take from (pushes default to "Default"; pops to any). */
   partition(name: string): this {
-    this.partitionName = name;
-    return this;
+    return this.set({ partitionName: name });
   }
 
   /** The consumer group (default: queue mode, one shared group). Every group sees every message. */
   group(name: string): this {
-    this.groupName = name;
-    return this;
+    return this.set({ groupName: name });
   }
 
   /** Messages per pop (1 to 1000; default 1). */
   batch(size: number): this {
-    this.batchSize = size;
-    return this;
+    return this.set({ batchSize: size });
   }
 
   /** Long-poll when nothing is there (pop's default: false; consume's: true). */
   wait(enabled: boolean): this {
-    this.waitFlag = enabled;
-    return this;
+    return this.set({ waitFlag: enabled });
   }
 
   /** The long poll's bound, in milliseconds (default 30000). */
   timeoutMillis(ms: number): this {
-    this.timeoutMs = ms;
-    return this;
+    return this.set({ timeoutMs: ms });
   }
 
   /** Parallel pop loops in consume (default 1). Within a group a partition is leased to one at a time. */
   concurrency(count: number): this {
-    this.workers = Math.max(1, Math.floor(count));
-    return this;
+    return this.set({ workers: Math.max(1, Math.floor(count)) });
   }
 
   /** consume stops after this many messages (it never pops more than that). */
   limit(count: number): this {
-    this.maxMessages = count;
-    return this;
+    return this.set({ maxMessages: count });
   }
 
   /** consume hands the handler one message at a time, whatever the batch. */
   each(): this {
-    this.oneByOne = true;
-    return this;
+    return this.set({ oneByOne: true });
   }
 
   /** consume acks `completed` after a handler that returned (default true); a throw is acked `failed` either way. */
   autoAck(enabled: boolean): this {
-    this.acking = enabled;
-    return this;
+    return this.set({ acking: enabled });
   }
 
   /** consume renews the lease every `intervalMillis` while a handler runs. */
   renewLease(enabled: boolean, intervalMillis = 10_000): this {
-    this.renewEveryMs = enabled ? intervalMillis : undefined;
-    return this;
+    return this.set({ renewEveryMs: enabled ? intervalMillis : undefined });
   }
 
   /** Options for create(): leaseTime (seconds), retryLimit. */
   config(options: QueueOptions): this {
-    this.options = { ...this.options, ...options };
-    return this;
+    return this.set({ options: { ...this.settings.options, ...options } });
   }
 
   /** For create(): the namespace and/or task a pop by them (queen.match) finds this queue under. */
   labelled(labels: { namespace?: string; task?: string }): this {
-    this.labels = { ...this.labels, ...labels };
-    return this;
+    return this.set({ labels: { ...this.settings.labels, ...labels } });
   }
 
   /** Creates the queue, or changes the options given (the others stay as they are). */
   async create(): Promise<ConfigureResult> {
-    const body = stringifyJson(wire.configureBody(this.name, this.options, this.labels));
+    const body = stringifyJson(wire.configureBody(this.name, this.settings.options, this.settings.labels));
     return wire.configureAnswer((await this.queen.http.call('POST', wire.CONFIGURE_PATH, { body })).body);
   }
 
@@ -174,19 +175,19 @@ export class QueueBuilder {
    */
   async push(items: PushItem | PushItem[]): Promise<PushResult[]> {
     const list = Array.isArray(items) ? items : [items];
-    const wireItems = list.map((item) => wire.pushItem(this.name, this.partitionName, item, () => this.queen.mintId()));
+    const wireItems = list.map((item) => wire.pushItem(this.name, this.settings.partitionName, item, () => this.queen.mintId()));
     const body = stringifyJson(wire.pushBody(wireItems));
     return wire.pushAnswer((await this.queen.http.call('POST', wire.PUSH_PATH, { body })).body);
   }
 
   /** Leases the next messages of one partition to this consumer of the group; [] when none. `T`: what `data` is. */
   pop<T = unknown>(): Promise<Message<T>[]> {
-    return this.popOnce(this.batchSize, this.waitFlag ?? false) as Promise<Message<T>[]>;
+    return this.popOnce(this.settings.batchSize, this.settings.waitFlag ?? false) as Promise<Message<T>[]>;
   }
 
   private async popOnce(batch: number, wait: boolean, signal?: AbortSignal): Promise<Message[]> {
-    const path = wire.popPath({ queue: this.name, partition: this.partitionName, group: this.groupName, batch, wait, timeoutMs: this.timeoutMs, match: this.match });
-    const answer = await this.queen.http.call('GET', path, { signal, timeoutMs: wait ? this.timeoutMs + LONG_POLL_SLACK_MS : undefined });
+    const path = wire.popPath({ queue: this.name, partition: this.settings.partitionName, group: this.settings.groupName, batch, wait, timeoutMs: this.settings.timeoutMs, match: this.match });
+    const answer = await this.queen.http.call('GET', path, { signal, timeoutMs: wait ? this.settings.timeoutMs + LONG_POLL_SLACK_MS : undefined });
     return wire.popAnswer(answer.status, answer.body);
   }
 
@@ -214,8 +215,8 @@ export class QueueBuilder {
       options.signal?.addEventListener('abort', follow, { once: true });
       closing.addEventListener('abort', follow, { once: true });
     }
-    const wait = this.waitFlag ?? true;
-    const single = this.oneByOne || this.batchSize === 1;
+    const wait = this.settings.waitFlag ?? true;
+    const single = this.settings.oneByOne || this.settings.batchSize === 1;
     let processed = 0;
     // Messages popped, and asked for by a pop in flight: what the limit counts.
     let taken = 0;
@@ -238,7 +239,7 @@ export class QueueBuilder {
 
     const settle = async (messages: Message[], status: AckStatus) => {
       try {
-        const answer = await this.queen.ack(messages.length === 1 ? messages[0] : messages, status, this.groupName === undefined ? {} : { group: this.groupName });
+        const answer = await this.queen.ack(messages.length === 1 ? messages[0] : messages, status, this.settings.groupName === undefined ? {} : { group: this.settings.groupName });
         const refused = ('results' in answer ? answer.results : [answer]).filter((r) => !r.success);
         if (refused.length > 0) {
           // Not a fault of the loop (the message comes back to whoever holds the lease), but worth knowing.
@@ -255,7 +256,7 @@ export class QueueBuilder {
     };
 
     const handle = async (messages: Message[]) => {
-      const renewal = this.renewEveryMs === undefined ? undefined : setInterval(() => void this.queen.renew(messages).catch(() => undefined), this.renewEveryMs);
+      const renewal = this.settings.renewEveryMs === undefined ? undefined : setInterval(() => void this.queen.renew(messages).catch(() => undefined), this.settings.renewEveryMs);
       try {
         const given = single ? messages[0] : messages;
         try {
@@ -266,7 +267,7 @@ export class QueueBuilder {
           report(err, given);
           return;
         }
-        if (this.acking) await settle(messages, true);
+        if (this.settings.acking) await settle(messages, true);
       } finally {
         if (renewal) clearInterval(renewal);
       }
@@ -275,8 +276,8 @@ export class QueueBuilder {
     const worker = async () => {
       while (!stop.signal.aborted) {
         // Never ask for more than the limit leaves, counting what the other loops have asked for.
-        let want = this.batchSize;
-        if (this.maxMessages !== undefined) want = Math.min(want, this.maxMessages - taken - reserved);
+        let want = this.settings.batchSize;
+        if (this.settings.maxMessages !== undefined) want = Math.min(want, this.settings.maxMessages - taken - reserved);
         if (want <= 0) return;
         reserved += want;
         let messages: Message[];
@@ -312,7 +313,7 @@ export class QueueBuilder {
     };
 
     try {
-      await Promise.all(Array.from({ length: this.workers }, worker));
+      await Promise.all(Array.from({ length: this.settings.workers }, worker));
     } finally {
       options.signal?.removeEventListener('abort', follow);
       closing.removeEventListener('abort', follow);

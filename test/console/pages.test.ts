@@ -6,7 +6,7 @@ import pino from 'pino';
 import { loadConfig } from '../../shared/config';
 import { startApiServer } from '../../services/api/server';
 import { sql } from '../support/database';
-import { startTestApi, useApi } from '../support/api';
+import { useApi, withTestApi } from '../support/api';
 import { call } from '../support/http';
 import { startTestSweeper, sweep } from '../support/sweeper';
 import { waitFor } from '../support/wait';
@@ -382,51 +382,42 @@ describe('the cell on the overview: shedding rung, throughput, timers due and la
   });
 });
 
-test('without QUEEN_ADMIN_TOKEN there is no console: /console is 404 like any unknown path', async () => {
-  const open = await startTestApi();
-  try {
+test('without QUEEN_ADMIN_TOKEN there is no console: /console is 404 like any unknown path', () =>
+  withTestApi({}, async (open) => {
     for (const path of ['/console', '/console/login', '/console/console.css']) {
       const res = await call(open.url, 'GET', path);
       expect([path, res.status, res.body?.error]).toEqual([path, 404, 'not_found']);
     }
-  } finally {
-    await open.close();
-  }
-});
+  }));
 
-test('guessing the token is bounded per cell: past 10 wrong ones in a minute from one address on one worker, even the right one is 429 for the minute on another', async () => {
-  const cell = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
-  // A second worker of the same cell (same database, its own process state).
-  const other = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: cell.databaseUrl, QUEEN_ADMIN_TOKEN: TOKEN }), pino({ level: 'silent' }), { message: 4, kv: 2 }, 0);
-  try {
-    const attempt = (base: string, token: string) => post('/console/login', { token, operator: OPERATOR }, undefined, base);
-    // Five wrong on each worker: the cell has counted ten.
-    for (let i = 0; i < 10; i++) expect((await attempt(i % 2 ? other.url : cell.url, `wrong-${i}`)).status).toBe(401);
-    for (const base of [other.url, cell.url]) {
-      const refused = await attempt(base, TOKEN);
-      expect([refused.status, Number(refused.headers.get('retry-after')) > 0, refused.text.includes('429 rate_limited')]).toEqual([429, true, true]);
+test('guessing the token is bounded per cell: past 10 wrong ones in a minute from one address on one worker, even the right one is 429 for the minute on another', () =>
+  withTestApi({ QUEEN_ADMIN_TOKEN: TOKEN }, async (cell) => {
+    // A second worker of the same cell (same database, its own process state).
+    const other = await startApiServer(loadConfig({ QUEEN_WORKERS: '1', DB_POOL_SIZE: '10', DATABASE_URL: cell.databaseUrl, QUEEN_ADMIN_TOKEN: TOKEN }), pino({ level: 'silent' }), { message: 4, kv: 2 }, 0);
+    try {
+      const attempt = (base: string, token: string) => post('/console/login', { token, operator: OPERATOR }, undefined, base);
+      // Five wrong on each worker: the cell has counted ten.
+      for (let i = 0; i < 10; i++) expect((await attempt(i % 2 ? other.url : cell.url, `wrong-${i}`)).status).toBe(401);
+      for (const base of [other.url, cell.url]) {
+        const refused = await attempt(base, TOKEN);
+        expect([refused.status, Number(refused.headers.get('retry-after')) > 0, refused.text.includes('429 rate_limited')]).toEqual([429, true, true]);
+      }
+      // The count is one row of the cell's rate buckets, and its window ends: then the right token signs in.
+      const rows = await sql(cell.databaseUrl, `SELECT tenant, tokens FROM queen.kv_rate_bucket WHERE scope = 'console_login'`);
+      expect(rows).toEqual([{ tenant: expect.stringMatching(/127\.0\.0\.1/), tokens: 10 }]);
+      await sql(cell.databaseUrl, `UPDATE queen.kv_rate_bucket SET at = at - interval '61 seconds' WHERE scope = 'console_login'`);
+      expect((await attempt(other.url, TOKEN)).status).toBe(303);
+    } finally {
+      await other.close();
     }
-    // The count is one row of the cell's rate buckets, and its window ends: then the right token signs in.
-    const rows = await sql(cell.databaseUrl, `SELECT tenant, tokens FROM queen.kv_rate_bucket WHERE scope = 'console_login'`);
-    expect(rows).toEqual([{ tenant: expect.stringMatching(/127\.0\.0\.1/), tokens: 10 }]);
-    await sql(cell.databaseUrl, `UPDATE queen.kv_rate_bucket SET at = at - interval '61 seconds' WHERE scope = 'console_login'`);
-    expect((await attempt(other.url, TOKEN)).status).toBe(303);
-  } finally {
-    await other.close();
-    await cell.close();
-  }
-});
+  }));
 
-test('without tenancy the pages need no tenant and the nav has no picker', async () => {
-  const one = await startTestApi({ QUEEN_ADMIN_TOKEN: TOKEN });
-  try {
+test('without tenancy the pages need no tenant and the nav has no picker', () =>
+  withTestApi({ QUEEN_ADMIN_TOKEN: TOKEN }, async (one) => {
     const c = await login(one.url);
     await call(one.url, 'POST', '/api/v1/push', { items: [{ queue: 'jobs', payload: 1 }] });
     const page = await get('/console', c, one.url);
     expect([page.status, page.text.includes('href="/console/queues/jobs"'), page.text.includes('Choose a tenant')]).toEqual([200, true, false]);
     const refused = await get(`/console/timers?tenant=${A}`, c, one.url);
     expect(refused.status).toBe(400);
-  } finally {
-    await one.close();
-  }
-});
+  }));

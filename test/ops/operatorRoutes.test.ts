@@ -7,7 +7,7 @@ import Ajv2020 from 'ajv/dist/2020';
 import addFormats from 'ajv-formats';
 import { parse } from 'yaml';
 import { sql } from '../support/database';
-import { startTestApi, TestApi, useApi } from '../support/api';
+import { useApi, withTestApi } from '../support/api';
 import { call } from '../support/http';
 import { sweep } from '../support/sweeper';
 
@@ -78,11 +78,22 @@ async function deadLetter(tenant: string, queue: string, group: string): Promise
   return m;
 }
 
+type Route = [method: string, path: string];
+/** Each route asked each way (`?tenant=` when not null, those headers) is refused with `status` and `code`; a failure names the route. */
+async function refusedEverywhere(base: string, routes: Route[], asks: Array<{ tenant: string | null; headers: Record<string, string> }>, status: number, code: string): Promise<void> {
+  for (const [method, path] of routes) {
+    for (const { tenant, headers } of asks) {
+      const res = await call(base, method, tenant === null ? path : `${path}?tenant=${tenant}`, undefined, headers);
+      expect([method, path, res.status, res.body?.error]).toEqual([method, path, status, code]);
+    }
+  }
+}
+
 describe('refusals', () => {
   const READS = ['/api/v1/system/queues', '/api/v1/system/queues/q/partitions', '/api/v1/system/queues/q/partitions/Default/messages',
     `/api/v1/system/partitions/${A}/messages/t`, '/api/v1/system/timers', '/api/v1/system/kv/ns', '/api/v1/system/kv/ns/keys/k',
     '/api/v1/system/tenants'];
-  const ACTIONS: Array<[string, string]> = [
+  const ACTIONS: Route[] = [
     ['POST', `/api/v1/system/partitions/${A}/messages/t/requeue`], ['POST', `/api/v1/system/partitions/${A}/messages/t/discard`],
     ['POST', '/api/v1/system/queues/q/dead-letters/requeue'], ['POST', '/api/v1/system/queues/q/dead-letters/discard'],
     ['POST', `/api/v1/system/timers/${A}/cancel`], ['POST', `/api/v1/system/timers/${A}/reschedule`],
@@ -90,40 +101,27 @@ describe('refusals', () => {
   ];
 
   test('without the bearer of the token every route is 401 unauthorized JSON', async () => {
-    for (const [method, path] of [...READS.map((p) => ['GET', p]), ...ACTIONS]) {
-      for (const headers of [{}, { authorization: 'Bearer wrong-token-of-same-len' }] as Array<Record<string, string>>) {
-        const res = await call(api.url, method, `${path}?tenant=${A}`, undefined, headers);
-        expect([method, path, res.status, res.body?.error]).toEqual([method, path, 401, 'unauthorized']);
-      }
-    }
+    const asks = ([{}, { authorization: 'Bearer wrong-token-of-same-len' }] as Array<Record<string, string>>).map((headers) => ({ tenant: A, headers }));
+    await refusedEverywhere(api.url, [...READS.map((p): Route => ['GET', p]), ...ACTIONS], asks, 401, 'unauthorized');
   });
 
   test('under tenancy each route but the tenant list needs ?tenant=, a UUID of a tenant', async () => {
-    for (const [method, path] of [...READS.filter((p) => !p.endsWith('/tenants')).map((p) => ['GET', p]), ...ACTIONS]) {
-      for (const tenant of [null, 'not-a-uuid', '00000000-0000-0000-0000-000000000000']) {
-        const res = await call(api.url, method, tenant === null ? path : `${path}?tenant=${tenant}`, undefined, admin);
-        expect([method, path, res.status, res.body?.error]).toEqual([method, path, 400, 'tenant_required']);
-      }
-    }
+    const asks = [null, 'not-a-uuid', '00000000-0000-0000-0000-000000000000'].map((tenant) => ({ tenant, headers: admin }));
+    await refusedEverywhere(api.url, [...READS.filter((p) => !p.endsWith('/tenants')).map((p): Route => ['GET', p]), ...ACTIONS], asks, 400, 'tenant_required');
   });
 
   test('bad input is a 4xx with its code, never a 500', async () => {
-    const reads: Array<[string, number, string]> = [
-      ['/api/v1/system/queues?limit=0', 400, 'operator_invalid_limit'],
-      ['/api/v1/system/queues?limit=1001', 400, 'operator_invalid_limit'],
-      ['/api/v1/system/queues?limit=ten', 400, 'operator_invalid_limit'],
-      ['/api/v1/system/queues?limit=1&limit=2', 400, 'bad_request'],
-      ['/api/v1/system/queues/nope/partitions', 404, 'operator_not_found'],
-      ['/api/v1/system/queues/-bad/partitions', 400, 'log_invalid_queue'],
-      ['/api/v1/system/queues/nope/partitions/Default/messages?after=x', 400, 'operator_invalid_cursor'],
-      ['/api/v1/system/partitions/not-a-uuid/messages/t', 400, 'log_invalid_partition_id'],
-      [`/api/v1/system/partitions/${A}/messages/t`, 404, 'operator_not_found'],
-      ['/api/v1/system/timers?state=soon', 400, 'operator_invalid_state'],
-      ['/api/v1/system/timers?after=yesterday', 400, 'timers_invalid_cursor'],
-      ['/api/v1/system/kv/.bad', 400, 'kv_invalid_namespace'],
-      ['/api/v1/system/kv/ns/keys/none', 404, 'operator_not_found'],
-      ['/api/v1/system/kv/ns/keys/%00', 400, 'kv_invalid_key'],
-      ['/api/v1/system/tenants?after=x', 400, 'operator_invalid_cursor'],
+    const reads: Array<[number, string, string[]]> = [
+      [400, 'operator_invalid_limit', ['/api/v1/system/queues?limit=0', '/api/v1/system/queues?limit=1001', '/api/v1/system/queues?limit=ten']],
+      [400, 'bad_request', ['/api/v1/system/queues?limit=1&limit=2']],
+      [404, 'operator_not_found', ['/api/v1/system/queues/nope/partitions', `/api/v1/system/partitions/${A}/messages/t`, '/api/v1/system/kv/ns/keys/none']],
+      [400, 'log_invalid_queue', ['/api/v1/system/queues/-bad/partitions']],
+      [400, 'operator_invalid_cursor', ['/api/v1/system/queues/nope/partitions/Default/messages?after=x', '/api/v1/system/tenants?after=x']],
+      [400, 'log_invalid_partition_id', ['/api/v1/system/partitions/not-a-uuid/messages/t']],
+      [400, 'operator_invalid_state', ['/api/v1/system/timers?state=soon']],
+      [400, 'timers_invalid_cursor', ['/api/v1/system/timers?after=yesterday']],
+      [400, 'kv_invalid_namespace', ['/api/v1/system/kv/.bad']],
+      [400, 'kv_invalid_key', ['/api/v1/system/kv/ns/keys/%00']],
     ];
     const actions: Array<[string, unknown, number, string]> = [
       ['/api/v1/system/timers/not-a-uuid/cancel', undefined, 400, 'timers_invalid_timer_id'],
@@ -137,24 +135,18 @@ describe('refusals', () => {
       const res = await op(method, path, body);
       expect([method, path, res.status, res.body?.error, typeof res.body?.message]).toEqual([method, path, status, code, 'string']);
     };
-    for (const [path, status, code] of reads) await refused('GET', path, undefined, status, code);
+    for (const [status, code, paths] of reads) for (const path of paths) await refused('GET', path, undefined, status, code);
     for (const [path, body, status, code] of actions) await refused('POST', path, body, status, code);
   });
 });
 
-test('a cell without QUEEN_ADMIN_TOKEN answers the operator routes 403 operator_disabled', async () => {
-  const open: TestApi = await startTestApi();
-  try {
-    for (const [method, path] of [['GET', '/api/v1/system/queues'], ['GET', '/api/v1/system/tenants'], ['DELETE', '/api/v1/system/kv/ns/keys/k']]) {
-      const res = await call(open.url, method, path);
-      expect([path, res.status, res.body.error]).toEqual([path, 403, 'operator_disabled']);
-    }
+test('a cell without QUEEN_ADMIN_TOKEN answers the operator routes 403 operator_disabled', () =>
+  withTestApi({}, async (open) => {
+    const routes: Route[] = [['GET', '/api/v1/system/queues'], ['GET', '/api/v1/system/tenants'], ['DELETE', '/api/v1/system/kv/ns/keys/k']];
+    await refusedEverywhere(open.url, routes, [{ tenant: null, headers: {} }], 403, 'operator_disabled');
     // The switches route stays as it was: open on a cell without a token.
     expect((await call(open.url, 'GET', '/api/v1/system/kv-timers')).status).toBe(200);
-  } finally {
-    await open.close();
-  }
-});
+  }));
 
 describe('reads, one tenant at a time', () => {
   beforeAll(async () => {

@@ -1,7 +1,7 @@
 // An API worker in-process against a fresh database cloned from the template: what every HTTP
 // suite starts from. `useApi` does it for a suite (with a pool on the same database); a test that
 // starts its own calls `startTestApi` and `close()` in afterAll (it ends the pools and drops the
-// database).
+// database), or runs inside `withTestApi`, which closes it.
 import { Writable } from 'node:stream';
 import pino from 'pino';
 import { loadConfig, Config } from '../../shared/config';
@@ -55,6 +55,16 @@ export async function startTestApi(env: Record<string, string> = {}, o: { lines?
       await db.drop();
     },
   };
+}
+
+/** `run` on an API of its own (startTestApi's `env`), closed whatever `run` did. */
+export async function withTestApi<T>(env: Record<string, string>, run: (api: TestApi) => Promise<T>): Promise<T> {
+  const api = await startTestApi(env);
+  try {
+    return await run(api);
+  } finally {
+    await api.close();
+  }
 }
 
 /** A suite's API, and a pool (and with `client: true` one connection) on its database. */

@@ -1,7 +1,7 @@
 // The test database, resolved once per run: TEST_DATABASE_URL if set, else testcontainers where a
 // Docker engine answers, else embedded PostgreSQL (the path these machines take). The schema is
 // built once into a template database; every test file gets its own database cloned from it
-// (`useDatabase` does it for a suite, with a pool on it).
+// (`useDatabase` does it for a suite, with a pool on it; `withTestDatabase` for one test).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -102,6 +102,16 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
     url: withDatabase(adminUrl, name),
     drop: () => admin(adminUrl, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
   };
+}
+
+/** `run` on a database of its own (createTestDatabase's options), dropped whatever `run` did. */
+export async function withTestDatabase<T>(options: { empty?: boolean }, run: (db: { url: string }) => Promise<T>): Promise<T> {
+  const db = await createTestDatabase(options);
+  try {
+    return await run(db);
+  } finally {
+    await db.drop();
+  }
 }
 
 /**
