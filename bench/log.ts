@@ -25,7 +25,11 @@
 // (prefixes), --wal=false, --compare=<git ref> (a second cell whose database has that revision's
 // sql/functions overlaid on this tree's schema: function bodies changed in place compare; a
 // migration of this tree that the ref lacks is said and not undone, unless --before-sql=<file> holds
-// the statements that undo it, run there after the overlay), DATABASE_URL (an existing server).
+// the statements that undo it, run there after the overlay), --profile (the run's server with
+// pg_stat_statements, track = all and track_planning, and track_functions = all: after each lane,
+// where the last round's PostgreSQL time went, statement by statement and function by function,
+// per message; the instruments cost time of their own, so read its rates as bent), DATABASE_URL
+// (an existing server; --profile then needs pg_stat_statements in its shared_preload_libraries).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -48,6 +52,14 @@ const LANES = (flag('lanes') ?? 'push1,push100,pop,ack,pop+ack10,bundle').split(
 const WAL = flag('wal') !== 'false';
 const COMPARE = flag('compare');
 const BEFORE_SQL = flag('before-sql');
+const PROFILE = argv.includes('--profile') || flag('profile') === 'true';
+/** The server settings --profile needs: a nested statement's plans and calls, and each function's own time. */
+const PROFILE_SETTINGS = {
+  shared_preload_libraries: 'pg_stat_statements',
+  'pg_stat_statements.track': 'all',
+  'pg_stat_statements.track_planning': 'on',
+  track_functions: 'all',
+};
 const WARM_S = 1;
 /** Partitions of 10 messages for the pop lane (each pop takes a fresh one; every group reads them all). */
 const POP_PARTITIONS = positiveOption('pop-partitions', 'BENCH_POP_PARTITIONS', 12_000);
@@ -191,6 +203,8 @@ interface Stretch {
   walBytes: number;
   machineUs: number;
   lsn: [string, string];
+  /** --profile: where the stretch's PostgreSQL time went, as printed lines. */
+  profile?: string[];
 }
 
 interface Run {
@@ -223,6 +237,7 @@ async function stretch(db: Db, pgPid: number | undefined, run: Run, seconds: num
     const everyone = new TreeCpu(() => [1]);
     const m0 = machineBusyUs();
     const l0 = await lsn(db.admin);
+    if (PROFILE) await db.admin.query('SELECT pg_stat_statements_reset(), pg_stat_reset()');
     pg.start();
     api.start();
     own.start();
@@ -238,7 +253,8 @@ async function stretch(db: Db, pgPid: number | undefined, run: Run, seconds: num
     elsewhere.capacityUs += m1.total - m0.total;
     const l1 = await lsn(db.admin);
     const walBytes = Number((await db.admin.query(`SELECT pg_wal_lsn_diff($1, $2)::float8 AS b`, [l1, l0])).rows[0].b);
-    return { ...r, pgUs, apiUs, walBytes, machineUs, lsn: [l0, l1] };
+    const profile = PROFILE ? await profileOf(db, r.ops) : undefined;
+    return { ...r, pgUs, apiUs, walBytes, machineUs, lsn: [l0, l1], profile };
   } finally {
     await run.teardown?.();
   }
@@ -470,6 +486,37 @@ async function walBreakdown(db: Db, s: Stretch): Promise<string[]> {
   )];
 }
 
+// ---------------------------------------------------------------- where the PostgreSQL time went
+/**
+ * --profile: the stretch's statements (nested ones included), per message, and functions, per call. A statement
+ * whose plans equal its calls is planned at every call; a LANGUAGE sql function listed among the
+ * functions was not inlined (it is parsed and planned at every call too).
+ */
+async function profileOf(db: Db, ops: number): Promise<string[]> {
+  const per = (x: number) => (ops > 0 ? x / ops : NaN);
+  const statements = await db.admin.query(
+    `SELECT calls::float8, plans::float8, (total_exec_time * 1000)::float8 AS exec_us, (total_plan_time * 1000)::float8 AS plan_us,
+            left(regexp_replace(query, '\\s+', ' ', 'g'), 100) AS query
+       FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND query !~* '^(CHECKPOINT|SELECT pg_stat|SELECT pg_current_wal|SELECT pg_wal_lsn_diff)'
+      ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`,
+  );
+  const functions = await db.admin.query(
+    `SELECT schemaname || '.' || funcname AS name, calls::float8, (self_time * 1000)::float8 AS self_us, (total_time * 1000)::float8 AS total_us
+       FROM pg_stat_user_functions WHERE calls > 0 ORDER BY self_time DESC LIMIT 12`,
+  );
+  const us = (x: number) => per(x).toFixed(1).padStart(8);
+  return [
+    `      statements (nested included), the largest: ${'calls'.padStart(7)} ${'exec µs'.padStart(8)} ${'plan µs'.padStart(8)}  a msg; plans/calls`,
+    ...statements.rows.map((r) => `        ${per(r.calls).toFixed(2).padStart(47)} ${us(r.exec_us)} ${us(r.plan_us)}  ${(r.plans / Math.max(1, r.calls)).toFixed(2)}  ${r.query}`),
+    // A backend reports its function counters at most once a second, so those of the last second
+    // may be missing: a function's time is said per call, which holds for those reported.
+    `      functions, by their own time, per call: ${'calls'.padStart(10)} ${'self µs'.padStart(8)} ${'total µs'.padStart(8)}`,
+    ...functions.rows.map((r) => `        ${String(r.name).padEnd(40)} ${String(r.calls).padStart(9)} ${(r.self_us / r.calls).toFixed(1).padStart(8)} ${(r.total_us / r.calls).toFixed(1).padStart(8)}`),
+  ];
+}
+
 // ---------------------------------------------------------------- main
 async function main(): Promise<void> {
   const lanes = ALL_LANES.filter((l) => LANES.some((p) => l.name.startsWith(p)));
@@ -477,7 +524,7 @@ async function main(): Promise<void> {
   if (lanes.some((l) => l.name === 'ack') && !lanes.some((l) => l.name === 'pop')) lanes.unshift(ALL_LANES.find((l) => l.name === 'pop')!);
   const loadStart = loadAverage();
   out(`bench:log  ${new Date().toISOString()}  load average at start ${loadStart}`);
-  const server = await benchDatabase('log');
+  const server = await benchDatabase('log', PROFILE ? { settings: PROFILE_SETTINGS } : {});
   const serverUrl = server.url.replace(/\/[^/?]+(\?|$)/, '/postgres$1');
   // The run's own server: no autovacuum, whose passes over either database would land in whichever
   // stretch was running (the tables are vacuumed once, after the load).
@@ -491,6 +538,11 @@ async function main(): Promise<void> {
       if (ref) await overlay(url, ref);
       const admin = new Pool({ connectionString: url, max: 2 });
       if (WAL) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+      if (PROFILE) {
+        await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements').catch((err) => {
+          throw new Error(`--profile needs pg_stat_statements in the server's shared_preload_libraries (${err.message})`);
+        });
+      }
       dbs.push({ label, url, cell, admin, ...(await load(admin)) });
     }
     const pgVersion = (await dbs[0].admin.query('SHOW server_version')).rows[0].server_version;
@@ -503,6 +555,7 @@ async function main(): Promise<void> {
       const sides = dbs.flatMap((db) => Object.entries(lane.sides).map(([side, make]) => ({ key: `${side}${db.label === 'now' ? '' : ` ${db.label}`}`, side, db, make })));
       const got = new Map<string, Stretch[]>(sides.map((s) => [s.key, []]));
       const breakdown = new Map<string, string[]>();
+      const profiles = new Map<string, string[]>();
       if (lane.name !== 'ack') for (const s of sides) await stretch(s.db, server.postmasterPid, await s.make(s.db, `${s.side}-warm-${lane.name}`), WARM_S);
       for (let r = 0; r < ROUNDS; r++) {
         const order = sides.map((_, i) => sides[(i + r) % sides.length]);
@@ -511,6 +564,7 @@ async function main(): Promise<void> {
           got.get(s.key)!.push(x);
           // Read before the next stretch's CHECKPOINT recycles the segments.
           if (WAL && r === ROUNDS - 1) breakdown.set(s.key, await walBreakdown(s.db, x));
+          if (x.profile && r === ROUNDS - 1) profiles.set(s.key, x.profile);
         }
       }
       out(`${lane.name}`);
@@ -549,6 +603,10 @@ async function main(): Promise<void> {
           out(`    WAL of ${s.key}, last round, by record type and relation, per message:`);
           for (const line of breakdown.get(s.key) ?? []) out(line);
         }
+      }
+      for (const [key, lines] of profiles) {
+        out(`    PostgreSQL time of ${key}, last round, per message (--profile):`);
+        for (const line of lines) out(line);
       }
       out();
     }

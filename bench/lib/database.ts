@@ -27,10 +27,11 @@ async function onServer(url: string, statement: string): Promise<void> {
   }
 }
 
-export async function benchDatabase(prefix: string, o: { serverUrl?: string; schema?: boolean } = {}): Promise<BenchDatabase> {
+/** `settings`: extra server settings, for the embedded server only (DATABASE_URL's is as it is). */
+export async function benchDatabase(prefix: string, o: { serverUrl?: string; schema?: boolean; settings?: Record<string, string> } = {}): Promise<BenchDatabase> {
   let serverUrl = 'serverUrl' in o ? o.serverUrl : process.env.DATABASE_URL;
   const dir = serverUrl ? undefined : fs.mkdtempSync(path.join(os.tmpdir(), `queen-bench-${prefix}-`));
-  const embedded = dir ? await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort(), throwaway: true }) : undefined;
+  const embedded = dir ? await startEmbeddedPostgres({ dataDir: path.join(dir, 'data'), port: await freePort(), throwaway: true, settings: o.settings }) : undefined;
   serverUrl = embedded?.url ?? serverUrl!;
   const name = `queen_bench_${prefix}_${Date.now().toString(36)}`;
   await onServer(serverUrl, `CREATE DATABASE ${name}`);
