@@ -12,7 +12,7 @@
 // BENCH_FLOOD (reads,writes: the lanes to run), BENCH_API_ARGS (node flags for the API, e.g.
 // `--cpu-prof --cpu-prof-dir=DIR`), BENCH_KV_PAUSED (1: KV paused during the floods, so every flood
 // call is refused at the first rung).
-// Needs POST /api/v1/push (branch `log`); on a build without it, it says so and exits 2.
+// Needs POST /api/v1/push; on a build from before the message log, it says so and exits 2.
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';

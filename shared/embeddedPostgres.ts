@@ -330,7 +330,7 @@ const ORPHAN_GRACE_MS = 2000;
  * memory attached until it notices; one busy in a statement (a loop never waits, so never looks)
  * keeps it for the statement's whole run. Every start meanwhile failed "pre-existing shared memory
  * block is still in use", and the restart's doubling back-off (0.5, 1, 2, 4 s...) turned a wait
- * of a few seconds into 8 (issue #28 item 6), and a statement without a limit into a cell that
+ * of a few seconds into 8, and a statement without a limit into a cell that
  * gave up. Called once no live postmaster holds the folder (after clearStaleLock), so every postgres
  * process still working in it is such an orphan: each gets SIGQUIT, what a postmaster sends its
  * children when one of them crashed (exit at once; crash recovery rolls back what was not

@@ -52,16 +52,38 @@ test('every code the cell can answer is in the table: each ApiError the TypeScri
   expect([...raised].filter(([code]) => !codes.has(code)).map(([code, file]) => `${code} (${file})`)).toEqual([]);
 });
 
-test('every relative link in the README, CONTRIBUTING and docs resolves to a file in the repository', () => {
+// The anchors a Markdown page's headings make, as GitHub makes them: lower case, punctuation
+// dropped, each space a hyphen, and a repeated heading numbered from -1.
+function anchors(text: string): Set<string> {
+  const seen = new Map<string, number>();
+  const out = new Set<string>();
+  let fenced = false;
+  for (const line of text.split('\n')) {
+    if (/^(```|~~~)/.test(line)) fenced = !fenced;
+    const heading = fenced ? null : /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line);
+    if (!heading) continue;
+    const slug = heading[1].toLowerCase().replace(/[^\p{L}\p{N}\p{M}\p{Pc} -]/gu, '').replace(/ /g, '-');
+    const n = seen.get(slug) ?? 0;
+    seen.set(slug, n + 1);
+    out.add(n ? `${slug}-${n}` : slug);
+  }
+  return out;
+}
+
+test('every relative link in the README, CONTRIBUTING and docs resolves to a file in the repository, and its #anchor to a heading of that page', () => {
   expect(markdown.length).toBeGreaterThan(5);
   const broken: string[] = [];
   for (const file of markdown) {
     const text = fs.readFileSync(file, 'utf8');
     for (const m of text.matchAll(/\]\(([^)\s]+)\)/g)) {
       const target = m[1];
-      if (/^[a-z]+:/i.test(target) || target.startsWith('#')) continue;
-      const resolved = path.resolve(path.dirname(file), target.split('#')[0]);
+      if (/^[a-z]+:/i.test(target)) continue;
+      const [page, anchor] = target.split('#');
+      const resolved = page ? path.resolve(path.dirname(file), page) : file;
       if (!fs.existsSync(resolved)) broken.push(`${rel(file)} -> ${target}`);
+      else if (anchor !== undefined && resolved.endsWith('.md') && !anchors(fs.readFileSync(resolved, 'utf8')).has(anchor)) {
+        broken.push(`${rel(file)} -> ${target} (no such heading)`);
+      }
     }
   }
   expect(broken).toEqual([]);
@@ -77,8 +99,9 @@ test('the README is the front door: short, with the two set-up commands and a li
 });
 
 test('nothing in the repository points at documents a clone does not have', () => {
-  // The contract's documents by name, and the prose ways of pointing at them.
-  const outside = /SPEC section|SPEC\.md|shared\/spec\/|STYLE\.md|\bseeds\b|\bthe (operations )?seeds?\b|kv-(routes|state)\.md|queen-wire\.md|\bthe (KV )?design\b|\bthe issue\b/i;
+  // The contract's documents by name, and the prose ways of pointing at them: in docs, and in the
+  // comments of sql/, test/ and bench/ alike (every text file is read).
+  const outside = /SPEC section|SPEC\.md|shared\/spec\/|STYLE\.md|\bseeds\b|\bthe (operations )?seeds?\b|\bkv-[a-z-]+\.md\b|queen-wire\.md|\bthe (KV )?design\b|\bthe issue\b|\bissue #?\d+/i;
   const text = /\.(ts|js|sql|md|ya?ml|json|sh|txt)$|(^|\/)(Procfile|run)$/;
   const self = 'test/docs/docs.test.ts';
   const offenders = walk(ROOT)

@@ -153,8 +153,8 @@ test('expect written as a whole number with a fraction part (12.0, 0.0) is that 
   expect(await h.row('m', 'dotzero')).toBeNull();
 });
 
-// kv-internals.md: the version comes from a sequence, not version + 1, so that "a key that expired,
-// was pruned and was written again" cannot re-issue a version a long-lived holder still carries.
+// The version comes from a sequence, not version + 1 (sql/migrations/024_kv.sql), so that a key that
+// expired, was pruned and was written again cannot re-issue a version a long-lived holder still carries.
 test('a holder of an old lineage\'s version never fences the new lineage: after a delete, or an expiry and a prune, and re-creation', async () => {
   // Deleted and re-created.
   const old = await h.one({ op: 'put', ns: 'm', key: 'lineage-d', value: 'first', forever: true });

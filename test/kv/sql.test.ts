@@ -1,5 +1,5 @@
 // SQL-level: the pure helpers kv_live_v1 / kv_ver_v1, kv_apply_at_v1 with a chosen `now` (expiry
-// tested without sleeping), and the catalog: queen.kv exactly as kv-internals.md has it.
+// tested without sleeping), and the catalog: queen.kv exactly as sql/migrations/024_kv.sql creates it.
 import { useDatabase } from '../support/database';
 
 const db = useDatabase({ client: true });
@@ -141,7 +141,7 @@ describe('kv_apply_at_v1 at a chosen instant', () => {
 });
 
 describe('the catalog', () => {
-  test('queen.kv has exactly the columns of kv-internals.md, both names COLLATE "C", shard generated', async () => {
+  test('queen.kv has exactly the columns of its migration, both names COLLATE "C", shard generated', async () => {
     const { rows } = await db.client.query(
       `SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull AS notnull,
               coalesce(co.collname, '') AS collation, a.attgenerated AS generated,
