@@ -90,131 +90,6 @@ BEGIN
                             'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
 END $$;
 
--- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
---   not_found      no message with this transactionId in this partition of the tenant's;
---   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
---                  under the current lease and awaits redelivery;
---   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
---                  superseded by another consumer's lease when the ack names its leaseId (a
---                  zombie); an ack that names a leaseId is fenced by it;
---   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
---                  or popped into a lease that has since been released by its other acks).
--- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
--- pass the leaseId to be fenced against your own expired lease.
---
--- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
--- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
--- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
--- The lease is released as soon as every message it holds is settled. A lease that expires first
--- counts too: each message it held and had not settled takes one failure, with the same dead
--- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
--- an ack never does that counting, it only answers lease_expired.
---
--- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
--- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
-CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_pid UUID := (a->>'partitionId')::uuid;
-  v_group TEXT := a->>'consumerGroup';
-  v_lease UUID := (a->>'leaseId')::uuid;
-  v_seq BIGINT;
-  v_pc queen.partition_consumers;
-  v_retry_limit INT;
-  v_failures INT;
-  v_reason TEXT;
-  v_now TIMESTAMPTZ := clock_timestamp();
-  v_dead BOOLEAN := false;
-  v_finished BOOLEAN := false;
-BEGIN
-  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
-  SELECT m.seq INTO v_seq FROM queen.messages m
-    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
-  IF v_seq IS NULL THEN
-    v_reason := 'not_found';
-  ELSE
-    SELECT * INTO v_pc FROM queen.partition_consumers c
-     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
-    IF v_pc.partition_id IS NULL THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
-      v_reason := 'already_acked';
-    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
-      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
-            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
-      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
-      v_reason := 'lease_expired';
-    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
-      v_reason := 'already_acked';
-    END IF;
-  END IF;
-
-  IF v_reason IS NOT NULL THEN
-    IF p_raise THEN
-      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
-        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
-    END IF;
-    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
-    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
-      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
-  END IF;
-
-  IF a->>'status' = 'completed' THEN
-    v_finished := true;
-    v_pc.completed := v_pc.completed + 1;
-  ELSE
-    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
-    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
-    VALUES (v_pid, v_group, v_seq, 1, v_now)
-    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
-    RETURNING failures INTO v_failures;
-    v_pc.failures := v_pc.failures + 1;
-    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
-    IF coalesce(a->>'error', '') <> '' THEN
-      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
-      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
-      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
-    END IF;
-    IF v_failures > v_retry_limit THEN
-      UPDATE queen.message_failures SET dead_lettered_at = v_now
-       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
-      v_dead := true;
-      v_finished := true;
-      v_pc.dead_letters := v_pc.dead_letters + 1;
-    ELSE
-      v_pc.lease_failed := v_pc.lease_failed || v_seq;
-    END IF;
-  END IF;
-
-  IF v_finished THEN
-    IF v_seq = v_pc.cursor_seq + 1 THEN
-      v_pc.cursor_seq := v_seq;
-      -- Fold in what was finished ahead of the gap that just closed.
-      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
-        v_pc.cursor_seq := v_pc.cursor_seq + 1;
-        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
-      END LOOP;
-    ELSE
-      v_pc.done_seqs := v_pc.done_seqs || v_seq;
-    END IF;
-  END IF;
-
-  v_pc := queen.log_release_settled_v1(v_pc);
-
-  UPDATE queen.partition_consumers
-     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
-         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
-         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
-   WHERE partition_id = v_pid AND consumer_group = v_group;
-
-  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
-    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
-END $$;
-
 -- An ack batch's acks (1 to 1000 of them), each validated and normalized by queen.log_check_ack_v1
 -- (named by its index when there are two or more), in request order: the first step of
 -- queen.log_ack_batch_v1 and _v2.
@@ -639,18 +514,43 @@ LANGUAGE sql STABLE AS $$
                   WHERE s.partition_id = p_pid AND s.consumer_group = p_group AND s.shared_id = p_shared AND s.lease_id = p_lease)
 $$;
 
--- queen.log_ack_one_v1's decision with the queue's retryDelay (a `failed` ack that leaves the
--- message for redelivery holds the group's partition back, queen.consumer_retry_at, for the
--- delay), taken on the group's row as the caller holds it in memory: `p_pc` is the row as the acks
--- before this one in the same call left it (read under its lock), or NULL, and then it is read here
--- FOR NO KEY UPDATE as v1 reads it. Nothing is written to queen.partition_consumers: the answer,
--- the row as this ack leaves it (o_pc, NULL when the row was never read), and whether the ack
--- applied (o_applied: o_pc must be written, queen.log_ack_write_v1). Why: a batch of ten acks of
--- one lease wrote the row ten times, nine of them a fresh version to lock again and a foreign-key
--- check of partitions (the row's xmin was this transaction's); now once (npm run bench:log, ack:
--- bench/README.md).
-CREATE OR REPLACE FUNCTION queen.log_ack_step_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN, p_pc queen.partition_consumers,
-  OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
+-- One ack, already validated (log_check_ack_v1), decided on the group's row. The cases, in the order
+-- they are decided:
+--   not_found      no message with this transactionId in this partition of the tenant's;
+--   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
+--                  under the current lease and awaits redelivery;
+--   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
+--                  superseded by another consumer's lease when the ack names its leaseId (a
+--                  zombie); an ack that names a leaseId is fenced by it;
+--   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
+--                  or popped into a lease that has since been released by its other acks).
+-- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
+-- pass the leaseId to be fenced against your own expired lease.
+--
+-- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
+-- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
+-- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
+-- The lease is released as soon as every message it holds is settled. A lease that expires first
+-- counts too: each message it held and had not settled takes one failure, with the same dead
+-- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
+-- an ack never does that counting, it only answers lease_expired.
+--
+-- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
+-- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
+--
+-- p_v2 false is queen.log_ack_one_v1, 0.1.0's ack, with its reads, locks and writes: the row read
+-- FOR NO KEY UPDATE and written here, updated_at with it. p_v2 adds the queue's retryDelay (a `failed` ack
+-- that leaves the message for redelivery holds the group's partition back,
+-- queen.consumer_retry_at, for the delay) and takes the decision on the group's row as the caller
+-- holds it in memory: `p_pc` is the row as the acks before this one in the same call left it (read
+-- under its lock), or NULL, and then it is read here FOR NO KEY UPDATE as v1 reads it. Nothing is
+-- then written to queen.partition_consumers: the answer, the row as this ack leaves it (o_pc, NULL
+-- when the row was never read), and whether the ack applied (o_applied: o_pc must be written,
+-- queen.log_ack_write_v1). Why: a batch of ten acks of one lease wrote the row ten times, nine of
+-- them a fresh version to lock again and a foreign-key check of partitions (the row's xmin was this
+-- transaction's); now once (npm run bench:log, ack: bench/README.md).
+CREATE OR REPLACE FUNCTION queen.log_ack_step_of_v1(p_v2 BOOLEAN, p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN,
+  p_pc queen.partition_consumers, OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID := (a->>'partitionId')::uuid;
@@ -714,9 +614,15 @@ BEGIN
     v_finished := true;
     v_pc.completed := v_pc.completed + 1;
   ELSE
-    SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
-      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
-     WHERE p.id = v_pid;
+    IF p_v2 THEN
+      SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+       WHERE p.id = v_pid;
+    ELSE
+      -- 0.1.0 reads no queue option: no retryDelay, so no gate below.
+      SELECT q.retry_limit, 0, 0 INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    END IF;
     INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
     VALUES (v_pid, v_group, v_seq, 1, v_now)
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
@@ -760,13 +666,27 @@ BEGIN
   END IF;
 
   v_pc := queen.log_release_settled_v1(v_pc);
+  IF NOT p_v2 THEN
+    UPDATE queen.partition_consumers
+       SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+           lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+           completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+     WHERE partition_id = v_pid AND consumer_group = v_group;
+  END IF;
   o_pc := v_pc;
   o_applied := true;
   o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- The group's row as queen.log_ack_step_v1 left it, written: the columns an ack changes (not
+-- 0.1.0's ack (queen.log_ack_step_of_v1 without p_v2: the row read and written at each ack). A SQL
+-- function the planner inlines into the caller's expression.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT (queen.log_ack_step_of_v1(false, p_tenant, a, p_index, p_raise, NULL::queen.partition_consumers)).o_answer
+$$;
+
+-- The group's row as queen.log_ack_step_of_v1 left it, written: the columns an ack changes (not
 -- updated_at: see queen.log_pop_of_v1).
 CREATE OR REPLACE FUNCTION queen.log_ack_write_v1(p_pc queen.partition_consumers) RETURNS VOID
 LANGUAGE plpgsql AS $$
@@ -778,13 +698,13 @@ BEGIN
    WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $$;
 
--- queen.log_ack_one_v1 with the queue's retryDelay (queen.log_ack_step_v1), its row written at once.
+-- queen.log_ack_one_v1 with the queue's retryDelay (queen.log_ack_step_of_v1), its row written at once.
 CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   s RECORD;
 BEGIN
-  SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, a, p_index, p_raise, NULL);
+  SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, a, p_index, p_raise, NULL);
   IF s.o_applied THEN PERFORM queen.log_ack_write_v1(s.o_pc); END IF;
   RETURN s.o_answer;
 END $$;
@@ -793,7 +713,7 @@ END $$;
 -- through its step), every one `completed`, of one group's row (one partitionId and
 -- consumerGroup), under one live lease (the same leaseId in each, or none in any), distinct
 -- messages, each held by that lease and not yet settled. What
--- queen.log_ack_step_v1 would decide for each is then known in advance (applied, no dead letter),
+-- queen.log_ack_step_of_v1 would decide for each is then known in advance (applied, no dead letter),
 -- and the row moves once: the cursor past every message it can now pass, the rest recorded ahead
 -- of it, the lease released when nothing it holds is left. Answers exactly what the steps would,
 -- or NULL for anything else (a failed ack, a second row, a shared lease, a message not found or not
@@ -891,7 +811,7 @@ BEGIN
   FOR i IN 1 .. v_n LOOP
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
     v_at := array_position(v_keys, v_key);
-    SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
+    SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
     IF v_at IS NOT NULL THEN
       v_rows[v_at] := s.o_pc;
       v_dirty[v_at] := v_dirty[v_at] OR s.o_applied;

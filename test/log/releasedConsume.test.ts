@@ -101,6 +101,11 @@ test('log_ack_batch_v1 (one row write an ack) answers and leaves the rows as log
   expect(answers[1]).toEqual(answers[2]);
   expect(await settled('rel-ack-v1')).toEqual(await settled('rel-ack-v2'));
   expect(await settled('rel-ack-v1')).toMatchObject({ cursor: 5, released: true, completed: 4, failures: 1, dead_letters: 1, texts: ['boom'] });
+  // v1's acks write the row's updated_at (after the lease's instant, which v1's pop wrote there); v2's leave it.
+  const { rows: stamped } = await api.pool.query(
+    `SELECT q.name, c.updated_at > c.last_leased_at AS later FROM queen.partition_consumers c
+       JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name LIKE 'rel-ack-v%' ORDER BY 1`);
+  expect(stamped).toEqual([{ name: 'rel-ack-v1', later: true }, { name: 'rel-ack-v2', later: false }]);
 
   const refused = await api.pool.query(`SELECT queen.log_ack_batch_v1($1::uuid, $2::jsonb, true)`, [DEFAULT_TENANT, JSON.stringify([ackOf(sample!), { ...ackOf(sample!), transactionId: 'no-such-message' }])])
     .then(() => null, (e) => e);
