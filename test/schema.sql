@@ -1528,25 +1528,7 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant uuid, p_body jso
 AS $function$
   SELECT queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false)
 $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_norm JSONB[];
-  v_out JSONB[] := '{}';
-  v_n INT;
-  i INT;
-BEGIN
-  v_norm := queen.log_check_acks_v1(p_acks);
-  v_n := cardinality(v_norm);
-  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
-  FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
-  END LOOP;
-  RETURN to_jsonb(v_out);
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_of_v1(p_v2 boolean, p_tenant uuid, p_acks jsonb, p_raise boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1564,13 +1546,21 @@ DECLARE
   i INT;
   v_fast JSONB;
 BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   v_norm := queen.log_check_acks_v1(p_acks);
   v_n := cardinality(v_norm);
-  v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
-  IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
+  IF p_v2 THEN
+    v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
+    IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
+  END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
+    IF NOT p_v2 THEN
+      v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+      CONTINUE;
+    END IF;
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
     v_at := array_position(v_keys, v_key);
     SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
@@ -1589,6 +1579,18 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_ack_batch_of_v1(false, p_tenant, p_acks, p_raise)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_ack_batch_of_v1(true, p_tenant, p_acks, p_raise)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_fast_v1(p_tenant uuid, p_norm jsonb[])
  RETURNS jsonb
  LANGUAGE plpgsql

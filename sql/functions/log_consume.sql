@@ -112,21 +112,9 @@ END $$;
 -- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
 -- is one element per ack.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_norm JSONB[];
-  v_out JSONB[] := '{}';
-  v_n INT;
-  i INT;
-BEGIN
-  v_norm := queen.log_check_acks_v1(p_acks);
-  v_n := cardinality(v_norm);
-  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
-  FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
-  END LOOP;
-  RETURN to_jsonb(v_out);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_of_v1(false, p_tenant, p_acks, p_raise)
+$$;
 
 -- POST /api/v1/ack/batch's body: {acknowledgments: [...], consumerGroup?}, answered as the
 -- acknowledgments it names. A body-level consumerGroup (a string) is the group of every
@@ -783,10 +771,13 @@ BEGIN
             FROM unnest(p_norm) WITH ORDINALITY t(a, i));
 END $$;
 
--- queen.log_ack_batch_v1 with queen.log_ack_one_v2's decisions, in request order, each group's row
--- kept in memory from one ack to the next and written once at the end (the answers and the rows
--- as one queen.log_ack_one_v2 per ack leaves them: each ack sees what the ones before it did).
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+-- The ack batch of both generations: p_v2 false is queen.log_ack_batch_v1 (0.1.0's: each ack
+-- through queen.log_ack_one_v1, its row read and written at each ack); p_v2 is queen.log_ack_batch_v2:
+-- a moving tenant refused first, the fast path (queen.log_ack_fast_v1), and else
+-- queen.log_ack_one_v2's decisions, in request order, each group's row kept in memory from one ack
+-- to the next and written once at the end (the answers and the rows as one queen.log_ack_one_v2 per
+-- ack leaves them: each ack sees what the ones before it did).
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_of_v1(p_v2 BOOLEAN, p_tenant UUID, p_acks JSONB, p_raise BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[];
@@ -802,13 +793,21 @@ DECLARE
   i INT;
   v_fast JSONB;
 BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   v_norm := queen.log_check_acks_v1(p_acks);
   v_n := cardinality(v_norm);
-  v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
-  IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
+  IF p_v2 THEN
+    v_fast := queen.log_ack_fast_v1(p_tenant, v_norm);
+    IF v_fast IS NOT NULL THEN RETURN v_fast; END IF;
+  END IF;
   PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
   FOR i IN 1 .. v_n LOOP
+    IF NOT p_v2 THEN
+      v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+      CONTINUE;
+    END IF;
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
     v_at := array_position(v_keys, v_key);
     SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
@@ -827,6 +826,12 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $$;
+
+-- The ack batch (queen.log_ack_batch_of_v1 with p_v2), a SQL call inlined into its statement.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_of_v1(true, p_tenant, p_acks, p_raise)
+$$;
 
 -- queen.log_ack_batch_body_v1 through queen.log_ack_batch_v2.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB

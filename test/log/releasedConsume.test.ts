@@ -118,7 +118,7 @@ async function popOne(version: 1 | 2, queue: string, group: string, tenant = DEF
     .then(({ rows }) => rows[0].m, (e) => ({ raised: e.code, message: e.message }));
 }
 
-test('log_pop_v1 answers 0.1.0\'s keys (no trace context, no sealed mark), writes the row\'s updated_at and is not refused for a moving tenant', async () => {
+test('log_pop_v1 answers 0.1.0\'s keys (no trace context, no sealed mark) and writes the row\'s updated_at; it and log_ack_batch_v1 are not refused for a moving tenant', async () => {
   await seed('rel-keys', 1);
   // The message as a traced push and an encrypting queue leave it: v2 answers both, v1 neither.
   await api.pool.query(
@@ -146,7 +146,13 @@ test('log_pop_v1 answers 0.1.0\'s keys (no trace context, no sealed mark), write
   await api.pool.query(`INSERT INTO queen.tenant_moves (tenant_id, role, peer, step) VALUES ($1, 'source', 'http://peer', 'paused')`, [moving]);
   try {
     expect(await popOne(2, 'rel-moving', 'g', moving)).toEqual({ raised: 'QK400', message: 'tenant_moving' });
-    expect((await popOne(1, 'rel-moving', 'g', moving)).map((m: Message) => m.transactionId)).toEqual(['rel-moving-1']);
+    const leased: Message[] = await popOne(1, 'rel-moving', 'g', moving);
+    expect(leased.map((m) => m.transactionId)).toEqual(['rel-moving-1']);
+    // Its ack likewise: v2's batch refuses the moving tenant, 0.1.0's applies it.
+    const ackBatch = (version: 1 | 2) => api.pool.query(`SELECT queen.log_ack_batch_v${version}($1::uuid, $2::jsonb, false) AS r`, [moving, JSON.stringify([ackOf(leased[0])])])
+      .then(({ rows }) => rows[0].r.map((a: any) => a.ok), (e) => ({ raised: e.code, message: e.message }));
+    expect(await ackBatch(2)).toEqual({ raised: 'QK400', message: 'tenant_moving' });
+    expect(await ackBatch(1)).toEqual([true]);
   } finally {
     await api.pool.query(`DELETE FROM queen.tenant_moves WHERE tenant_id = $1`, [moving]);
   }
