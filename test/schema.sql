@@ -1528,25 +1528,7 @@ CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant uuid, p_body jso
 AS $function$
   SELECT queen.log_ack_batch_v2(p_tenant, queen.log_body_acks_v1(p_body), false)
 $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_norm JSONB[];
-  v_out JSONB[] := '{}';
-  v_n INT;
-  i INT;
-BEGIN
-  v_norm := queen.log_check_acks_v1(p_acks);
-  v_n := cardinality(v_norm);
-  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
-  FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
-  END LOOP;
-  RETURN to_jsonb(v_out);
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_of_v1(p_v2 boolean, p_tenant uuid, p_acks jsonb, p_raise boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -1564,6 +1546,16 @@ DECLARE
   i INT;
   v_fast JSONB;
 BEGIN
+  -- 0.1.0's batch first, so that v2 tests its flag once (each test is an expression set up at every
+  -- transaction).
+  IF NOT p_v2 THEN
+    v_norm := queen.log_check_acks_v1(p_acks);
+    PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
+    FOR i IN 1 .. cardinality(v_norm) LOOP
+      v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+    END LOOP;
+    RETURN to_jsonb(v_out);
+  END IF;
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   v_norm := queen.log_check_acks_v1(p_acks);
   v_n := cardinality(v_norm);
@@ -1573,7 +1565,7 @@ BEGIN
   FOR i IN 1 .. v_n LOOP
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
     v_at := array_position(v_keys, v_key);
-    SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
+    SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
     IF v_at IS NOT NULL THEN
       v_rows[v_at] := s.o_pc;
       v_dirty[v_at] := v_dirty[v_at] OR s.o_applied;
@@ -1589,6 +1581,18 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_ack_batch_of_v1(false, p_tenant, p_acks, p_raise)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant uuid, p_acks jsonb, p_raise boolean DEFAULT false)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_ack_batch_of_v1(true, p_tenant, p_acks, p_raise)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_fast_v1(p_tenant uuid, p_norm jsonb[])
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1653,108 +1657,10 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant uuid, a jsonb, p_index integer, p_raise boolean)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  v_pid UUID := (a->>'partitionId')::uuid;
-  v_group TEXT := a->>'consumerGroup';
-  v_lease UUID := (a->>'leaseId')::uuid;
-  v_seq BIGINT;
-  v_pc queen.partition_consumers;
-  v_retry_limit INT;
-  v_failures INT;
-  v_reason TEXT;
-  v_now TIMESTAMPTZ := clock_timestamp();
-  v_dead BOOLEAN := false;
-  v_finished BOOLEAN := false;
-BEGIN
-  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
-  SELECT m.seq INTO v_seq FROM queen.messages m
-    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
-  IF v_seq IS NULL THEN
-    v_reason := 'not_found';
-  ELSE
-    SELECT * INTO v_pc FROM queen.partition_consumers c
-     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
-    IF v_pc.partition_id IS NULL THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
-      v_reason := 'already_acked';
-    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
-      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
-            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
-      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
-      v_reason := 'lease_expired';
-    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
-      v_reason := 'already_acked';
-    END IF;
-  END IF;
-
-  IF v_reason IS NOT NULL THEN
-    IF p_raise THEN
-      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
-        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
-    END IF;
-    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
-    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
-      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
-  END IF;
-
-  IF a->>'status' = 'completed' THEN
-    v_finished := true;
-    v_pc.completed := v_pc.completed + 1;
-  ELSE
-    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
-    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
-    VALUES (v_pid, v_group, v_seq, 1, v_now)
-    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
-    RETURNING failures INTO v_failures;
-    v_pc.failures := v_pc.failures + 1;
-    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
-    IF coalesce(a->>'error', '') <> '' THEN
-      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
-      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
-      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
-    END IF;
-    IF v_failures > v_retry_limit THEN
-      UPDATE queen.message_failures SET dead_lettered_at = v_now
-       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
-      v_dead := true;
-      v_finished := true;
-      v_pc.dead_letters := v_pc.dead_letters + 1;
-    ELSE
-      v_pc.lease_failed := v_pc.lease_failed || v_seq;
-    END IF;
-  END IF;
-
-  IF v_finished THEN
-    IF v_seq = v_pc.cursor_seq + 1 THEN
-      v_pc.cursor_seq := v_seq;
-      -- Fold in what was finished ahead of the gap that just closed.
-      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
-        v_pc.cursor_seq := v_pc.cursor_seq + 1;
-        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
-      END LOOP;
-    ELSE
-      v_pc.done_seqs := v_pc.done_seqs || v_seq;
-    END IF;
-  END IF;
-
-  v_pc := queen.log_release_settled_v1(v_pc);
-
-  UPDATE queen.partition_consumers
-     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
-         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
-         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
-   WHERE partition_id = v_pid AND consumer_group = v_group;
-
-  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
-    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
-END $function$
+  SELECT (queen.log_ack_step_of_v1(false, p_tenant, a, p_index, p_raise, NULL::queen.partition_consumers)).o_answer
+$function$
 CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant uuid, a jsonb, p_index integer, p_raise boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1762,11 +1668,11 @@ AS $function$
 DECLARE
   s RECORD;
 BEGIN
-  SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, a, p_index, p_raise, NULL);
+  SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, a, p_index, p_raise, NULL);
   IF s.o_applied THEN PERFORM queen.log_ack_write_v1(s.o_pc); END IF;
   RETURN s.o_answer;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_ack_step_v1(p_tenant uuid, a jsonb, p_index integer, p_raise boolean, p_pc queen.partition_consumers, OUT o_answer jsonb, OUT o_pc queen.partition_consumers, OUT o_applied boolean)
+CREATE OR REPLACE FUNCTION queen.log_ack_step_of_v1(p_v2 boolean, p_tenant uuid, a jsonb, p_index integer, p_raise boolean, p_pc queen.partition_consumers, OUT o_answer jsonb, OUT o_pc queen.partition_consumers, OUT o_applied boolean)
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
@@ -1832,9 +1738,15 @@ BEGIN
     v_finished := true;
     v_pc.completed := v_pc.completed + 1;
   ELSE
-    SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
-      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
-     WHERE p.id = v_pid;
+    IF p_v2 THEN
+      SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+       WHERE p.id = v_pid;
+    ELSE
+      -- 0.1.0 reads no queue option: no retryDelay, so no gate below.
+      SELECT q.retry_limit, 0, 0 INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    END IF;
     INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
     VALUES (v_pid, v_group, v_seq, 1, v_now)
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
@@ -1878,6 +1790,13 @@ BEGIN
   END IF;
 
   v_pc := queen.log_release_settled_v1(v_pc);
+  IF NOT p_v2 THEN
+    UPDATE queen.partition_consumers
+       SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+           lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+           completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+     WHERE partition_id = v_pid AND consumer_group = v_group;
+  END IF;
   o_pc := v_pc;
   o_applied := true;
   o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
@@ -2869,15 +2788,13 @@ BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch)
-                ELSE queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch) END;
+  v_out := queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, p_partition, p_group, p_batch);
   IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
   -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
   v_left := p_batch - jsonb_array_length(v_out);
   FOR v_turn IN 2..p_partitions LOOP
     EXIT WHEN v_left <= 0;
-    v_got := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left)
-                  ELSE queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left) END;
+    v_got := queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, NULL, p_group, v_left);
     EXIT WHEN jsonb_array_length(v_got) = 0;
     v_out := v_out || v_got;
     v_left := v_left - jsonb_array_length(v_got);
@@ -2932,7 +2849,7 @@ BEGIN
   END LOOP;
   RETURN v_out;
 END $function$
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
+CREATE OR REPLACE FUNCTION queen.log_pop_of_v1(p_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
  RETURNS jsonb
  LANGUAGE plpgsql
 AS $function$
@@ -2942,6 +2859,7 @@ DECLARE
   v_partition_id UUID;
   v_pc queen.partition_consumers;
   v_seqs BIGINT[];
+  v_out JSONB;
   v_lease UUID;
   v_now TIMESTAMPTZ;
   v_expires TIMESTAMPTZ;
@@ -2951,7 +2869,12 @@ DECLARE
   v_window INT := 0;
   v_due_by TIMESTAMPTZ := 'infinity';
   v_quiet_by TIMESTAMPTZ := 'infinity';
+  v_retry_gate BOOLEAN := false;
+  v_plan_mode TEXT;
 BEGIN
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -2965,14 +2888,23 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  -- The queue and its delays (queen.queue_delays, below), in one statement.
-  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer INTO v_found
-    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  -- The queue and its delays (queen.queue_delays, below), in one statement; v2's with its retry gate.
+  IF p_v2 THEN
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
+           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
+      FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  ELSE
+    -- 0.1.0 reads no queue option: no gate (the same row type as v2's, so v_found's fields keep their plans).
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate INTO v_found
+      FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  END IF;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
   v_queue := v_found.queue;
   v_delay := v_found.delay;
   v_window := v_found.window_buffer;
+  v_retry_gate := v_found.retry_gate;
   IF p_partition IS NOT NULL THEN
     SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
@@ -3000,163 +2932,10 @@ BEGIN
   -- finished, and a message is never deleted but with its queue) is due.
   IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
   IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
-  LOOP
-    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
-    -- keeps the plan it had before they existed.
-    IF v_delay = 0 AND v_window = 0 THEN
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    ELSE
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    END IF;
-    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
-
-    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
-    -- handed out again: this is where its expiry is noticed, and clearing it in the same
-    -- transaction is what makes it count once.
-    v_lapsed := v_pc.lease_id IS NOT NULL;
-    IF v_lapsed THEN
-      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
-      SELECT c.* INTO v_pc FROM queen.partition_consumers c
-       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
-    END IF;
-
-    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
-    -- not yet due.
-    IF v_due_by = 'infinity' THEN
-      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-        SELECT m.seq FROM queen.messages m
-         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-         ORDER BY m.seq LIMIT p_batch
-      ) s;
-    ELSE
-      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
-          SELECT m.seq, m.created_at FROM queen.messages m
-           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-           ORDER BY m.seq LIMIT p_batch
-        ) n
-      ) s WHERE s.due;
-    END IF;
-    EXIT WHEN v_seqs IS NOT NULL;
-    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
-    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
-    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
-  END LOOP;
-
-  v_lease := gen_random_uuid();
-  v_expires := v_now + make_interval(secs => v_queue.lease_time);
-  UPDATE queen.partition_consumers
-     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
-         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
-   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
-
-  RETURN (
-    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
-    SELECT jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
-             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
-             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
-             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
-             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
-      FROM queen.messages m
-      JOIN queen.partitions p ON p.id = m.partition_id
-      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
-     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
-END $function$
-CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
- RETURNS jsonb
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_queue queen.queues;
-  v_partition_id UUID;
-  v_pc queen.partition_consumers;
-  v_seqs BIGINT[];
-  v_out JSONB;
-  v_lease UUID;
-  v_now TIMESTAMPTZ;
-  v_expires TIMESTAMPTZ;
-  v_lapsed BOOLEAN;
-  v_found RECORD;
-  v_delay INT := 0;
-  v_window INT := 0;
-  v_due_by TIMESTAMPTZ := 'infinity';
-  v_quiet_by TIMESTAMPTZ := 'infinity';
-  v_retry_gate BOOLEAN := false;
-  v_plan_mode TEXT;
-BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
-    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
-  END IF;
-
-  -- The queue and its delays (queen.queue_delays, below), in one statement.
-  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-         coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
-    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
-  v_queue := v_found.queue;
-  v_delay := v_found.delay;
-  v_window := v_found.window_buffer;
-  v_retry_gate := v_found.retry_gate;
-  IF p_partition IS NOT NULL THEN
-    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
-    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
-  END IF;
-
-  -- The group's row per partition, created on first sight; locked as in queen.log_pop_v1 (a pop
-  -- racing its queue's delete).
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-  SELECT p.id, v_group FROM queen.partitions p
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
-
-  v_now := clock_timestamp();
-  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
-  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
-  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
-  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
-  -- finished, and a message is never deleted but with its queue) is due.
-  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
-  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   LOOP
     -- Two statements rather than one with both conditions: a queue without delays (the common pop)
-    -- keeps the plan it had before they existed.
+    -- keeps the plan it had before they existed. v1 has no gate, so takes the first or the last.
     IF v_delay = 0 AND v_window = 0 AND NOT v_retry_gate THEN
       SELECT c.* INTO v_pc
         FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
@@ -3212,54 +2991,105 @@ BEGIN
     END IF;
 
     -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
-    -- not yet due. The answer is built from the same rows, read once in (partition_id, seq) order:
-    -- a second read of the batch by its seqs (seq = ANY) went, under a session's cached generic
-    -- plan, through the partition's transactionId index and filtered the partition's whole history
-    -- (test/log/popCost.test.ts).
-    v_lease := queen.log_lease_id_v1(v_pc.partition_id);
-    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
-    -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
-    -- Each row's failures and sealed mark are a probe by key, and the partition's name one read:
-    -- the statement runs under its generic plan (planned once a session, not at every pop: the
-    -- planner put about 500 µs into it each time, since a LIMIT of a parameter makes the generic
-    -- plan look dearer than any custom one), and a plan of probes stays a plan of probes.
-    v_plan_mode := current_setting('plan_cache_mode');
-    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
-    SELECT array_agg(n.seq ORDER BY n.seq), jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(n.partition_id, n.seq), 'transactionId', n.transaction_id, 'traceId', n.trace_id,
-             'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
-             'data', n.payload, 'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
-             'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
-             'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
-             'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
-             'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
-                                      WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
-           -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
-           || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
-                   THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY n.seq)
-      INTO v_seqs, v_out
-      FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
-              SELECT m.* FROM queen.messages m
-               WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-               ORDER BY m.seq LIMIT p_batch) m) n
-     WHERE n.due;
-    PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+    -- not yet due.
+    IF p_v2 THEN
+      -- The answer is built from the same rows, read once in (partition_id, seq) order: a second
+      -- read of the batch by its seqs (seq = ANY, v1's below) went, under a session's cached generic
+      -- plan, through the partition's transactionId index and filtered the partition's whole history
+      -- (test/log/popCost.test.ts).
+      v_lease := queen.log_lease_id_v1(v_pc.partition_id);
+      -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+      -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
+      -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
+      -- Each row's failures and sealed mark are a probe by key, and the partition's name one read:
+      -- the statement runs under its generic plan (planned once a session, not at every pop: the
+      -- planner put about 500 µs into it each time, since a LIMIT of a parameter makes the generic
+      -- plan look dearer than any custom one), and a plan of probes stays a plan of probes.
+      v_plan_mode := current_setting('plan_cache_mode');
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+      SELECT array_agg(n.seq ORDER BY n.seq), jsonb_agg(jsonb_build_object(
+               'id', queen.log_message_id_v1(n.partition_id, n.seq), 'transactionId', n.transaction_id, 'traceId', n.trace_id,
+               'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
+               'data', n.payload, 'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
+               'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
+               'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+               'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
+               'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
+                                        WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
+             -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
+             || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
+                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY n.seq)
+        INTO v_seqs, v_out
+        FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
+                SELECT m.* FROM queen.messages m
+                 WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+                 ORDER BY m.seq LIMIT p_batch) m) n
+       WHERE n.due;
+      PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+    ELSIF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
     EXIT WHEN v_seqs IS NOT NULL;
     -- The lapse dead-lettered the partition's last messages: another partition may have some. The
     -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
-  -- version less the bytes it shares with the old one at either end, so a row whose tail is
-  -- unchanged logs only the lease's middle. last_leased_at says when the group last read.
+  IF p_v2 THEN
+    -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
+    -- version less the bytes it shares with the old one at either end, so a row whose tail is
+    -- unchanged logs only the lease's middle. last_leased_at says when the group last read.
+    UPDATE queen.partition_consumers
+       SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+           last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs)
+     WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+    RETURN v_out;
+  END IF;
+
+  -- 0.1.0's lease (a random id) and its answer, read again by the batch's seqs.
+  v_lease := gen_random_uuid();
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
-         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs)
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
    WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
-  RETURN v_out;
+  RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    SELECT jsonb_agg(jsonb_build_object(
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_pop_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer)
+ RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT queen.log_pop_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_coalesced_traced_v1(p_tenant uuid, p_bodies jsonb, p_traces jsonb)
  RETURNS SETOF text
  LANGUAGE sql

@@ -53,168 +53,6 @@ BEGIN
    WHERE partition_id = p_partition AND consumer_group = p_group;
 END $$;
 
--- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
--- group. Which partition: one with messages past the group's cursor and no live lease, the least
--- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
--- partition another consumer is popping or acking right now is simply not a candidate).
--- Answers a JSON array of messages; empty when nothing is available.
---
--- A lease covers the messages it handed out. It ends when every leased message is settled by an
--- ack, or when it expires: the pop that then takes the partition over first settles the lapsed lease
--- (queen.log_lapse_lease_v1: each message it held unacked counts one failed delivery, and one past
--- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
--- time starts at the beginning of the partition: consumer groups each see every message.
-CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_queue queen.queues;
-  v_partition_id UUID;
-  v_pc queen.partition_consumers;
-  v_seqs BIGINT[];
-  v_lease UUID;
-  v_now TIMESTAMPTZ;
-  v_expires TIMESTAMPTZ;
-  v_lapsed BOOLEAN;
-  v_found RECORD;
-  v_delay INT := 0;
-  v_window INT := 0;
-  v_due_by TIMESTAMPTZ := 'infinity';
-  v_quiet_by TIMESTAMPTZ := 'infinity';
-BEGIN
-  IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_partition IS NOT NULL AND NOT queen.log_name_ok_v1(p_partition) THEN
-    PERFORM queen.fail_v1('log_invalid_partition', 'A partition name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
-  IF p_batch IS NULL OR p_batch < 1 OR p_batch > 1000 THEN
-    PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
-  END IF;
-
-  -- The queue and its delays (queen.queue_delays, below), in one statement.
-  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer INTO v_found
-    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
-  IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
-  v_queue := v_found.queue;
-  v_delay := v_found.delay;
-  v_window := v_found.window_buffer;
-  IF p_partition IS NOT NULL THEN
-    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
-    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
-  END IF;
-
-  -- The group's row per partition, created on first sight. Each partition a row is created for is
-  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway, and only on the rows the
-  -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
-  -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
-  -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
-  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
-  -- it answers what the pop of a missing queue answers: nothing (204).
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-  SELECT p.id, v_group FROM queen.partitions p
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
-
-  v_now := clock_timestamp();
-  -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
-  -- windowBuffer: a partition is leased once its newest message is that old. The messages of a
-  -- partition go in seq order, so a message not yet due holds back the ones behind it, and a
-  -- partition is a candidate only when its next message (cursor_seq + 1: every earlier one is
-  -- finished, and a message is never deleted but with its queue) is due.
-  IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
-  IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
-  LOOP
-    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
-    -- keeps the plan it had before they existed.
-    IF v_delay = 0 AND v_window = 0 THEN
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    ELSE
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    END IF;
-    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
-
-    -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
-    -- handed out again: this is where its expiry is noticed, and clearing it in the same
-    -- transaction is what makes it count once.
-    v_lapsed := v_pc.lease_id IS NOT NULL;
-    IF v_lapsed THEN
-      PERFORM queen.log_lapse_lease_v1(v_pc.partition_id, v_group, v_queue.retry_limit, v_now);
-      SELECT c.* INTO v_pc FROM queen.partition_consumers c
-       WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
-    END IF;
-
-    -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
-    -- not yet due.
-    IF v_due_by = 'infinity' THEN
-      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-        SELECT m.seq FROM queen.messages m
-         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-         ORDER BY m.seq LIMIT p_batch
-      ) s;
-    ELSE
-      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
-        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
-          SELECT m.seq, m.created_at FROM queen.messages m
-           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-           ORDER BY m.seq LIMIT p_batch
-        ) n
-      ) s WHERE s.due;
-    END IF;
-    EXIT WHEN v_seqs IS NOT NULL;
-    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
-    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
-    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
-  END LOOP;
-
-  v_lease := gen_random_uuid();
-  v_expires := v_now + make_interval(secs => v_queue.lease_time);
-  UPDATE queen.partition_consumers
-     SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
-         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
-   WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
-
-  RETURN (
-    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
-    SELECT jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
-             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
-             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
-             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
-             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
-      FROM queen.messages m
-      JOIN queen.partitions p ON p.id = m.partition_id
-      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
-     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
-END $$;
-
 -- Validates one ack (an element of /ack/batch, the body of /ack, or a wire operation) and returns
 -- it normalized: {transactionId, partitionId, status, consumerGroup, leaseId}.
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack JSONB, p_index INT) RETURNS JSONB
@@ -252,131 +90,6 @@ BEGIN
                             'consumerGroup', v_group, 'leaseId', lower(v_lease), 'error', queen.log_str_v1(p_ack->'error'));
 END $$;
 
--- One ack, already validated (log_check_ack_v1). The cases, in the order they are decided:
---   not_found      no message with this transactionId in this partition of the tenant's;
---   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
---                  under the current lease and awaits redelivery;
---   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
---                  superseded by another consumer's lease when the ack names its leaseId (a
---                  zombie); an ack that names a leaseId is fenced by it;
---   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
---                  or popped into a lease that has since been released by its other acks).
--- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
--- pass the leaseId to be fenced against your own expired lease.
---
--- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
--- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
--- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
--- The lease is released as soon as every message it holds is settled. A lease that expires first
--- counts too: each message it held and had not settled takes one failure, with the same dead
--- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
--- an ack never does that counting, it only answers lease_expired.
---
--- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
--- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
-CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_pid UUID := (a->>'partitionId')::uuid;
-  v_group TEXT := a->>'consumerGroup';
-  v_lease UUID := (a->>'leaseId')::uuid;
-  v_seq BIGINT;
-  v_pc queen.partition_consumers;
-  v_retry_limit INT;
-  v_failures INT;
-  v_reason TEXT;
-  v_now TIMESTAMPTZ := clock_timestamp();
-  v_dead BOOLEAN := false;
-  v_finished BOOLEAN := false;
-BEGIN
-  -- Only through the tenant's own queues: everything below touches v_pid only once this found it.
-  SELECT m.seq INTO v_seq FROM queen.messages m
-    JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
-   WHERE m.partition_id = v_pid AND m.transaction_id = a->>'transactionId' AND q.tenant_id = p_tenant;
-  IF v_seq IS NULL THEN
-    v_reason := 'not_found';
-  ELSE
-    SELECT * INTO v_pc FROM queen.partition_consumers c
-     WHERE c.partition_id = v_pid AND c.consumer_group = v_group FOR NO KEY UPDATE;
-    IF v_pc.partition_id IS NULL THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq <= v_pc.cursor_seq OR v_seq = ANY (v_pc.done_seqs) THEN
-      v_reason := 'already_acked';
-    ELSIF v_pc.lease_id IS NULL OR v_pc.lease_expires_at <= v_now THEN
-      v_reason := CASE WHEN v_lease IS NOT NULL OR v_pc.lease_id IS NOT NULL THEN 'lease_expired' ELSE 'not_leased' END;
-    ELSIF v_lease IS NOT NULL AND v_lease <> v_pc.lease_id AND NOT EXISTS (SELECT 1 FROM queen.shared_leases s
-            WHERE s.partition_id = v_pid AND s.consumer_group = v_group AND s.shared_id = v_lease AND s.lease_id = v_pc.lease_id) THEN
-      -- Not this partition's lease, nor the shared id it was handed out under (a pop of several partitions).
-      v_reason := 'lease_expired';
-    ELSIF v_seq <> ALL (v_pc.lease_seqs) THEN
-      v_reason := 'not_leased';
-    ELSIF v_seq = ANY (v_pc.lease_failed) THEN
-      v_reason := 'already_acked';
-    END IF;
-  END IF;
-
-  IF v_reason IS NOT NULL THEN
-    IF p_raise THEN
-      RAISE EXCEPTION USING ERRCODE = 'QK412', MESSAGE = 'ack_failed',
-        DETAIL = jsonb_build_object('failedIndex', p_index, 'ackReason', v_reason)::text;
-    END IF;
-    -- `success` and `error` are what Queen's client reads; `ok` and `ackReason` the cell's.
-    RETURN jsonb_build_object('ok', false, 'success', false, 'error', v_reason, 'reason', 'ack_failed', 'ackReason', v_reason,
-      'transactionId', a->'transactionId', 'partitionId', a->'partitionId', 'consumerGroup', v_group, 'status', a->'status');
-  END IF;
-
-  IF a->>'status' = 'completed' THEN
-    v_finished := true;
-    v_pc.completed := v_pc.completed + 1;
-  ELSE
-    SELECT q.retry_limit INTO v_retry_limit FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
-    INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
-    VALUES (v_pid, v_group, v_seq, 1, v_now)
-    ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
-    RETURNING failures INTO v_failures;
-    v_pc.failures := v_pc.failures + 1;
-    -- The ack's own words for the failure, kept for the dead-letter read (the last one wins).
-    IF coalesce(a->>'error', '') <> '' THEN
-      INSERT INTO queen.message_failure_texts AS t (partition_id, consumer_group, seq, error_message)
-      VALUES (v_pid, v_group, v_seq, left(a->>'error', 1024))
-      ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET error_message = EXCLUDED.error_message;
-    END IF;
-    IF v_failures > v_retry_limit THEN
-      UPDATE queen.message_failures SET dead_lettered_at = v_now
-       WHERE partition_id = v_pid AND consumer_group = v_group AND seq = v_seq;
-      v_dead := true;
-      v_finished := true;
-      v_pc.dead_letters := v_pc.dead_letters + 1;
-    ELSE
-      v_pc.lease_failed := v_pc.lease_failed || v_seq;
-    END IF;
-  END IF;
-
-  IF v_finished THEN
-    IF v_seq = v_pc.cursor_seq + 1 THEN
-      v_pc.cursor_seq := v_seq;
-      -- Fold in what was finished ahead of the gap that just closed.
-      WHILE v_pc.cursor_seq + 1 = ANY (v_pc.done_seqs) LOOP
-        v_pc.cursor_seq := v_pc.cursor_seq + 1;
-        v_pc.done_seqs := array_remove(v_pc.done_seqs, v_pc.cursor_seq);
-      END LOOP;
-    ELSE
-      v_pc.done_seqs := v_pc.done_seqs || v_seq;
-    END IF;
-  END IF;
-
-  v_pc := queen.log_release_settled_v1(v_pc);
-
-  UPDATE queen.partition_consumers
-     SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
-         lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
-         completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
-   WHERE partition_id = v_pid AND consumer_group = v_group;
-
-  RETURN jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
-    'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
-END $$;
-
 -- An ack batch's acks (1 to 1000 of them), each validated and normalized by queen.log_check_ack_v1
 -- (named by its index when there are two or more), in request order: the first step of
 -- queen.log_ack_batch_v1 and _v2.
@@ -399,21 +112,9 @@ END $$;
 -- acks applied in request order. Each ack succeeds or fails on its own (p_raise false); the answer
 -- is one element per ack.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_v1(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_norm JSONB[];
-  v_out JSONB[] := '{}';
-  v_n INT;
-  i INT;
-BEGIN
-  v_norm := queen.log_check_acks_v1(p_acks);
-  v_n := cardinality(v_norm);
-  PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
-  FOR i IN 1 .. v_n LOOP
-    v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
-  END LOOP;
-  RETURN to_jsonb(v_out);
-END $$;
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_of_v1(false, p_tenant, p_acks, p_raise)
+$$;
 
 -- POST /api/v1/ack/batch's body: {acknowledgments: [...], consumerGroup?}, answered as the
 -- acknowledgments it names. A body-level consumerGroup (a string) is the group of every
@@ -443,8 +144,8 @@ $$;
 -- GET /api/v1/pop with Queen's `partitions` (p_partitions, 1 to 1000): leases up to that many
 -- partitions to one consumer of the group, `p_batch` messages in all, each partition as one pop
 -- leases one (a partition it has just leased holds a live lease, so the next turn takes another):
--- queen.log_pop_v2 with p_pop_v2 (queen.log_pop_many_v2), else queen.log_pop_v1
--- (queen.log_pop_many_v1, as 0.1.0 popped). With more than one partition, every message carries one
+-- queen.log_pop_of_v1 with p_pop_v2 as queen.log_pop_v2 (queen.log_pop_many_v2), else as
+-- queen.log_pop_v1 (queen.log_pop_many_v1, as 0.1.0 popped). With more than one partition, every message carries one
 -- shared lease id (queen.shared_leases) that acks and lease extends accept for each partition's own
 -- lease. A named partition is one partition whatever p_partitions says.
 CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 BOOLEAN, p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT,
@@ -460,15 +161,13 @@ BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, p_partition, p_group, p_batch)
-                ELSE queen.log_pop_v1(p_tenant, p_queue, p_partition, p_group, p_batch) END;
+  v_out := queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, p_partition, p_group, p_batch);
   IF p_partitions = 1 OR p_partition IS NOT NULL OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
   -- At most min(p_partitions, p_batch) turns: each that goes on leased at least one message.
   v_left := p_batch - jsonb_array_length(v_out);
   FOR v_turn IN 2..p_partitions LOOP
     EXIT WHEN v_left <= 0;
-    v_got := CASE WHEN p_pop_v2 THEN queen.log_pop_v2(p_tenant, p_queue, NULL, p_group, v_left)
-                  ELSE queen.log_pop_v1(p_tenant, p_queue, NULL, p_group, v_left) END;
+    v_got := queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, NULL, p_group, v_left);
     EXIT WHEN jsonb_array_length(v_got) = 0;
     v_out := v_out || v_got;
     v_left := v_left - jsonb_array_length(v_got);
@@ -514,14 +213,30 @@ LANGUAGE sql VOLATILE AS $$
           || substr(replace(gen_random_uuid()::text, '-', ''), 17, 16))::uuid
 $$;
 
--- queen.log_pop_v1 and two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
+-- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
+-- group. Which partition: one with messages past the group's cursor and no live lease, the least
+-- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
+-- partition another consumer is popping or acking right now is simply not a candidate).
+-- Answers a JSON array of messages; empty when nothing is available.
+--
+-- A lease covers the messages it handed out. It ends when every leased message is settled by an
+-- ack, or when it expires: the pop that then takes the partition over first settles the lapsed lease
+-- (queen.log_lapse_lease_v1: each message it held unacked counts one failed delivery, and one past
+-- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
+-- time starts at the beginning of the partition: consumer groups each see every message.
+--
+-- One body for both generations: p_v2 false is queen.log_pop_v1, 0.1.0's pop statement for
+-- statement (a rolling upgrade's 0.1 processes call it); p_v2 is queen.log_pop_v2, which adds a
+-- moving tenant's refusal, two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
--- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not
--- read, and the plan is v1's) and
--- encryption (a message whose payload is stored encrypted carries "sealed": true, for the API to
--- open; it never opens in SQL). Everything else as v1.
-CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
-LANGUAGE plpgsql AS $$
+-- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not read,
+-- and the candidate's plan is v1's) and encryption (a message whose payload is stored encrypted
+-- carries "sealed": true, for the API to open; it never opens in SQL), the push's trace context
+-- (traceId, traceparent), lease ids that name their partition, and one read of the batch. A flag
+-- rather than shared pieces: every PL/pgSQL call is a layer of expression set-up per transaction
+-- on the hot path, and an untaken branch costs nothing.
+CREATE OR REPLACE FUNCTION queen.log_pop_of_v1(p_v2 BOOLEAN, p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT)
+RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
   v_queue queen.queues;
@@ -541,7 +256,9 @@ DECLARE
   v_retry_gate BOOLEAN := false;
   v_plan_mode TEXT;
 BEGIN
-  PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  IF p_v2 THEN
+    PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
+  END IF;
   IF NOT queen.log_name_ok_v1(p_queue) THEN
     PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
   END IF;
@@ -555,11 +272,18 @@ BEGIN
     PERFORM queen.fail_v1('log_invalid_batch', 'batch is a whole number from 1 to 1000.', NULL);
   END IF;
 
-  -- The queue and its delays (queen.queue_delays, below), in one statement.
-  SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-         coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
-    FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  -- The queue and its delays (queen.queue_delays, below), in one statement; v2's with its retry gate.
+  IF p_v2 THEN
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
+           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
+      FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  ELSE
+    -- 0.1.0 reads no queue option: no gate (the same row type as v2's, so v_found's fields keep their plans).
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate INTO v_found
+      FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
+     WHERE q.tenant_id = p_tenant AND q.name = p_queue;
+  END IF;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
   v_queue := v_found.queue;
   v_delay := v_found.delay;
@@ -570,8 +294,13 @@ BEGIN
     IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
   END IF;
 
-  -- The group's row per partition, created on first sight; locked as in queen.log_pop_v1 (a pop
-  -- racing its queue's delete).
+  -- The group's row per partition, created on first sight. Each partition a row is created for is
+  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway, and only on the rows the
+  -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
+  -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
+  -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
+  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
+  -- it answers what the pop of a missing queue answers: nothing (204).
   INSERT INTO queen.partition_consumers (partition_id, consumer_group)
   SELECT p.id, v_group FROM queen.partitions p
    WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
@@ -590,7 +319,7 @@ BEGIN
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   LOOP
     -- Two statements rather than one with both conditions: a queue without delays (the common pop)
-    -- keeps the plan it had before they existed.
+    -- keeps the plan it had before they existed. v1 has no gate, so takes the first or the last.
     IF v_delay = 0 AND v_window = 0 AND NOT v_retry_gate THEN
       SELECT c.* INTO v_pc
         FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
@@ -646,54 +375,106 @@ BEGIN
     END IF;
 
     -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
-    -- not yet due. The answer is built from the same rows, read once in (partition_id, seq) order:
-    -- a second read of the batch by its seqs (seq = ANY) went, under a session's cached generic
-    -- plan, through the partition's transactionId index and filtered the partition's whole history
-    -- (test/log/popCost.test.ts).
-    v_lease := queen.log_lease_id_v1(v_pc.partition_id);
-    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
-    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
-    -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
-    -- Each row's failures and sealed mark are a probe by key, and the partition's name one read:
-    -- the statement runs under its generic plan (planned once a session, not at every pop: the
-    -- planner put about 500 µs into it each time, since a LIMIT of a parameter makes the generic
-    -- plan look dearer than any custom one), and a plan of probes stays a plan of probes.
-    v_plan_mode := current_setting('plan_cache_mode');
-    PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
-    SELECT array_agg(n.seq ORDER BY n.seq), jsonb_agg(jsonb_build_object(
-             'id', queen.log_message_id_v1(n.partition_id, n.seq), 'transactionId', n.transaction_id, 'traceId', n.trace_id,
-             'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
-             'data', n.payload, 'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
-             'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
-             'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
-             'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
-             'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
-                                      WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
-           -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
-           || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
-                   THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY n.seq)
-      INTO v_seqs, v_out
-      FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
-              SELECT m.* FROM queen.messages m
-               WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
-               ORDER BY m.seq LIMIT p_batch) m) n
-     WHERE n.due;
-    PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+    -- not yet due.
+    IF p_v2 THEN
+      -- The answer is built from the same rows, read once in (partition_id, seq) order: a second
+      -- read of the batch by its seqs (seq = ANY, v1's below) went, under a session's cached generic
+      -- plan, through the partition's transactionId index and filtered the partition's whole history
+      -- (test/log/popCost.test.ts).
+      v_lease := queen.log_lease_id_v1(v_pc.partition_id);
+      -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+      -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
+      -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
+      -- Each row's failures and sealed mark are a probe by key, and the partition's name one read:
+      -- the statement runs under its generic plan (planned once a session, not at every pop: the
+      -- planner put about 500 µs into it each time, since a LIMIT of a parameter makes the generic
+      -- plan look dearer than any custom one), and a plan of probes stays a plan of probes.
+      v_plan_mode := current_setting('plan_cache_mode');
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+      SELECT array_agg(n.seq ORDER BY n.seq), jsonb_agg(jsonb_build_object(
+               'id', queen.log_message_id_v1(n.partition_id, n.seq), 'transactionId', n.transaction_id, 'traceId', n.trace_id,
+               'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
+               'data', n.payload, 'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
+               'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
+               'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+               'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
+               'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
+                                        WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
+             -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
+             || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
+                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END ORDER BY n.seq)
+        INTO v_seqs, v_out
+        FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
+                SELECT m.* FROM queen.messages m
+                 WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+                 ORDER BY m.seq LIMIT p_batch) m) n
+       WHERE n.due;
+      PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+    ELSIF v_due_by = 'infinity' THEN
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT m.seq FROM queen.messages m
+         WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+         ORDER BY m.seq LIMIT p_batch
+      ) s;
+    ELSE
+      SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
+        SELECT n.seq, bool_and(n.created_at <= v_due_by) OVER (ORDER BY n.seq) AS due FROM (
+          SELECT m.seq, m.created_at FROM queen.messages m
+           WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
+           ORDER BY m.seq LIMIT p_batch
+        ) n
+      ) s WHERE s.due;
+    END IF;
     EXIT WHEN v_seqs IS NOT NULL;
     -- The lapse dead-lettered the partition's last messages: another partition may have some. The
     -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
     IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
   END LOOP;
 
-  -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
-  -- version less the bytes it shares with the old one at either end, so a row whose tail is
-  -- unchanged logs only the lease's middle. last_leased_at says when the group last read.
+  IF p_v2 THEN
+    -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
+    -- version less the bytes it shares with the old one at either end, so a row whose tail is
+    -- unchanged logs only the lease's middle. last_leased_at says when the group last read.
+    UPDATE queen.partition_consumers
+       SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
+           last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs)
+     WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
+    RETURN v_out;
+  END IF;
+
+  -- 0.1.0's lease (a random id) and its answer, read again by the batch's seqs.
+  v_lease := gen_random_uuid();
   UPDATE queen.partition_consumers
      SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
-         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs)
+         last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
    WHERE partition_id = v_pc.partition_id AND consumer_group = v_group;
-  RETURN v_out;
+  RETURN (
+    -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
+    -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount).
+    SELECT jsonb_agg(jsonb_build_object(
+             'id', queen.log_message_id_v1(m.partition_id, m.seq), 'transactionId', m.transaction_id, 'traceId', NULL,
+             'data', m.payload, 'producerSub', NULL, 'partitionId', m.partition_id, 'queue', v_queue.name,
+             'partition', p.name, 'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
+             'consumerGroup', v_group, 'createdAt', queen.ts_v1(m.created_at),
+             'retryCount', coalesce(f.failures, 0)) ORDER BY m.seq)
+      FROM queen.messages m
+      JOIN queen.partitions p ON p.id = m.partition_id
+      LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
+     WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
 END $$;
+
+-- 0.1.0's pop (queen.log_pop_of_v1 without p_v2). A SQL function the planner inlines into the
+-- caller's statement: no call layer over the body.
+CREATE OR REPLACE FUNCTION queen.log_pop_v1(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_pop_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch)
+$$;
+
+-- The pop (queen.log_pop_of_v1 with p_v2), inlined likewise into LOG_POP's statement.
+CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_pop_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch)
+$$;
 
 -- The group's row with its lease released when every message the lease holds is settled (passed by
 -- the cursor, finished ahead of it, or acked `failed` and owed again): the partition goes back to
@@ -721,18 +502,43 @@ LANGUAGE sql STABLE AS $$
                   WHERE s.partition_id = p_pid AND s.consumer_group = p_group AND s.shared_id = p_shared AND s.lease_id = p_lease)
 $$;
 
--- queen.log_ack_one_v1's decision with the queue's retryDelay (a `failed` ack that leaves the
--- message for redelivery holds the group's partition back, queen.consumer_retry_at, for the
--- delay), taken on the group's row as the caller holds it in memory: `p_pc` is the row as the acks
--- before this one in the same call left it (read under its lock), or NULL, and then it is read here
--- FOR NO KEY UPDATE as v1 reads it. Nothing is written to queen.partition_consumers: the answer,
--- the row as this ack leaves it (o_pc, NULL when the row was never read), and whether the ack
--- applied (o_applied: o_pc must be written, queen.log_ack_write_v1). Why: a batch of ten acks of
--- one lease wrote the row ten times, nine of them a fresh version to lock again and a foreign-key
--- check of partitions (the row's xmin was this transaction's); now once (npm run bench:log, ack:
--- bench/README.md).
-CREATE OR REPLACE FUNCTION queen.log_ack_step_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN, p_pc queen.partition_consumers,
-  OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
+-- One ack, already validated (log_check_ack_v1), decided on the group's row. The cases, in the order
+-- they are decided:
+--   not_found      no message with this transactionId in this partition of the tenant's;
+--   already_acked  the group is past it (completed or dead-lettered), or it was acked `failed`
+--                  under the current lease and awaits redelivery;
+--   lease_expired  the lease that held it is gone: expired (even if no one re-popped yet), or
+--                  superseded by another consumer's lease when the ack names its leaseId (a
+--                  zombie); an ack that names a leaseId is fenced by it;
+--   not_leased     it is past the cursor but no live lease of this group holds it (never popped,
+--                  or popped into a lease that has since been released by its other acks).
+-- Without a leaseId, an ack is accepted from whoever holds the live lease that covers the message:
+-- pass the leaseId to be fenced against your own expired lease.
+--
+-- `completed` moves the cursor past the message (or records it ahead of the cursor until the gap
+-- closes). `failed` counts a failure; past the queue's retry_limit the message is dead-lettered for
+-- this group (finished: the cursor moves past it), else it is redelivered once this lease ends.
+-- The lease is released as soon as every message it holds is settled. A lease that expires first
+-- counts too: each message it held and had not settled takes one failure, with the same dead
+-- letter past retry_limit, when the next pop takes the partition over (queen.log_lapse_lease_v1);
+-- an ack never does that counting, it only answers lease_expired.
+--
+-- On failure: p_raise raises QK412 with DETAIL {failedIndex: p_index, ackReason} (the transaction
+-- wire: nothing in the bundle commits); otherwise answers {ok: false, reason: "ack_failed", ackReason}.
+--
+-- p_v2 false is queen.log_ack_one_v1, 0.1.0's ack, with its reads, locks and writes: the row read
+-- FOR NO KEY UPDATE and written here, updated_at with it. p_v2 adds the queue's retryDelay (a `failed` ack
+-- that leaves the message for redelivery holds the group's partition back,
+-- queen.consumer_retry_at, for the delay) and takes the decision on the group's row as the caller
+-- holds it in memory: `p_pc` is the row as the acks before this one in the same call left it (read
+-- under its lock), or NULL, and then it is read here FOR NO KEY UPDATE as v1 reads it. Nothing is
+-- then written to queen.partition_consumers: the answer, the row as this ack leaves it (o_pc, NULL
+-- when the row was never read), and whether the ack applied (o_applied: o_pc must be written,
+-- queen.log_ack_write_v1). Why: a batch of ten acks of one lease wrote the row ten times, nine of
+-- them a fresh version to lock again and a foreign-key check of partitions (the row's xmin was this
+-- transaction's); now once (npm run bench:log, ack: bench/README.md).
+CREATE OR REPLACE FUNCTION queen.log_ack_step_of_v1(p_v2 BOOLEAN, p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN,
+  p_pc queen.partition_consumers, OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID := (a->>'partitionId')::uuid;
@@ -796,9 +602,15 @@ BEGIN
     v_finished := true;
     v_pc.completed := v_pc.completed + 1;
   ELSE
-    SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
-      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
-     WHERE p.id = v_pid;
+    IF p_v2 THEN
+      SELECT q.retry_limit, coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()), coalesce(o.retry_delay_max_ms, 0) INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
+       WHERE p.id = v_pid;
+    ELSE
+      -- 0.1.0 reads no queue option: no retryDelay, so no gate below.
+      SELECT q.retry_limit, 0, 0 INTO v_retry_limit, v_retry_delay, v_retry_max
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = v_pid;
+    END IF;
     INSERT INTO queen.message_failures AS f (partition_id, consumer_group, seq, failures, last_failed_at)
     VALUES (v_pid, v_group, v_seq, 1, v_now)
     ON CONFLICT (partition_id, consumer_group, seq) DO UPDATE SET failures = f.failures + 1, last_failed_at = v_now
@@ -842,14 +654,28 @@ BEGIN
   END IF;
 
   v_pc := queen.log_release_settled_v1(v_pc);
+  IF NOT p_v2 THEN
+    UPDATE queen.partition_consumers
+       SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_id = v_pc.lease_id,
+           lease_expires_at = v_pc.lease_expires_at, lease_seqs = v_pc.lease_seqs, lease_failed = v_pc.lease_failed,
+           completed = v_pc.completed, failures = v_pc.failures, dead_letters = v_pc.dead_letters, updated_at = v_now
+     WHERE partition_id = v_pid AND consumer_group = v_group;
+  END IF;
   o_pc := v_pc;
   o_applied := true;
   o_answer := jsonb_build_object('ok', true, 'success', true, 'transactionId', a->'transactionId', 'partitionId', v_pid,
     'consumerGroup', v_group, 'status', a->'status', 'deadLetter', v_dead);
 END $$;
 
--- The group's row as queen.log_ack_step_v1 left it, written: the columns an ack changes (not
--- updated_at: see queen.log_pop_v2).
+-- 0.1.0's ack (queen.log_ack_step_of_v1 without p_v2: the row read and written at each ack). A SQL
+-- function the planner inlines into the caller's expression.
+CREATE OR REPLACE FUNCTION queen.log_ack_one_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT (queen.log_ack_step_of_v1(false, p_tenant, a, p_index, p_raise, NULL::queen.partition_consumers)).o_answer
+$$;
+
+-- The group's row as queen.log_ack_step_of_v1 left it, written: the columns an ack changes (not
+-- updated_at: see queen.log_pop_of_v1).
 CREATE OR REPLACE FUNCTION queen.log_ack_write_v1(p_pc queen.partition_consumers) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -860,13 +686,13 @@ BEGIN
    WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $$;
 
--- queen.log_ack_one_v1 with the queue's retryDelay (queen.log_ack_step_v1), its row written at once.
+-- queen.log_ack_one_v1 with the queue's retryDelay (queen.log_ack_step_of_v1), its row written at once.
 CREATE OR REPLACE FUNCTION queen.log_ack_one_v2(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   s RECORD;
 BEGIN
-  SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, a, p_index, p_raise, NULL);
+  SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, a, p_index, p_raise, NULL);
   IF s.o_applied THEN PERFORM queen.log_ack_write_v1(s.o_pc); END IF;
   RETURN s.o_answer;
 END $$;
@@ -875,7 +701,7 @@ END $$;
 -- through its step), every one `completed`, of one group's row (one partitionId and
 -- consumerGroup), under one live lease (the same leaseId in each, or none in any), distinct
 -- messages, each held by that lease and not yet settled. What
--- queen.log_ack_step_v1 would decide for each is then known in advance (applied, no dead letter),
+-- queen.log_ack_step_of_v1 would decide for each is then known in advance (applied, no dead letter),
 -- and the row moves once: the cursor past every message it can now pass, the rest recorded ahead
 -- of it, the lease released when nothing it holds is left. Answers exactly what the steps would,
 -- or NULL for anything else (a failed ack, a second row, a shared lease, a message not found or not
@@ -945,10 +771,13 @@ BEGIN
             FROM unnest(p_norm) WITH ORDINALITY t(a, i));
 END $$;
 
--- queen.log_ack_batch_v1 with queen.log_ack_one_v2's decisions, in request order, each group's row
--- kept in memory from one ack to the next and written once at the end (the answers and the rows
--- as one queen.log_ack_one_v2 per ack leaves them: each ack sees what the ones before it did).
-CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+-- The ack batch of both generations: p_v2 false is queen.log_ack_batch_v1 (0.1.0's: each ack
+-- through queen.log_ack_one_v1, its row read and written at each ack); p_v2 is queen.log_ack_batch_v2:
+-- a moving tenant refused first, the fast path (queen.log_ack_fast_v1), and else
+-- queen.log_ack_one_v2's decisions, in request order, each group's row kept in memory from one ack
+-- to the next and written once at the end (the answers and the rows as one queen.log_ack_one_v2 per
+-- ack leaves them: each ack sees what the ones before it did).
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_of_v1(p_v2 BOOLEAN, p_tenant UUID, p_acks JSONB, p_raise BOOLEAN) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_norm JSONB[];
@@ -964,6 +793,16 @@ DECLARE
   i INT;
   v_fast JSONB;
 BEGIN
+  -- 0.1.0's batch first, so that v2 tests its flag once (each test is an expression set up at every
+  -- transaction).
+  IF NOT p_v2 THEN
+    v_norm := queen.log_check_acks_v1(p_acks);
+    PERFORM queen.log_lock_consumers_v1(p_tenant, v_norm);
+    FOR i IN 1 .. cardinality(v_norm) LOOP
+      v_out := v_out || queen.log_ack_one_v1(p_tenant, v_norm[i], i - 1, p_raise);
+    END LOOP;
+    RETURN to_jsonb(v_out);
+  END IF;
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
   v_norm := queen.log_check_acks_v1(p_acks);
   v_n := cardinality(v_norm);
@@ -973,7 +812,7 @@ BEGIN
   FOR i IN 1 .. v_n LOOP
     v_key := (v_norm[i]->>'partitionId') || '/' || (v_norm[i]->>'consumerGroup');
     v_at := array_position(v_keys, v_key);
-    SELECT * INTO s FROM queen.log_ack_step_v1(p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
+    SELECT * INTO s FROM queen.log_ack_step_of_v1(true, p_tenant, v_norm[i], i - 1, p_raise, CASE WHEN v_at IS NOT NULL THEN v_rows[v_at] END);
     IF v_at IS NOT NULL THEN
       v_rows[v_at] := s.o_pc;
       v_dirty[v_at] := v_dirty[v_at] OR s.o_applied;
@@ -989,6 +828,12 @@ BEGIN
   END LOOP;
   RETURN to_jsonb(v_out);
 END $$;
+
+-- The ack batch (queen.log_ack_batch_of_v1 with p_v2), a SQL call inlined into its statement.
+CREATE OR REPLACE FUNCTION queen.log_ack_batch_v2(p_tenant UUID, p_acks JSONB, p_raise BOOLEAN DEFAULT false) RETURNS JSONB
+LANGUAGE sql AS $$
+  SELECT queen.log_ack_batch_of_v1(true, p_tenant, p_acks, p_raise)
+$$;
 
 -- queen.log_ack_batch_body_v1 through queen.log_ack_batch_v2.
 CREATE OR REPLACE FUNCTION queen.log_ack_batch_body_v2(p_tenant UUID, p_body JSONB) RETURNS JSONB

@@ -1,6 +1,6 @@
 // queen.log_ack_fast_v1 settles an ack batch's common case (two or more acks, all `completed`, one
 // group's row, one live lease, each message held by it and unsettled) in a handful of statements; every other
-// batch goes through queen.log_ack_step_v1, ack by ack, the one definition of every refusal. This
+// batch goes through queen.log_ack_step_of_v1, ack by ack, the one definition of every refusal. This
 // suite runs each batch below once with the shortcut off (SET LOCAL queen.log_ack_fast_path = off)
 // and once on, from the same state, and holds the two to the same answers and the same group row.
 // The cases sit on both sides of every edge of the shortcut's guard; the calls of the step
@@ -87,9 +87,9 @@ async function run(fast: boolean, batch: () => Promise<Ack[]>) {
     await c.query(`SELECT set_config('queen.log_ack_fast_path', $1, true)`, [fast ? 'on' : 'off']);
     const acks = await batch();
     await c.query(`SET LOCAL track_functions = 'all'`);
-    const before = Number((await c.query(`SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_ack_step_v1'::regproc), 0) AS n`)).rows[0].n);
+    const before = Number((await c.query(`SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_ack_step_of_v1'::regproc), 0) AS n`)).rows[0].n);
     const answer = await ack(acks);
-    const steps = Number((await c.query(`SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_ack_step_v1'::regproc), 0) AS n`)).rows[0].n) - before;
+    const steps = Number((await c.query(`SELECT coalesce(pg_stat_get_xact_function_calls('queen.log_ack_step_of_v1'::regproc), 0) AS n`)).rows[0].n) - before;
     const { rows } = await c.query(
       `SELECT p.name, c.cursor_seq, c.done_seqs, c.lease_id IS NOT NULL AS leased, c.lease_seqs, c.lease_failed, c.deliveries, c.completed, c.failures, c.dead_letters
          FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id ORDER BY p.name, p.id`,

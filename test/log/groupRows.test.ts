@@ -1,6 +1,6 @@
 // What a pop and its acks write to the group's row (queen.partition_consumers). An ack batch keeps
 // each group's row in memory from one ack to the next and writes it once (queen.log_ack_batch_v2
-// over queen.log_ack_step_v1): the same answers and the same rows as the acks sent one call each,
+// over queen.log_ack_step_of_v1): the same answers and the same rows as the acks sent one call each,
 // with one row version for the batch instead of one per ack. A pop's lease id names its partition
 // (queen.log_lease_id_v1), so no index holds lease_id and both writes are HOT updates
 // (sql/migrations/058_lease_lookup.sql); a lease extend still finds every lease.

@@ -1,9 +1,10 @@
 // The release before this one (0.1.0) calls queen.log_pop_many_v1, queen.log_ack_batch_body_v1 and
 // queen.log_ack_batch_v1 while a rolling upgrade runs the two side by side; they answer and write as
 // 0.1.0 did, whatever they share with their successors. What tells the generations apart: v1's pop
-// answers no traceparent and leases under random (version 4) UUIDs, v2's under ids that name their
-// partition (version 8); v1's `failed` ack sets no retry gate and v1's pop does not read one, where
-// v2 holds the group's partition back for the queue's retryDelay. Where retryDelay is 0 the two
+// answers no trace context or sealed mark, writes the group row's updated_at, knows no tenant move
+// and leases under random (version 4) UUIDs, v2's under ids that name their partition (version 8);
+// v1's `failed` ack sets no retry gate and v1's pop does not read one (with or without a delay),
+// where v2 holds the group's partition back for the queue's retryDelay. Where retryDelay is 0 the two
 // ack batches decide alike (v1 writes the row at each ack, v2 once).
 import { DEFAULT_TENANT } from '../../shared/config';
 import { useApi } from '../support/api';
@@ -100,8 +101,72 @@ test('log_ack_batch_v1 (one row write an ack) answers and leaves the rows as log
   expect(answers[1]).toEqual(answers[2]);
   expect(await settled('rel-ack-v1')).toEqual(await settled('rel-ack-v2'));
   expect(await settled('rel-ack-v1')).toMatchObject({ cursor: 5, released: true, completed: 4, failures: 1, dead_letters: 1, texts: ['boom'] });
+  // v1's acks write the row's updated_at (after the lease's instant, which v1's pop wrote there); v2's leave it.
+  const { rows: stamped } = await api.pool.query(
+    `SELECT q.name, c.updated_at > c.last_leased_at AS later FROM queen.partition_consumers c
+       JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name LIKE 'rel-ack-v%' ORDER BY 1`);
+  expect(stamped).toEqual([{ name: 'rel-ack-v1', later: true }, { name: 'rel-ack-v2', later: false }]);
 
   const refused = await api.pool.query(`SELECT queen.log_ack_batch_v1($1::uuid, $2::jsonb, true)`, [DEFAULT_TENANT, JSON.stringify([ackOf(sample!), { ...ackOf(sample!), transactionId: 'no-such-message' }])])
     .then(() => null, (e) => e);
   expect([refused?.code, refused?.message, JSON.parse(refused?.detail ?? '{}')]).toEqual(['QK412', 'ack_failed', { failedIndex: 0, ackReason: 'already_acked' }]);
+});
+
+/** log_pop_v1 or _v2 of one queue for one group, batch 10: its answer, or what it raised (the SQLSTATE and message). */
+async function popOne(version: 1 | 2, queue: string, group: string, tenant = DEFAULT_TENANT): Promise<any> {
+  return api.pool.query(`SELECT queen.log_pop_v${version}($1::uuid, $2, NULL, $3, 10) AS m`, [tenant, queue, group])
+    .then(({ rows }) => rows[0].m, (e) => ({ raised: e.code, message: e.message }));
+}
+
+test('log_pop_v1 answers 0.1.0\'s keys (no trace context, no sealed mark) and writes the row\'s updated_at; it and log_ack_batch_v1 are not refused for a moving tenant', async () => {
+  await seed('rel-keys', 1);
+  // The message as a traced push and an encrypting queue leave it: v2 answers both, v1 neither.
+  await api.pool.query(
+    `UPDATE queen.messages m SET trace_id = 'aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee', span_id = '\\x0102030405060708'
+       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = m.partition_id AND q.name = 'rel-keys'`);
+  await api.pool.query(
+    `INSERT INTO queen.sealed_messages (partition_id, seq) SELECT m.partition_id, m.seq FROM queen.messages m
+       JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'rel-keys'`);
+  const [old] = await popOne(1, 'rel-keys', 'old');
+  expect(Object.keys(old).sort()).toEqual(['consumerGroup', 'createdAt', 'data', 'id', 'leaseExpiresAt', 'leaseId', 'partition', 'partitionId',
+    'producerSub', 'queue', 'retryCount', 'traceId', 'transactionId']);
+  expect([old.traceId, old.data]).toEqual([null, 0]);
+  const [current] = await popOne(2, 'rel-keys', 'new');
+  expect([current.traceId, current.sealed, typeof current.traceparent]).toEqual(['aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee', true, 'string']);
+
+  // v1's lease writes updated_at (with the lease's instant); v2's leaves it as the row's insert set it.
+  const { rows: written } = await api.pool.query(
+    `SELECT c.consumer_group AS g, c.updated_at = c.last_leased_at AS stamped FROM queen.partition_consumers c
+       JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'rel-keys' ORDER BY 1`);
+  expect(written).toEqual([{ g: 'new', stamped: false }, { g: 'old', stamped: true }]);
+
+  // A tenant moving away: v2 refuses its pop, 0.1.0 knew no moves.
+  const moving = '00000000-0000-0000-0000-0000000000c4';
+  await api.pool.query(`SELECT queen.log_push_v1($1::uuid, 'rel-moving', NULL, '1', 'rel-moving-1')`, [moving]);
+  await api.pool.query(`INSERT INTO queen.tenant_moves (tenant_id, role, peer, step) VALUES ($1, 'source', 'http://peer', 'paused')`, [moving]);
+  try {
+    expect(await popOne(2, 'rel-moving', 'g', moving)).toEqual({ raised: 'QK400', message: 'tenant_moving' });
+    const leased: Message[] = await popOne(1, 'rel-moving', 'g', moving);
+    expect(leased.map((m) => m.transactionId)).toEqual(['rel-moving-1']);
+    // Its ack likewise: v2's batch refuses the moving tenant, 0.1.0's applies it.
+    const ackBatch = (version: 1 | 2) => api.pool.query(`SELECT queen.log_ack_batch_v${version}($1::uuid, $2::jsonb, false) AS r`, [moving, JSON.stringify([ackOf(leased[0])])])
+      .then(({ rows }) => rows[0].r.map((a: any) => a.ok), (e) => ({ raised: e.code, message: e.message }));
+    expect(await ackBatch(2)).toEqual({ raised: 'QK400', message: 'tenant_moving' });
+    expect(await ackBatch(1)).toEqual([true]);
+  } finally {
+    await api.pool.query(`DELETE FROM queen.tenant_moves WHERE tenant_id = $1`, [moving]);
+  }
+});
+
+test('under delayedProcessing too, only v2\'s pop waits for the retry gate a failed ack set', async () => {
+  await configure(api.url, 'rel-delay', { retryLimit: 5, retryDelay: 600_000, delayedProcessing: 3600 });
+  expect((await push(api.url, [{ queue: 'rel-delay', payload: 1, transactionId: 'rel-delay-1' }])).status).toBe(201);
+  // An hour old, as if pushed then: due under the delay (time moved by the row, not by sleeping).
+  await api.pool.query(
+    `UPDATE queen.messages m SET created_at = m.created_at - interval '3601 seconds'
+       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = m.partition_id AND q.name = 'rel-delay'`);
+  const [first] = await popOne(2, 'rel-delay', 'g');
+  expect((await ackBody(2, { acknowledgments: [ackOf(first, 'failed')] })).map((a) => a.ok)).toEqual([true]);
+  expect(await popOne(2, 'rel-delay', 'g')).toEqual([]);
+  expect((await popOne(1, 'rel-delay', 'g')).map((m: Message) => [m.transactionId, m.retryCount])).toEqual([['rel-delay-1', 1]]);
 });
