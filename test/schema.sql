@@ -319,6 +319,16 @@ BEGIN
   END IF;
   RETURN jsonb_array_length(p_array);
 END $function$
+CREATE OR REPLACE FUNCTION queen.check_name_v1(p_name text, p_code text, p_what text)
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+AS $function$
+BEGIN
+  IF p_name IS NULL OR NOT queen.name_ok_v1(p_name) THEN
+    PERFORM queen.fail_v1(p_code, p_what || ' is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+END $function$
 CREATE OR REPLACE FUNCTION queen.console_login_v1(p_peer text, p_failed boolean, p_limit integer, p_window_seconds integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2155,9 +2165,7 @@ BEGIN
   IF v_queue IS NULL THEN
     PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
   END IF;
-  IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(v_queue, 'log_invalid_queue', 'A queue name');
   RETURN v_queue;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_configure_v1(p_tenant uuid, p_body jsonb)
@@ -2172,10 +2180,7 @@ DECLARE
     "retryDelay": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
     "retentionEnabled": false, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_key TEXT;
-  v_lease INT;
-  v_retry INT;
-  v_delay INT;
-  v_window INT;
+  v_timing RECORD;
   v_stored JSONB;
 BEGIN
   v_queue := queen.log_configure_queue_v1(p_body);
@@ -2188,9 +2193,9 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM queen.log_check_neutral_options_v1(v_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer'], v_neutral);
-  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
-    FROM queen.log_queue_timing_v1(v_options) t;
-  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_timing := queen.log_queue_timing_v1(v_options);
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_timing.lease_time, v_timing.retry_limit,
+    v_timing.delayed_processing, v_timing.window_buffer);
   RETURN jsonb_build_object('ok', true, 'configured', true, 'namespace', '', 'task', '',
     'options', v_neutral || (v_stored->'options')) || (v_stored - 'options');
 END $function$
@@ -2212,10 +2217,7 @@ DECLARE
   v_enabled BOOLEAN;
   v_ret queen.queue_retention;
   v_key TEXT;
-  v_lease INT;
-  v_retry INT;
-  v_delay INT;
-  v_window INT;
+  v_timing RECORD;
   v_stored JSONB;
   v_id UUID;
   v_retry_delay INT;
@@ -2242,16 +2244,9 @@ BEGIN
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
   PERFORM queen.log_check_neutral_options_v1(v_options, v_implemented || v_retention_keys, v_neutral);
-  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
-    FROM queen.log_queue_timing_v1(v_options) t;
-  v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
-    'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
-  v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
-    'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.');
-  v_max_size := queen.log_whole_option_v1(v_options, 'maxSize', 0, 1000000000, 'log_invalid_options',
-    'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.');
-  v_priority := queen.log_whole_option_v1(v_options, 'priority', -1000000, 1000000, 'log_invalid_options',
-    'options.priority is a whole number from -1000000 to 1000000.');
+  v_timing := queen.log_queue_timing_v1(v_options);
+  SELECT w[1], w[2], w[3], w[4] INTO v_retry_delay, v_retry_max, v_max_size, v_priority
+    FROM queen.log_whole_options_v1(v_options, ARRAY['retryDelay', 'retryDelayMax', 'maxSize', 'priority']) AS o (w);
   IF v_options ? 'encryptionEnabled' THEN
     IF jsonb_typeof(v_options->'encryptionEnabled') <> 'boolean' THEN
       PERFORM queen.fail_v1('log_invalid_options', 'options.encryptionEnabled is true or false.', NULL);
@@ -2262,23 +2257,18 @@ BEGIN
         'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
-  -- The retention options (sql/functions/retention.sql says what each removes): whole seconds from 0
-  -- (not set) to ten years; retentionEnabled a boolean, false keeping the queue's messages forever.
-  v_ret_s := queen.log_whole_option_v1(v_options, 'retentionSeconds', 0, 315360000, 'log_invalid_options',
-    'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.');
-  v_done_s := queen.log_whole_option_v1(v_options, 'completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
-    'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.');
-  v_wait_s := queen.log_whole_option_v1(v_options, 'maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options',
-    'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.');
-  v_ttl := queen.log_whole_option_v1(v_options, 'ttl', 0, 315360000, 'log_invalid_options',
-    'options.ttl is a whole number of seconds from 0 (not set) to 315360000.');
+  -- The retention options: the whole seconds (queen.log_option_bounds_v1), then retentionEnabled,
+  -- a boolean, false keeping the queue's messages forever.
+  SELECT w[1], w[2], w[3], w[4] INTO v_ret_s, v_done_s, v_wait_s, v_ttl
+    FROM queen.log_whole_options_v1(v_options, ARRAY['retentionSeconds', 'completedRetentionSeconds', 'maxWaitTimeSeconds', 'ttl']) AS o (w);
   IF v_options ? 'retentionEnabled' THEN
     IF jsonb_typeof(v_options->'retentionEnabled') <> 'boolean' THEN
       PERFORM queen.fail_v1('log_invalid_options', 'options.retentionEnabled is true or false (false keeps the queue''s messages forever).', NULL);
     END IF;
     v_enabled := (v_options->>'retentionEnabled')::boolean;
   END IF;
-  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_timing.lease_time, v_timing.retry_limit,
+    v_timing.delayed_processing, v_timing.window_buffer);
   v_id := (v_stored->>'queueId')::uuid;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
@@ -2322,11 +2312,11 @@ DECLARE
   v_out JSONB;
   v_total BIGINT;
 BEGIN
-  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_queue IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
   END IF;
-  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_group IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   END IF;
   SELECT count(*) INTO v_total
     FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -2379,9 +2369,7 @@ DECLARE
   v_n INT;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   -- The group's rows first, in the order an ack takes them (partition_consumers, then its
   -- failure rows), so a concurrent ack of the group waits here rather than deadlocking.
   PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -2407,9 +2395,7 @@ DECLARE
   r RECORD;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
   SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   FOR attempt IN 1 .. 5 LOOP
     EXIT WHEN v_id IS NULL;
@@ -2773,6 +2759,28 @@ AS $function$
     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(p_ops) = 'array' THEN p_ops ELSE '[]' END) WITH ORDINALITY AS x (op, o),
          jsonb_array_elements(CASE WHEN jsonb_typeof(op) = 'object' AND op->>'type' = 'push' AND jsonb_typeof(op->'items') = 'array'
                                    THEN op->'items' ELSE '[]' END) WITH ORDINALITY AS y (it, k)
+$function$
+CREATE OR REPLACE FUNCTION queen.log_option_bounds_v1()
+ RETURNS TABLE(key text, lo integer, hi integer, code text, message text)
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+AS $function$
+  VALUES ('leaseTime', 1, 86400, 'log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.'),
+    ('retryLimit', 0, 1000, 'log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.'),
+    ('delayedProcessing', 0, 86400, 'log_invalid_options', 'options.delayedProcessing is a whole number of seconds from 0 to 86400.'),
+    ('windowBuffer', 0, 86400, 'log_invalid_options', 'options.windowBuffer is a whole number of seconds from 0 to 86400.'),
+    ('retryDelay', 0, 86400000, 'log_invalid_options', 'options.retryDelay is a whole number of milliseconds from 0 to 86400000.'),
+    ('retryDelayMax', 0, 86400000, 'log_invalid_options', 'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.'),
+    ('maxSize', 0, 1000000000, 'log_invalid_options', 'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.'),
+    ('priority', -1000000, 1000000, 'log_invalid_options', 'options.priority is a whole number from -1000000 to 1000000.'),
+    -- The retention options (sql/functions/retention.sql says what each removes): whole seconds
+    -- from 0 (not set) to ten years.
+    ('retentionSeconds', 0, 315360000, 'log_invalid_options',
+     'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.'),
+    ('completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
+     'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
+    ('maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options', 'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
+    ('ttl', 0, 315360000, 'log_invalid_options', 'options.ttl is a whole number of seconds from 0 (not set) to 315360000.')
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
@@ -3372,15 +3380,10 @@ CREATE OR REPLACE FUNCTION queen.log_queue_timing_v1(p_options jsonb, OUT lease_
  RETURNS record
  LANGUAGE plpgsql
 AS $function$
+DECLARE
+  v INT[] := queen.log_whole_options_v1(p_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer']);
 BEGIN
-  lease_time := queen.log_whole_option_v1(p_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  retry_limit := queen.log_whole_option_v1(p_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  delayed_processing := queen.log_whole_option_v1(p_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  window_buffer := queen.log_whole_option_v1(p_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  SELECT v[1], v[2], v[3], v[4] INTO lease_time, retry_limit, delayed_processing, window_buffer;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_record_trace_v1(p_tenant uuid, p_body jsonb)
  RETURNS jsonb
@@ -3404,9 +3407,7 @@ BEGIN
   IF NOT queen.uuid_ok_v1(v_pid) THEN
     PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is required: the UUID the pop answered.', NULL);
   END IF;
-  IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(v_group, 'log_invalid_consumer_group', 'A consumer group');
   IF NOT p_body ? 'data' THEN
     PERFORM queen.fail_v1('log_invalid_trace', 'data is required (any JSON).', NULL);
   END IF;
@@ -3777,9 +3778,7 @@ CREATE OR REPLACE FUNCTION queen.log_subscribe_v1(p_tenant uuid, p_queue text, p
 AS $function$
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   IF p_group = '__QUEUE_MODE__' THEN
     PERFORM queen.fail_v1('unsupported', p_option || ' applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
   END IF;
@@ -3859,6 +3858,20 @@ BEGIN
   END IF;
   RETURN (p_options->>p_key)::numeric::int;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_whole_options_v1(p_options jsonb, p_keys text[])
+ RETURNS integer[]
+ LANGUAGE plpgsql
+ STABLE
+AS $function$
+DECLARE
+  b RECORD;
+  v_out INT[] := '{}';
+BEGIN
+  FOR b IN SELECT o.* FROM unnest(p_keys) WITH ORDINALITY AS k (key, n) JOIN queen.log_option_bounds_v1() o ON o.key = k.key ORDER BY k.n LOOP
+    v_out := v_out || queen.log_whole_option_v1(p_options, b.key, b.lo, b.hi, b.code, b.message);
+  END LOOP;
+  RETURN v_out;
+END $function$
 CREATE OR REPLACE FUNCTION queen.name_ok_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql
@@ -3887,9 +3900,7 @@ CREATE OR REPLACE FUNCTION queen.operator_check_name_v1(p_name text, p_code text
  IMMUTABLE
 AS $function$
 BEGIN
-  IF p_name IS NULL OR NOT queen.name_ok_v1(p_name) THEN
-    PERFORM queen.fail_v1(p_code, p_what || ' is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_name, p_code, p_what);
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_dead_letter_v1(p_tenant uuid, p_action text, p_partition_id text, p_transaction_id text, p_group text)
  RETURNS jsonb
@@ -5113,9 +5124,8 @@ BEGIN
   END IF;
   -- A filter no timer can match (a name a schedule would refuse) is a mistake to say, not an empty
   -- page to hand back silently: the pop route refuses such names too. (The route refuses U+0000.)
-  IF p_queue IS NOT NULL AND NOT queen.name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('timers_invalid_queue',
-      'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_queue IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
   END IF;
   SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (

@@ -46,9 +46,7 @@ BEGIN
   IF v_queue IS NULL THEN
     PERFORM queen.fail_v1('log_queue_required', 'queue is required (a string).', NULL);
   END IF;
-  IF NOT queen.log_name_ok_v1(v_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(v_queue, 'log_invalid_queue', 'A queue name');
   RETURN v_queue;
 END $$;
 
@@ -73,20 +71,51 @@ BEGIN
   END LOOP;
 END $$;
 
+-- Configure's whole-number options, one row each: its bounds, and the code and sentence of its
+-- refusal. queen.log_whole_options_v1 checks the keys a caller names, in the order it names them.
+CREATE OR REPLACE FUNCTION queen.log_option_bounds_v1() RETURNS TABLE (key TEXT, lo INT, hi INT, code TEXT, message TEXT)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  VALUES ('leaseTime', 1, 86400, 'log_invalid_lease_time', 'options.leaseTime is a whole number of seconds from 1 to 86400.'),
+    ('retryLimit', 0, 1000, 'log_invalid_retry_limit', 'options.retryLimit is a whole number from 0 to 1000.'),
+    ('delayedProcessing', 0, 86400, 'log_invalid_options', 'options.delayedProcessing is a whole number of seconds from 0 to 86400.'),
+    ('windowBuffer', 0, 86400, 'log_invalid_options', 'options.windowBuffer is a whole number of seconds from 0 to 86400.'),
+    ('retryDelay', 0, 86400000, 'log_invalid_options', 'options.retryDelay is a whole number of milliseconds from 0 to 86400000.'),
+    ('retryDelayMax', 0, 86400000, 'log_invalid_options', 'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.'),
+    ('maxSize', 0, 1000000000, 'log_invalid_options', 'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.'),
+    ('priority', -1000000, 1000000, 'log_invalid_options', 'options.priority is a whole number from -1000000 to 1000000.'),
+    -- The retention options (sql/functions/retention.sql says what each removes): whole seconds
+    -- from 0 (not set) to ten years.
+    ('retentionSeconds', 0, 315360000, 'log_invalid_options',
+     'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.'),
+    ('completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
+     'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
+    ('maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options', 'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
+    ('ttl', 0, 315360000, 'log_invalid_options', 'options.ttl is a whole number of seconds from 0 (not set) to 315360000.')
+$$;
+
+-- The whole-number options p_keys names (rows of queen.log_option_bounds_v1), checked in p_keys'
+-- order (the first bad one is refused); each one's value, NULL for one not sent, in that order.
+CREATE OR REPLACE FUNCTION queen.log_whole_options_v1(p_options JSONB, p_keys TEXT[]) RETURNS INT[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  b RECORD;
+  v_out INT[] := '{}';
+BEGIN
+  FOR b IN SELECT o.* FROM unnest(p_keys) WITH ORDINALITY AS k (key, n) JOIN queen.log_option_bounds_v1() o ON o.key = k.key ORDER BY k.n LOOP
+    v_out := v_out || queen.log_whole_option_v1(p_options, b.key, b.lo, b.hi, b.code, b.message);
+  END LOOP;
+  RETURN v_out;
+END $$;
+
 -- Configure's options kept in queen.queues and queen.queue_delays, checked in this order; NULL for
 -- one not sent.
 CREATE OR REPLACE FUNCTION queen.log_queue_timing_v1(p_options JSONB,
   OUT lease_time INT, OUT retry_limit INT, OUT delayed_processing INT, OUT window_buffer INT)
 LANGUAGE plpgsql AS $$
+DECLARE
+  v INT[] := queen.log_whole_options_v1(p_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer']);
 BEGIN
-  lease_time := queen.log_whole_option_v1(p_options, 'leaseTime', 1, 86400, 'log_invalid_lease_time',
-    'options.leaseTime is a whole number of seconds from 1 to 86400.');
-  retry_limit := queen.log_whole_option_v1(p_options, 'retryLimit', 0, 1000, 'log_invalid_retry_limit',
-    'options.retryLimit is a whole number from 0 to 1000.');
-  delayed_processing := queen.log_whole_option_v1(p_options, 'delayedProcessing', 0, 86400, 'log_invalid_options',
-    'options.delayedProcessing is a whole number of seconds from 0 to 86400.');
-  window_buffer := queen.log_whole_option_v1(p_options, 'windowBuffer', 0, 86400, 'log_invalid_options',
-    'options.windowBuffer is a whole number of seconds from 0 to 86400.');
+  SELECT v[1], v[2], v[3], v[4] INTO lease_time, retry_limit, delayed_processing, window_buffer;
 END $$;
 
 -- Creates the queue, or updates it, with those options (NULL keeps a value: its default on a new
@@ -136,10 +165,7 @@ DECLARE
     "retryDelay": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "maxWaitTimeSeconds": 0,
     "retentionEnabled": false, "encryptionEnabled": false, "deadLetterQueue": true, "dlqAfterMaxRetries": true}';
   v_key TEXT;
-  v_lease INT;
-  v_retry INT;
-  v_delay INT;
-  v_window INT;
+  v_timing RECORD;
   v_stored JSONB;
 BEGIN
   v_queue := queen.log_configure_queue_v1(p_body);
@@ -152,9 +178,9 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM queen.log_check_neutral_options_v1(v_options, ARRAY['leaseTime', 'retryLimit', 'delayedProcessing', 'windowBuffer'], v_neutral);
-  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
-    FROM queen.log_queue_timing_v1(v_options) t;
-  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_timing := queen.log_queue_timing_v1(v_options);
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_timing.lease_time, v_timing.retry_limit,
+    v_timing.delayed_processing, v_timing.window_buffer);
   RETURN jsonb_build_object('ok', true, 'configured', true, 'namespace', '', 'task', '',
     'options', v_neutral || (v_stored->'options')) || (v_stored - 'options');
 END $$;
@@ -382,9 +408,7 @@ CREATE OR REPLACE FUNCTION queen.log_subscribe_v1(p_tenant UUID, p_queue TEXT, p
 LANGUAGE plpgsql AS $$
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   IF p_group = '__QUEUE_MODE__' THEN
     PERFORM queen.fail_v1('unsupported', p_option || ' applies to a named consumer group (consumerGroup), not to queue mode.', NULL);
   END IF;
@@ -427,9 +451,7 @@ DECLARE
   r RECORD;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
   SELECT q.id INTO v_id FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   FOR attempt IN 1 .. 5 LOOP
     EXIT WHEN v_id IS NULL;
@@ -493,11 +515,11 @@ DECLARE
   v_out JSONB;
   v_total BIGINT;
 BEGIN
-  IF p_queue IS NOT NULL AND NOT queen.log_name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('log_invalid_queue', 'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_queue IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
   END IF;
-  IF p_group IS NOT NULL AND NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_group IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   END IF;
   SELECT count(*) INTO v_total
     FROM queen.message_failures f JOIN queen.partitions p ON p.id = f.partition_id JOIN queen.queues q ON q.id = p.queue_id
@@ -574,10 +596,7 @@ DECLARE
   v_enabled BOOLEAN;
   v_ret queen.queue_retention;
   v_key TEXT;
-  v_lease INT;
-  v_retry INT;
-  v_delay INT;
-  v_window INT;
+  v_timing RECORD;
   v_stored JSONB;
   v_id UUID;
   v_retry_delay INT;
@@ -604,16 +623,9 @@ BEGIN
   v_namespace := queen.log_str_v1(p_body->'namespace');
   v_task := queen.log_str_v1(p_body->'task');
   PERFORM queen.log_check_neutral_options_v1(v_options, v_implemented || v_retention_keys, v_neutral);
-  SELECT t.lease_time, t.retry_limit, t.delayed_processing, t.window_buffer INTO v_lease, v_retry, v_delay, v_window
-    FROM queen.log_queue_timing_v1(v_options) t;
-  v_retry_delay := queen.log_whole_option_v1(v_options, 'retryDelay', 0, 86400000, 'log_invalid_options',
-    'options.retryDelay is a whole number of milliseconds from 0 to 86400000.');
-  v_retry_max := queen.log_whole_option_v1(v_options, 'retryDelayMax', 0, 86400000, 'log_invalid_options',
-    'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.');
-  v_max_size := queen.log_whole_option_v1(v_options, 'maxSize', 0, 1000000000, 'log_invalid_options',
-    'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.');
-  v_priority := queen.log_whole_option_v1(v_options, 'priority', -1000000, 1000000, 'log_invalid_options',
-    'options.priority is a whole number from -1000000 to 1000000.');
+  v_timing := queen.log_queue_timing_v1(v_options);
+  SELECT w[1], w[2], w[3], w[4] INTO v_retry_delay, v_retry_max, v_max_size, v_priority
+    FROM queen.log_whole_options_v1(v_options, ARRAY['retryDelay', 'retryDelayMax', 'maxSize', 'priority']) AS o (w);
   IF v_options ? 'encryptionEnabled' THEN
     IF jsonb_typeof(v_options->'encryptionEnabled') <> 'boolean' THEN
       PERFORM queen.fail_v1('log_invalid_options', 'options.encryptionEnabled is true or false.', NULL);
@@ -624,23 +636,18 @@ BEGIN
         'options.encryptionEnabled: this cell has no encryption key; an operator sets QUEEN_ENCRYPTION_KEY (64 hex digits) on every API process first.', NULL);
     END IF;
   END IF;
-  -- The retention options (sql/functions/retention.sql says what each removes): whole seconds from 0
-  -- (not set) to ten years; retentionEnabled a boolean, false keeping the queue's messages forever.
-  v_ret_s := queen.log_whole_option_v1(v_options, 'retentionSeconds', 0, 315360000, 'log_invalid_options',
-    'options.retentionSeconds is a whole number of seconds from 0 (the cell''s default retention) to 315360000.');
-  v_done_s := queen.log_whole_option_v1(v_options, 'completedRetentionSeconds', 0, 315360000, 'log_invalid_options',
-    'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.');
-  v_wait_s := queen.log_whole_option_v1(v_options, 'maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options',
-    'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.');
-  v_ttl := queen.log_whole_option_v1(v_options, 'ttl', 0, 315360000, 'log_invalid_options',
-    'options.ttl is a whole number of seconds from 0 (not set) to 315360000.');
+  -- The retention options: the whole seconds (queen.log_option_bounds_v1), then retentionEnabled,
+  -- a boolean, false keeping the queue's messages forever.
+  SELECT w[1], w[2], w[3], w[4] INTO v_ret_s, v_done_s, v_wait_s, v_ttl
+    FROM queen.log_whole_options_v1(v_options, ARRAY['retentionSeconds', 'completedRetentionSeconds', 'maxWaitTimeSeconds', 'ttl']) AS o (w);
   IF v_options ? 'retentionEnabled' THEN
     IF jsonb_typeof(v_options->'retentionEnabled') <> 'boolean' THEN
       PERFORM queen.fail_v1('log_invalid_options', 'options.retentionEnabled is true or false (false keeps the queue''s messages forever).', NULL);
     END IF;
     v_enabled := (v_options->>'retentionEnabled')::boolean;
   END IF;
-  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_lease, v_retry, v_delay, v_window);
+  v_stored := queen.log_store_queue_v1(p_tenant, v_queue, v_timing.lease_time, v_timing.retry_limit,
+    v_timing.delayed_processing, v_timing.window_buffer);
   v_id := (v_stored->>'queueId')::uuid;
   IF num_nulls(v_retry_delay, v_retry_max, v_max_size, v_priority, v_encrypt, v_namespace, v_task) < 7 THEN
     INSERT INTO queen.queue_options AS o (queue_id, retry_delay_ms, retry_delay_max_ms, max_size, priority, namespace, task, encryption_enabled)
@@ -698,9 +705,7 @@ DECLARE
   v_n INT;
 BEGIN
   PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
-  IF NOT queen.log_name_ok_v1(p_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   -- The group's rows first, in the order an ack takes them (partition_consumers, then its
   -- failure rows), so a concurrent ack of the group waits here rather than deadlocking.
   PERFORM 1 FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id

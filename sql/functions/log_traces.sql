@@ -33,9 +33,7 @@ BEGIN
   IF NOT queen.uuid_ok_v1(v_pid) THEN
     PERFORM queen.fail_v1('log_invalid_partition_id', 'partitionId is required: the UUID the pop answered.', NULL);
   END IF;
-  IF NOT queen.log_name_ok_v1(v_group) THEN
-    PERFORM queen.fail_v1('log_invalid_consumer_group', 'A consumer group is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(v_group, 'log_invalid_consumer_group', 'A consumer group');
   IF NOT p_body ? 'data' THEN
     PERFORM queen.fail_v1('log_invalid_trace', 'data is required (any JSON).', NULL);
   END IF;

@@ -29,12 +29,11 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.operator_next_v1(p_rows JSONB, p_limit INT, p_cursor JSONB) RETURNS JSONB
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT CASE WHEN jsonb_array_length(p_rows) = p_limit THEN p_cursor END $$;
 
+-- queen.check_name_v1, by the name the operator's functions have called it.
 CREATE OR REPLACE FUNCTION queen.operator_check_name_v1(p_name TEXT, p_code TEXT, p_what TEXT) RETURNS VOID
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
-  IF p_name IS NULL OR NOT queen.name_ok_v1(p_name) THEN
-    PERFORM queen.fail_v1(p_code, p_what || ' is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
-  END IF;
+  PERFORM queen.check_name_v1(p_name, p_code, p_what);
 END $$;
 
 -- The tenant's queue, or operator_not_found.

@@ -64,6 +64,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
   SELECT p_name ~ '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$' AND length(p_name) <= 128
 $$;
 
+-- The refusal of a name that is NULL or not a name: p_code, with p_what ('A queue name', 'A
+-- consumer group', ...) in the one sentence every surface gives it.
+CREATE OR REPLACE FUNCTION queen.check_name_v1(p_name TEXT, p_code TEXT, p_what TEXT) RETURNS VOID
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  IF p_name IS NULL OR NOT queen.name_ok_v1(p_name) THEN
+    PERFORM queen.fail_v1(p_code, p_what || ' is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  END IF;
+END $$;
+
 -- Instants on the wire: ISO 8601 in UTC with milliseconds, whatever the session's TimeZone. The
 -- KV, the log and the timers all write their timestamps through this one function.
 CREATE OR REPLACE FUNCTION queen.ts_v1(TIMESTAMPTZ) RETURNS TEXT

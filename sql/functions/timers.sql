@@ -363,9 +363,8 @@ BEGIN
   END IF;
   -- A filter no timer can match (a name a schedule would refuse) is a mistake to say, not an empty
   -- page to hand back silently: the pop route refuses such names too. (The route refuses U+0000.)
-  IF p_queue IS NOT NULL AND NOT queen.name_ok_v1(p_queue) THEN
-    PERFORM queen.fail_v1('timers_invalid_queue',
-      'A queue name is 1 to 128 characters of A-Z a-z 0-9 _ . : - and does not start with . : or -.', NULL);
+  IF p_queue IS NOT NULL THEN
+    PERFORM queen.check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
   END IF;
   SELECT c.at, c.id INTO v_at, v_id FROM queen.timers_cursor_v1(p_after) c;
   WITH page AS (

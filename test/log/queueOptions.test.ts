@@ -45,6 +45,31 @@ describe('configure: the options of 0.2', () => {
     expect(res.body.message).toContain(`options.${Object.keys(options)[0]}`);
   });
 
+  // Two bad options: the one checked first is named, with its sentence (queen.log_option_bounds_v1
+  // holds the bounds and sentences; the order is configure's).
+  test('the options are checked in one order, each refused with its sentence', async () => {
+    const order = ['windowBuffer', 'retryDelay', 'retryDelayMax', 'maxSize', 'priority', 'encryptionEnabled',
+      'retentionSeconds', 'completedRetentionSeconds', 'maxWaitTimeSeconds', 'ttl', 'retentionEnabled'];
+    const named: string[] = [];
+    for (let i = 0; i + 1 < order.length; i++) {
+      const res = await configure(api.url, 'qo-order', { [order[i + 1]]: 'x', [order[i]]: 'x' });
+      expect([res.status, res.body.error]).toEqual([400, 'log_invalid_options']);
+      named.push(res.body.message);
+    }
+    expect(named).toEqual([
+      'options.windowBuffer is a whole number of seconds from 0 to 86400.',
+      'options.retryDelay is a whole number of milliseconds from 0 to 86400000.',
+      'options.retryDelayMax is a whole number of milliseconds from 0 to 86400000.',
+      'options.maxSize is a whole number of messages from 0 (no cap) to 1000000000.',
+      'options.priority is a whole number from -1000000 to 1000000.',
+      'options.encryptionEnabled is true or false.',
+      "options.retentionSeconds is a whole number of seconds from 0 (the cell's default retention) to 315360000.",
+      'options.completedRetentionSeconds is a whole number of seconds from 0 (not set) to 315360000.',
+      'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.',
+      'options.ttl is a whole number of seconds from 0 (not set) to 315360000.',
+    ]);
+  });
+
   test('encryptionEnabled: true on a cell without QUEEN_ENCRYPTION_KEY is 403 naming the variable; false is fine', async () => {
     const res = await configure(api.url, 'qo-enc', { encryptionEnabled: true });
     expect([res.status, res.body.error]).toEqual([403, 'log_encryption_unavailable']);
