@@ -225,8 +225,11 @@ $$;
 -- the queue's retry_limit is dead-lettered), then leases what is left. A group seen for the first
 -- time starts at the beginning of the partition: consumer groups each see every message.
 --
--- One body for both generations: p_v2 false is queen.log_pop_v1, 0.1.0's pop statement for
--- statement (a rolling upgrade's 0.1 processes call it); p_v2 is queen.log_pop_v2, which adds a
+-- One body for both generations: p_v2 false is queen.log_pop_v1, 0.1.0's pop (a rolling upgrade's
+-- 0.1 processes call it) with its reads, row locks and writes: its queue read without options, its
+-- batch read and then its answer read by seq = ANY, its random lease id and updated_at; under a
+-- delay it shares v2's candidate statement, whose retry-gate probe is off for it (the statement
+-- still names queen.consumer_retry_at). p_v2 is queen.log_pop_v2, which adds a
 -- moving tenant's refusal, two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
 -- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not read,
