@@ -2942,50 +2942,25 @@ BEGIN
   IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
   LOOP
-    -- Two statements rather than one with both conditions: a queue without delays (the common pop)
-    -- keeps the plan it had before they existed. v1 has no gate, so takes the first or the last.
-    IF v_delay = 0 AND v_window = 0 AND NOT v_retry_gate THEN
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    ELSIF v_delay = 0 AND v_window = 0 THEN
-      -- The retry gate alone (every queue with the default retryDelay): one probe of
-      -- queen.consumer_retry_at's key per candidate.
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-         AND NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
-               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now)
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    ELSE
-      SELECT c.* INTO v_pc
-        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-       WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-         AND c.consumer_group = v_group
-         AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-         AND p.last_seq > c.cursor_seq
-         AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-         AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-               WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-         -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
-         AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
-               WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
-       ORDER BY c.last_leased_at NULLS FIRST, p.name
-       LIMIT 1
-       FOR UPDATE OF c SKIP LOCKED;
-    END IF;
+    -- One statement for every queue: each delay and the retry gate is a test of a parameter before
+    -- its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs none of the
+    -- probes, and the plan, generic or custom, is the same join of partitions and group rows.
+    SELECT c.* INTO v_pc
+      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
+       AND c.consumer_group = v_group
+       AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+       AND p.last_seq > c.cursor_seq
+       AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+             WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
+       AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+             WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
+       -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+       AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+             WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
+     ORDER BY c.last_leased_at NULLS FIRST, p.name
+     LIMIT 1
+     FOR UPDATE OF c SKIP LOCKED;
     IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
 
     -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
