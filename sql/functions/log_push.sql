@@ -1,5 +1,5 @@
 -- The log's push path, and what every log rule shares (below). Every log route and the transaction
--- wire's `operations` call the functions of log_push.sql, log_consume.sql and log_apply.sql; the timers sweeper fires a timer through queen.log_push_v1. TypeScript only carries JSON.
+-- wire's `operations` call the functions of log_push.sql, log_consume.sql and log_apply.sql; the timers sweeper's fire (queen.timers_fire_batch_v1) writes the same rows set-based. TypeScript only carries JSON.
 --
 -- Errors: SQLSTATE QK400 with DETAIL {"code", "index"} (a bad request, the API's 400), and QK412
 -- with DETAIL {"failedIndex", "ackReason"} (an ack that failed inside the transaction wire: raising
@@ -67,7 +67,7 @@ END $$;
 -- sweeper's: a timer fires as 'timer:' || timer_id (queen.timers_fire_v1), and a client push that
 -- took one first made the fire a silent duplicate, the timer's payload never delivered. Checked
 -- by the client's entry points (log_push_items_v1, log_apply_v1; the fast path declines such an
--- id), never by log_push_v1, which the fire calls.
+-- id), never by log_push_v1 (0.1.0's fire called it; the fire writes its own rows now).
 CREATE OR REPLACE FUNCTION queen.log_check_client_transaction_id_v1(p_transaction_id TEXT, p_index INT) RETURNS VOID
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -148,8 +148,8 @@ BEGIN
   PERFORM queen.log_push_deleted_v1();
 END $$;
 
--- THE push. Public interface (the timers sweeper fires a timer through it, with the timer's tenant
--- and a transactionId derived from the timer id): creates the tenant's queue and partition on first use; a transactionId already in
+-- THE push. Public interface (0.1.0's fire pushed each timer through it, with the timer's tenant and
+-- a transactionId derived from the timer id; queen.timers_fire_batch_v1 stores them set-based now): creates the tenant's queue and partition on first use; a transactionId already in
 -- the partition stores nothing and answers "duplicate". A NULL partition is "Default"; a NULL
 -- transactionId gets a fresh UUID.
 -- Answer: {"transactionId", "partitionId", "queue", "partition", "status": "queued" | "duplicate"}.
@@ -425,7 +425,7 @@ BEGIN
 END $$;
 
 -- Two queue options every client push obeys (sql/migrations/051_queue_options.sql), checked by the
--- v2 entry points below; a timer's fire (queen.log_push_v1 from the sweeper) obeys neither check:
+-- v2 entry points below; a timer's fire (queen.timers_fire_batch_v1) obeys neither check:
 -- it was accepted when it was scheduled, and is stored as the timer holds it.
 
 -- encryptionEnabled: items to an encrypted queue must arrive sealed (encrypted by the API, which
