@@ -1,0 +1,77 @@
+// npm run bench:pop-partitions — what a pop that names no partition costs as its queue's partitions
+// grow. Such a pop (Queen's consume() of a queue, the common one) picks the partition whose group
+// row was leased longest ago among those with a message past its cursor: the cell's statement
+// joins every partition of the queue to its group row and sorts them, so its cost is in proportion
+// to the partitions, ready or not. A pop of a named partition of the same queue is the baseline.
+// One client, the statements the API sends (shared/sql/log.ts), each pop's message acked before
+// the next pop; wall time a call, round trip included, on the run's own embedded PostgreSQL (or
+// DATABASE_URL). Options: --sizes=10,100,1000,10000 --pops=300 (BENCH_POPS).
+import { Client } from 'pg';
+import { DEFAULT_TENANT } from '../shared/config';
+import { LOG_ACK_BATCH, LOG_POP, LOG_PUSH_SEALED } from '../shared/sql/log';
+import { benchDatabase } from './lib/database';
+import { median, positiveOption } from './lib/options';
+
+const argv = process.argv.slice(2);
+const SIZES = (argv.find((a) => a.startsWith('--sizes='))?.slice(8) ?? '10,100,1000,10000').split(',').map(Number);
+const POPS = positiveOption('pops', 'BENCH_POPS', 300);
+/** Messages a partition holds: more than the pops can take from the partitions a pop could pick. */
+const PER_PARTITION = 3;
+const out = (s = '') => process.stdout.write(`${s}\n`);
+
+async function fill(c: Client, queue: string, partitions: number): Promise<void> {
+  for (let from = 0; from < partitions; from += 500) {
+    const items = [];
+    for (let p = from; p < Math.min(partitions, from + 500); p++) {
+      for (let k = 0; k < PER_PARTITION; k++) items.push({ queue, partition: `p${p}`, payload: { k } });
+    }
+    await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
+  }
+}
+
+/** Median wall time of a pop of one message (microseconds); each message popped is acked. */
+async function pops(c: Client, queue: string, partition: string | null): Promise<number> {
+  const times: number[] = [];
+  for (let i = 0; i < POPS + 10; i++) {
+    const t0 = process.hrtime.bigint();
+    const { rows } = await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, partition, 'g', 1, 1] });
+    if (i >= 10) times.push(Number(process.hrtime.bigint() - t0) / 1000);
+    const messages = JSON.parse(rows[0].messages) as { transactionId: string; partitionId: string; leaseId: string }[];
+    if (messages.length === 0) throw new Error(`${queue}${partition ? `/${partition}` : ""}: pop ${i} found no message`);
+    const acks = messages.map((m) => ({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, consumerGroup: 'g', status: 'completed' }));
+    const { rows: [acked] } = await c.query({ ...LOG_ACK_BATCH, values: [DEFAULT_TENANT, JSON.stringify({ acknowledgments: acks })] });
+    if (!acked.ok) throw new Error(`${queue}: an ack failed: ${acked.results}`);
+  }
+  return median(times);
+}
+
+async function main(): Promise<void> {
+  const db = await benchDatabase('pop_partitions', { schema: true });
+  const c = new Client({ connectionString: db.url });
+  await c.connect();
+  try {
+    out(`bench:pop-partitions  ${new Date().toISOString()}  one client, ${POPS} pops a point, median wall µs a pop (round trip included)`);
+    out(`| partitions in the queue | pop naming none | pop of a named partition | ratio |`);
+    out(`| ---: | ---: | ---: | ---: |`);
+    for (const n of SIZES) {
+      const queue = `q${n}`;
+      await fill(c, queue, Math.max(n, Math.ceil((POPS + 10) / PER_PARTITION)));
+      // One more partition with a backlog of its own for the named pops, enough for them whatever
+      // the pops naming none took from it.
+      const backlog = Array.from({ length: 2 * (POPS + 10) }, (_, k) => ({ queue, partition: 'named', payload: { k } }));
+      await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items: backlog }), null] });
+      await c.query('ANALYZE');
+      const any = await pops(c, queue, null);
+      const named = await pops(c, queue, 'named');
+      out(`| ${n.toLocaleString('en-US')} | ${any.toFixed(0)} | ${named.toFixed(0)} | ${(any / named).toFixed(1)}x |`);
+    }
+  } finally {
+    await c.end();
+    await db.stop();
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench:pop-partitions failed: ${err?.stack ?? err}\n`);
+  process.exit(1);
+});
