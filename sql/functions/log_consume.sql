@@ -227,13 +227,13 @@ $$;
 --
 -- One body for both generations: p_v2 false is queen.log_pop_v1, 0.1.0's pop (a rolling upgrade's
 -- 0.1 processes call it) with its reads, row locks and writes: its queue read without options, its
--- batch read and then its answer read by seq = ANY, its random lease id and updated_at; under a
--- delay it shares v2's candidate statement, whose retry-gate probe is off for it (the statement
--- still names queen.consumer_retry_at). p_v2 is queen.log_pop_v2, which adds a
+-- batch read and then its answer read by seq = ANY, its random lease id and updated_at; it shares
+-- v2's candidate statement, whose retry-gate probe is off for it (the statement still names
+-- queen.consumer_retry_at). p_v2 is queen.log_pop_v2, which adds a
 -- moving tenant's refusal, two of the queue options (sql/migrations/051_queue_options.sql): retryDelay
 -- (a partition whose group acked a message `failed` is not leased to the group again before its
--- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not read,
--- and the candidate's plan is v1's) and encryption (a message whose payload is stored encrypted
+-- queen.consumer_retry_at; 1000 ms where the queue set none; with retryDelay 0 the row is not
+-- read) and encryption (a message whose payload is stored encrypted
 -- carries "sealed": true, for the API to open; it never opens in SQL), the push's trace context
 -- (traceId, traceparent), lease ids that name their partition, and one read of the batch. A flag
 -- rather than shared pieces: every PL/pgSQL call is a layer of expression set-up per transaction
