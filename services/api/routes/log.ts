@@ -17,6 +17,7 @@ import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
 import { nameRule, refusePushBody, refusePushItems, refuseNul } from './fields';
 import { tenantOf } from '../edge/tenant';
+import { timed } from '../edge/timed';
 import { PushCoalescer } from '../push/coalescer';
 import { PushSignal } from '../push/signal';
 import { openAnswer, sealAll, sealingRequired } from '../seal/seal';
@@ -29,25 +30,6 @@ export interface LogRouteDeps {
   metrics: ApiMetrics;
   /** The tenant's part in a move between cells (admission/tenantBook.ts): a waiting pop stops looking once it has one. */
   moveRole?: (tenant: string) => 'source' | 'target' | 'moved' | undefined;
-}
-
-/**
- * A handler whose time, from routing to the answer (a refusal included), goes to
- * queen_log_request_duration_seconds under the route `routeOf` names once it is done.
- */
-export function timed<Req, Res>(
-  metrics: ApiMetrics,
-  routeOf: LogRoute | ((req: Req) => LogRoute),
-  handler: (req: Req, res: Res) => Promise<void>,
-): (req: Req, res: Res) => Promise<void> {
-  return async (req, res) => {
-    const stop = metrics.logDuration.startTimer();
-    try {
-      await handler(req, res);
-    } finally {
-      stop({ route: typeof routeOf === 'string' ? routeOf : routeOf(req) });
-    }
-  };
 }
 
 /** A pop that may wait (wait=true): its time is mostly the wait, so it is counted apart (pop_wait). */

@@ -26,11 +26,11 @@ import { callerTrace } from '../../../shared/tracing';
 import { sealAll, sealingRequired } from '../seal/seal';
 import { TX_TIMERS_EXPR, TX_TIMERS_EXPR_TRACED, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
-import { timed } from './log';
 import { refuseNulKeys, refusePushItems, refusePushOperation } from './fields';
 import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, parseObject } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
+import { timed } from '../edge/timed';
 
 export interface TransactionRouteDeps {
   config: Config;
