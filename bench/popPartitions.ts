@@ -15,15 +15,14 @@ import { median, positiveOption } from './lib/options';
 const argv = process.argv.slice(2);
 const SIZES = (argv.find((a) => a.startsWith('--sizes='))?.slice(8) ?? '10,100,1000,10000').split(',').map(Number);
 const POPS = positiveOption('pops', 'BENCH_POPS', 300);
-/** Messages a partition holds: more than the pops can take from the partitions a pop could pick. */
-const PER_PARTITION = 3;
 const out = (s = '') => process.stdout.write(`${s}\n`);
 
-async function fill(c: Client, queue: string, partitions: number): Promise<void> {
+/** `partitions` partitions of `each` messages, pushed 500 partitions a request. */
+async function fill(c: Client, queue: string, partitions: number, each: number): Promise<void> {
   for (let from = 0; from < partitions; from += 500) {
     const items = [];
     for (let p = from; p < Math.min(partitions, from + 500); p++) {
-      for (let k = 0; k < PER_PARTITION; k++) items.push({ queue, partition: `p${p}`, payload: { k } });
+      for (let k = 0; k < each; k++) items.push({ queue, partition: `p${p}`, payload: { k } });
     }
     await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
   }
@@ -55,7 +54,8 @@ async function main(): Promise<void> {
     out(`| ---: | ---: | ---: | ---: |`);
     for (const n of SIZES) {
       const queue = `q${n}`;
-      await fill(c, queue, Math.max(n, Math.ceil((POPS + 10) / PER_PARTITION)));
+      // Exactly n partitions, with messages enough between them for every pop naming none.
+      await fill(c, queue, n, Math.max(3, Math.ceil((POPS + 10) / n)));
       // One more partition with a backlog of its own for the named pops, enough for them whatever
       // the pops naming none took from it.
       const backlog = Array.from({ length: 2 * (POPS + 10) }, (_, k) => ({ queue, partition: 'named', payload: { k } }));

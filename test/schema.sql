@@ -3860,7 +3860,7 @@ CREATE OR REPLACE FUNCTION queen.operator_check_key_v1(p_ns text, p_key text)
  IMMUTABLE
 AS $function$
 BEGIN
-  PERFORM queen.operator_check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
+  PERFORM queen.check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
   IF p_key IS NULL OR p_key = '' THEN
     PERFORM queen.fail_v1('kv_key_required', format('A key is 1 to %s bytes of UTF-8.', queen.kv_max_key_bytes_v1()), NULL);
   END IF;
@@ -3868,14 +3868,6 @@ BEGIN
     PERFORM queen.fail_v1('kv_key_too_long', format('The key is %s bytes of UTF-8; at most %s are allowed.',
       octet_length(p_key), queen.kv_max_key_bytes_v1()), NULL);
   END IF;
-END $function$
-CREATE OR REPLACE FUNCTION queen.operator_check_name_v1(p_name text, p_code text, p_what text)
- RETURNS void
- LANGUAGE plpgsql
- IMMUTABLE
-AS $function$
-BEGIN
-  PERFORM queen.check_name_v1(p_name, p_code, p_what);
 END $function$
 CREATE OR REPLACE FUNCTION queen.operator_dead_letter_v1(p_tenant uuid, p_action text, p_partition_id text, p_transaction_id text, p_group text)
  RETURNS jsonb
@@ -3887,7 +3879,7 @@ DECLARE
   v_out JSONB := '[]'::jsonb;
 BEGIN
   IF p_group IS NOT NULL THEN
-    PERFORM queen.operator_check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
+    PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   END IF;
   SELECT * INTO v_m FROM queen.operator_find_message_v1(p_tenant, p_partition_id, p_transaction_id);
   FOR v_g IN
@@ -3917,7 +3909,7 @@ DECLARE
   v_remaining BIGINT;
 BEGIN
   IF p_group IS NOT NULL THEN
-    PERFORM queen.operator_check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
+    PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   END IF;
   FOR v_r IN
     SELECT d.partition_id, d.consumer_group, d.seq FROM (
@@ -4042,7 +4034,7 @@ DECLARE
   v_now TIMESTAMPTZ := clock_timestamp();
   v_rows JSONB;
 BEGIN
-  PERFORM queen.operator_check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
+  PERFORM queen.check_name_v1(p_ns, 'kv_invalid_namespace', 'A namespace');
   IF octet_length(v_prefix) > queen.kv_max_key_bytes_v1() OR octet_length(coalesce(p_after, '')) > queen.kv_max_key_bytes_v1() THEN
     PERFORM queen.fail_v1('kv_key_too_long', format('A prefix or after is at most %s bytes, the longest key.', queen.kv_max_key_bytes_v1()), NULL);
   END IF;
@@ -4119,7 +4111,7 @@ DECLARE
   v_pid UUID;
   v_rows JSONB;
 BEGIN
-  PERFORM queen.operator_check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
+  PERFORM queen.check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
   IF v_order NOT IN ('newest', 'oldest') THEN
     PERFORM queen.fail_v1('operator_invalid_order', 'order is newest or oldest.', NULL);
   END IF;
@@ -4264,7 +4256,7 @@ AS $function$
 DECLARE
   v_q queen.queues;
 BEGIN
-  PERFORM queen.operator_check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
+  PERFORM queen.check_name_v1(p_queue, 'log_invalid_queue', 'A queue name');
   SELECT * INTO v_q FROM queen.queues q WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   IF v_q.id IS NULL THEN
     PERFORM queen.fail_v1('operator_not_found', format('This tenant has no queue %s.', p_queue), NULL);
@@ -4346,9 +4338,9 @@ DECLARE
   v_skipped BIGINT;
   v_n INT;
 BEGIN
-  PERFORM queen.operator_check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
+  PERFORM queen.check_name_v1(p_group, 'log_invalid_consumer_group', 'A consumer group');
   IF p_partition IS NOT NULL THEN
-    PERFORM queen.operator_check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
+    PERFORM queen.check_name_v1(p_partition, 'log_invalid_partition', 'A partition name');
     IF NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = v_q.id AND p.name = p_partition) THEN
       PERFORM queen.fail_v1('operator_not_found', format('Queue %s has no partition %s.', p_queue, p_partition), NULL);
     END IF;
@@ -4440,7 +4432,7 @@ DECLARE
   v_rows JSONB;
 BEGIN
   IF p_queue IS NOT NULL THEN
-    PERFORM queen.operator_check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
+    PERFORM queen.check_name_v1(p_queue, 'timers_invalid_queue', 'A queue name');
   END IF;
   IF v_state NOT IN ('all', 'due', 'late', 'pending') THEN
     PERFORM queen.fail_v1('operator_invalid_state', 'state is all, due, late or pending.', NULL);

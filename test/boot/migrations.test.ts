@@ -310,18 +310,21 @@ test('a database a build between 0.1 and 059 migrated: the sweeper names no rele
   expect(await dumpSchema(d.url)).toBe(await dumpSchema(fresh.url));
 });
 
-test('a database a build between 059 and 060 migrated: the ack step no release calls goes, and the schema ends as a fresh one', async () => {
+test('a database a build between 059 and 060 migrated: the helpers no release calls go, and the schema ends as a fresh one', async () => {
   const d = await database(false);
-  // What such a build left: the step with its signature (a DROP does not read the body), and no
-  // record of 060 or later.
+  // What such a build left: the two helpers with their signatures (a DROP does not read the body),
+  // and no record of 060 or later.
   await sql(d.url, `CREATE FUNCTION queen.log_ack_step_v1(p_tenant UUID, a JSONB, p_index INT, p_raise BOOLEAN, p_pc queen.partition_consumers,
     OUT o_answer JSONB, OUT o_pc queen.partition_consumers, OUT o_applied BOOLEAN)
     LANGUAGE sql AS $$ SELECT NULL::jsonb, p_pc, false $$`);
+  await sql(d.url, `CREATE FUNCTION queen.operator_check_name_v1(p_name TEXT, p_code TEXT, p_what TEXT) RETURNS VOID
+    LANGUAGE sql AS $$ SELECT queen.check_name_v1(p_name, p_code, p_what) $$`);
   await sql(d.url, 'DELETE FROM queen.schema_migrations WHERE version >= 60');
   const result = await migrate(d.url);
   expect(result.applied).toEqual(migrations().map((m) => m.version).filter((v) => v >= 60));
-  const [left] = await sql(d.url, `SELECT to_regprocedure('queen.log_ack_step_v1(uuid, jsonb, int, boolean, queen.partition_consumers)') AS step`);
-  expect(left).toEqual({ step: null });
+  const [left] = await sql(d.url, `SELECT to_regprocedure('queen.log_ack_step_v1(uuid, jsonb, int, boolean, queen.partition_consumers)') AS step,
+    to_regprocedure('queen.operator_check_name_v1(text, text, text)') AS check_name`);
+  expect(left).toEqual({ step: null, check_name: null });
   const fresh = await database();
   await migrate(fresh.url);
   expect(await dumpSchema(d.url)).toBe(await dumpSchema(fresh.url));
