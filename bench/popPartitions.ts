@@ -1,14 +1,18 @@
 // npm run bench:pop-partitions — what a pop that names no partition costs as its queue's partitions
-// grow. Such a pop (Queen's consume() of a queue, the common one) picks the partition whose group
-// row was leased longest ago among those with a message past its cursor: the cell's statement
-// joins every partition of the queue to its group row and sorts them, so its cost is in proportion
-// to the partitions, ready or not. A pop of a named partition of the same queue is the baseline.
-// One client, the statements the API sends (shared/sql/log.ts), each pop's message acked before
-// the next pop; wall time a call, round trip included, on the run's own embedded PostgreSQL (or
-// DATABASE_URL). Options: --sizes=10,100,1000,10000 --pops=300 (BENCH_POPS).
+// grow. Such a pop (Queen's consume() of a queue, the common one) picks, among the queue's ready
+// partitions (those a group may have something in: sql/migrations/061_ready_partitions.sql), the
+// one whose group row was leased longest ago with a message past its cursor. Two shapes of queue:
+// every partition with messages waiting (a backlog: every partition is ready, and the pop's cost is
+// in proportion to them), and the usual one, ten partitions with messages among partitions the
+// group has finished and the sweeper has settled (the pop reads the ten). A pop of a named
+// partition of the same queue is the baseline.
+// One client, the statements the API and the sweeper send (shared/sql/), each pop's message acked
+// before the next pop; wall time a call, round trip included, on the run's own embedded PostgreSQL
+// (or DATABASE_URL). Options: --sizes=10,100,1000,10000 --pops=300 (BENCH_POPS).
 import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../shared/config';
-import { LOG_ACK_BATCH, LOG_POP, LOG_PUSH_SEALED } from '../shared/sql/log';
+import { LOG_ACK_BATCH, LOG_POP, LOG_PUSH_SEALED, LOG_SUBSCRIBE_NEW } from '../shared/sql/log';
+import { SWEEPER_PASS } from '../shared/sql/sweeper';
 import { benchDatabase } from './lib/database';
 import { median, positiveOption } from './lib/options';
 
@@ -26,6 +30,20 @@ async function fill(c: Client, queue: string, partitions: number, each: number):
     }
     await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
   }
+}
+
+/**
+ * `partitions` partitions the group has finished (subscribed at their end) and the sweeper has
+ * settled, then a backlog in ten of them, enough for every pop.
+ */
+async function idleButTen(c: Client, queue: string, partitions: number): Promise<void> {
+  await fill(c, queue, partitions, 1);
+  await c.query({ ...LOG_SUBSCRIBE_NEW, values: [DEFAULT_TENANT, queue, null, 'g'] });
+  // The group's first pop registers it with the queue (and finds nothing); the pass settles.
+  await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, null, 'g', 1, 1] });
+  await c.query({ ...SWEEPER_PASS, values: [null, 'bench', 64, 100, 1000, true, 0, 0] });
+  const items = Array.from({ length: POPS + 20 }, (_, k) => ({ queue, partition: `p${k % 10}`, payload: { k } }));
+  await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
 }
 
 /** Median wall time of a pop of one message (microseconds); each message popped is acked. */
@@ -50,8 +68,8 @@ async function main(): Promise<void> {
   await c.connect();
   try {
     out(`bench:pop-partitions  ${new Date().toISOString()}  one client, ${POPS} pops a point, median wall µs a pop (round trip included)`);
-    out(`| partitions in the queue | pop naming none | pop of a named partition | ratio |`);
-    out(`| ---: | ---: | ---: | ---: |`);
+    out(`| partitions in the queue | pop naming none, all with messages | pop naming none, ten with messages | pop of a named partition | ratios to named |`);
+    out(`| ---: | ---: | ---: | ---: | ---: |`);
     for (const n of SIZES) {
       const queue = `q${n}`;
       // Exactly n partitions, with messages enough between them for every pop naming none.
@@ -63,7 +81,10 @@ async function main(): Promise<void> {
       await c.query('ANALYZE');
       const any = await pops(c, queue, null);
       const named = await pops(c, queue, 'named');
-      out(`| ${n.toLocaleString('en-US')} | ${any.toFixed(0)} | ${named.toFixed(0)} | ${(any / named).toFixed(1)}x |`);
+      await idleButTen(c, `i${n}`, n);
+      await c.query('ANALYZE');
+      const ten = await pops(c, `i${n}`, null);
+      out(`| ${n.toLocaleString('en-US')} | ${any.toFixed(0)} | ${ten.toFixed(0)} | ${named.toFixed(0)} | ${(any / named).toFixed(1)}x, ${(ten / named).toFixed(1)}x |`);
     }
   } finally {
     await c.end();

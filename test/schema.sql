@@ -1,4 +1,5 @@
 -- tables
+TABLE consumer_groups
 TABLE consumer_retry_at
 TABLE kv fillfactor=70,vacuum_truncate=off
 TABLE kv_quota
@@ -31,6 +32,8 @@ TABLE system_state
 TABLE tenant_moves
 
 -- columns
+COLUMN consumer_groups.queue_id uuid NOT NULL
+COLUMN consumer_groups.consumer_group text COLLATE "C" NOT NULL
 COLUMN consumer_retry_at.partition_id uuid NOT NULL
 COLUMN consumer_retry_at.consumer_group text COLLATE "C" NOT NULL
 COLUMN consumer_retry_at.retry_at timestamp with time zone NOT NULL
@@ -142,6 +145,7 @@ COLUMN partitions.queue_id uuid NOT NULL
 COLUMN partitions.name text COLLATE "C" NOT NULL
 COLUMN partitions.last_seq bigint NOT NULL DEFAULT 0
 COLUMN partitions.created_at timestamp with time zone NOT NULL DEFAULT now()
+COLUMN partitions.ready boolean NOT NULL DEFAULT true
 COLUMN queue_delays.queue_id uuid NOT NULL
 COLUMN queue_delays.delayed_processing integer NOT NULL DEFAULT 0
 COLUMN queue_delays.window_buffer integer NOT NULL DEFAULT 0
@@ -195,6 +199,8 @@ COLUMN tenant_moves.paused_at timestamp with time zone NOT NULL DEFAULT now()
 COLUMN tenant_moves.updated_at timestamp with time zone NOT NULL DEFAULT now()
 
 -- constraints
+CONSTRAINT consumer_groups.consumer_groups_pkey PRIMARY KEY (queue_id, consumer_group)
+CONSTRAINT consumer_groups.consumer_groups_queue_id_fkey FOREIGN KEY (queue_id) REFERENCES queen.queues(id) ON DELETE CASCADE
 CONSTRAINT consumer_retry_at.consumer_retry_at_partition_id_consumer_group_fkey FOREIGN KEY (partition_id, consumer_group) REFERENCES queen.partition_consumers(partition_id, consumer_group) ON DELETE CASCADE
 CONSTRAINT consumer_retry_at.consumer_retry_at_pkey PRIMARY KEY (partition_id, consumer_group)
 CONSTRAINT kv.kv_pkey PRIMARY KEY (tenant_id, namespace, key)
@@ -258,6 +264,7 @@ CONSTRAINT tenant_moves.tenant_moves_pkey PRIMARY KEY (tenant_id)
 CONSTRAINT tenant_moves.tenant_moves_role_check CHECK ((role = ANY (ARRAY['source'::text, 'target'::text, 'moved'::text])))
 
 -- indexes
+CREATE UNIQUE INDEX consumer_groups_pkey ON queen.consumer_groups USING btree (queue_id, consumer_group)
 CREATE UNIQUE INDEX consumer_retry_at_pkey ON queen.consumer_retry_at USING btree (partition_id, consumer_group)
 CREATE INDEX idx_kv_shard_expires ON queen.kv USING btree (shard, expires_at) WHERE (expires_at IS NOT NULL)
 CREATE INDEX idx_log_timers_due ON queen.log_timers USING btree (deliver_at, timer_id)
@@ -266,6 +273,7 @@ CREATE INDEX idx_log_timers_tenant_due ON queen.log_timers USING btree (tenant_i
 CREATE UNIQUE INDEX idx_log_timers_tenant_key ON queen.log_timers USING btree (tenant_id, timer_key) WHERE (timer_key IS NOT NULL)
 CREATE INDEX idx_message_failures_dead_letters ON queen.message_failures USING btree (partition_id, consumer_group, seq) WHERE (dead_lettered_at IS NOT NULL)
 CREATE INDEX idx_partition_consumers_lease ON queen.partition_consumers USING btree (partition_id) WHERE false
+CREATE INDEX idx_partitions_ready ON queen.partitions USING btree (queue_id) WHERE ready
 CREATE INDEX idx_queue_options_namespace ON queen.queue_options USING btree (namespace, task) WHERE ((namespace <> ''::text) OR (task <> ''::text))
 CREATE INDEX idx_shared_leases_shared_id ON queen.shared_leases USING btree (shared_id)
 CREATE UNIQUE INDEX kv_pkey ON queen.kv USING btree (tenant_id, namespace, key)
@@ -2379,6 +2387,9 @@ BEGIN
      WHERE c.consumer_group = p_group AND p.id = c.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
     RETURNING 1)
   SELECT count(*) INTO v_n FROM gone;
+  -- Its queues forget it: a pop of the group starts it anew on every partition (queen.log_register_group_v1).
+  DELETE FROM queen.consumer_groups g USING queen.queues q
+   WHERE g.consumer_group = p_group AND q.id = g.queue_id AND q.tenant_id = p_tenant;
   DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
    WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
   DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q
@@ -2782,6 +2793,16 @@ AS $function$
     ('maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options', 'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
     ('ttl', 0, 315360000, 'log_invalid_options', 'options.ttl is a whole number of seconds from 0 (not set) to 315360000.')
 $function$
+CREATE OR REPLACE FUNCTION queen.log_partition_finished_v1(p queen.partitions)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+AS $function$
+  SELECT NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
+                      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                       WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group
+                                         AND c.cursor_seq >= p.last_seq))
+$function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2864,7 +2885,9 @@ AS $function$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
   v_queue queen.queues;
-  v_partition_id UUID;
+  v_cands UUID[];
+  v_candidate UUID;
+  v_unseen UUID[];
   v_pc queen.partition_consumers;
   v_seqs BIGINT[];
   v_out JSONB;
@@ -2899,38 +2922,31 @@ BEGIN
   -- The queue and its delays (queen.queue_delays, below), in one statement; v2's with its retry gate.
   IF p_v2 THEN
     SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
+           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate,
+           EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = q.id AND g.consumer_group = v_group) AS known INTO v_found
       FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
      WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   ELSE
     -- 0.1.0 reads no queue option: no gate (the same row type as v2's, so v_found's fields keep their plans).
-    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate INTO v_found
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate,
+           EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = q.id AND g.consumer_group = v_group) AS known INTO v_found
       FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
      WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   END IF;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  -- A pop leases, so it writes, even when it finds nothing to lease this time: on a database that
+  -- turned read-only (a demoted primary) it is refused as a push is (503 db_unavailable), rather
+  -- than answering "nothing" and holding its consumer's long poll on a database no push reaches.
+  IF current_setting('transaction_read_only') = 'on' THEN
+    RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction', MESSAGE = 'cannot lease in a read-only transaction';
+  END IF;
   v_queue := v_found.queue;
   v_delay := v_found.delay;
   v_window := v_found.window_buffer;
   v_retry_gate := v_found.retry_gate;
-  IF p_partition IS NOT NULL THEN
-    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
-    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  IF NOT v_found.known THEN
+    PERFORM queen.log_register_group_v1(v_queue.id, v_group);
   END IF;
-
-  -- The group's row per partition, created on first sight. Each partition a row is created for is
-  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway, and only on the rows the
-  -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
-  -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
-  -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
-  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
-  -- it answers what the pop of a missing queue answers: nothing (204).
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-  SELECT p.id, v_group FROM queen.partitions p
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
   -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
@@ -2941,27 +2957,70 @@ BEGIN
   IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
   IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
-  LOOP
-    -- One statement for every queue: each delay and the retry gate is a test of a parameter before
-    -- its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs none of the
-    -- probes, and the plan, generic or custom, is the same join of partitions and group rows.
-    SELECT c.* INTO v_pc
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-       AND c.consumer_group = v_group
+
+  -- The candidates, in the order they are offered: of the partitions this pop reads (the named
+  -- one, else the queue's ready ones), those with a message past the group's cursor (cursor 0
+  -- where the group has no row yet) and no live lease, the least recently leased first, then by
+  -- name; and those the group has no row on yet (v_unseen). One pass in which each partition's
+  -- group row and each test is a probe by key, kept one whatever the plan by its OFFSET 0 (which
+  -- the planner neither flattens into a join nor hashes): as a join, a generic plan made for a
+  -- queue of 10,000 ready partitions hashed every group row of the cell at every later pop of a
+  -- small queue, 15 ms where the probes take 0.3. Which partitions is a test of p_partition before
+  -- each branch of the UNION ALL, so only one runs; each delay and the retry gate is a test of a
+  -- parameter before its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs
+  -- none of the probes.
+  SELECT array_agg(p.id ORDER BY c.last_leased_at NULLS FIRST, p.name) FILTER (WHERE
+           (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+           AND p.last_seq > coalesce(c.cursor_seq, 0)
+           AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+                 WHERE m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1 AND m.created_at <= v_due_by OFFSET 0))
+           AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+                 WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by OFFSET 0))
+           -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+           AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+                 WHERE r.partition_id = p.id AND r.consumer_group = v_group AND r.retry_at > v_now OFFSET 0))),
+         array_agg(p.id) FILTER (WHERE c.consumer_group IS NULL)
+    INTO v_cands, v_unseen
+    FROM (SELECT p.id, p.name, p.last_seq FROM queen.partitions p
+           WHERE p_partition IS NULL AND p.queue_id = v_queue.id AND p.ready
+          UNION ALL
+          SELECT p.id, p.name, p.last_seq FROM queen.partitions p
+           WHERE p_partition IS NOT NULL AND p.queue_id = v_queue.id AND p.name = p_partition) p
+    LEFT JOIN LATERAL (SELECT c.consumer_group, c.cursor_seq, c.lease_id, c.lease_expires_at, c.last_leased_at
+                         FROM queen.partition_consumers c
+                        WHERE c.partition_id = p.id AND c.consumer_group = v_group OFFSET 0) c ON true;
+
+  -- The group's row on each of them it has none on, created on first sight (a row behind a
+  -- removed head is one the sweeper's retention moves to the first retained message, which a
+  -- delayed queue's pop needs). Each partition a row
+  -- is created for is locked FOR KEY SHARE (the lock the foreign key's check takes anyway): a pop
+  -- racing its queue's DELETE either holds the partition, and the delete waits for it, or waits for
+  -- the delete and skips the partition it removed. Before, the INSERT's foreign-key check met the
+  -- committed delete and broke partition_consumers_partition_id_fkey, a 500; now the pop of a queue
+  -- deleted under it answers what the pop of a missing queue answers: nothing (204).
+  IF v_unseen IS NOT NULL THEN
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    SELECT p.id, v_group FROM queen.partitions p
+     WHERE p.id = ANY (v_unseen)
+       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+       FOR KEY SHARE OF p
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF v_cands IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  -- The first candidate whose group row this pop can lock (SKIP LOCKED: a partition another
+  -- consumer is popping or acking right now is simply passed over), judged again on the version
+  -- locked: another pop may have leased it, or an ack finished it or set its retry gate, since the
+  -- read above.
+  FOREACH v_candidate IN ARRAY v_cands LOOP
+    SELECT c.* INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_candidate AND c.consumer_group = v_group
        AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-       AND p.last_seq > c.cursor_seq
-       AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-       AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-       -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+       AND EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = c.partition_id AND p.last_seq > c.cursor_seq)
        AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
              WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
-     ORDER BY c.last_leased_at NULLS FIRST, p.name
-     LIMIT 1
-     FOR UPDATE OF c SKIP LOCKED;
-    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+       FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
 
     -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
     -- handed out again: this is where its expiry is noticed, and clearing it in the same
@@ -3025,10 +3084,10 @@ BEGIN
       ) s WHERE s.due;
     END IF;
     EXIT WHEN v_seqs IS NOT NULL;
-    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
-    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
-    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+    -- Nothing to hand out here after all (the lapse just settled dead-lettered the partition's last
+    -- messages): the next candidate may have some. The row stays locked to this transaction's end.
   END LOOP;
+  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
 
   IF p_v2 THEN
     -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new
@@ -3196,7 +3255,7 @@ BEGIN
                                          'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
   END LOOP;
   IF v_seq > v_last THEN
-    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
+    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_pid;
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN v_out;
@@ -3338,7 +3397,7 @@ BEGIN
     v_status := 'duplicate';
   ELSE
     v_seq := v_last + 1;
-    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_ids.p_id;
+    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_ids.p_id;
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
@@ -3413,6 +3472,21 @@ BEGIN
   INSERT INTO queen.message_traces (partition_id, transaction_id, n, consumer_group, event_type, trace_names, data)
   VALUES (v_pid::uuid, v_txid, v_n + 1, v_group, v_type, coalesce(v_names, '{}'), p_body->'data');
   RETURN jsonb_build_object('ok', true, 'success', true, 'traceId', v_n + 1);
+END $function$
+CREATE OR REPLACE FUNCTION queen.log_register_group_v1(p_queue_id uuid, p_group text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM 1 FROM queen.queues q WHERE q.id = p_queue_id FOR NO KEY UPDATE;
+  IF NOT FOUND THEN RETURN; END IF;
+  INSERT INTO queen.consumer_groups (queue_id, consumer_group) VALUES (p_queue_id, p_group) ON CONFLICT DO NOTHING;
+  UPDATE queen.partitions p SET ready = true
+   WHERE p.id IN (SELECT s.id FROM queen.partitions s
+                   WHERE s.queue_id = p_queue_id AND NOT s.ready
+                     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                      WHERE c.partition_id = s.id AND c.consumer_group = p_group AND c.cursor_seq >= s.last_seq)
+                   ORDER BY s.name FOR NO KEY UPDATE);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_release_settled_v1(p_pc queen.partition_consumers)
  RETURNS queen.partition_consumers
@@ -3591,7 +3665,12 @@ BEGIN
          ORDER BY c.consumer_group LIMIT v_budget
          FOR UPDATE OF c SKIP LOCKED) s
        WHERE d.partition_id = r.id AND d.consumer_group = s.consumer_group
-      RETURNING d.completed, d.failures)
+      RETURNING d.consumer_group, d.completed, d.failures
+    ), forgotten AS (
+      -- The queue forgets each such group: a pop of it registers it again and reads this partition
+      -- from its first message, as a group seen for the first time does (queen.log_register_group_v1).
+      DELETE FROM queen.consumer_groups k USING queen.partitions p
+       WHERE p.id = r.id AND k.queue_id = p.queue_id AND k.consumer_group IN (SELECT gone.consumer_group FROM gone))
     SELECT count(*)::int, coalesce(sum(gone.completed), 0), coalesce(sum(gone.failures), 0) INTO v_g, v_gc, v_gf FROM gone;
     v_groups := v_groups + v_g;
     v_gone_completed := v_gone_completed + v_gc;
@@ -3678,6 +3757,34 @@ AS $function$
                                          THEN e || jsonb_build_object('payload', p_sealed->(k::int - 1)) ELSE e END ORDER BY k), '[]'::jsonb)
             FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t (e, k)) END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_settle_ready_v1(p_shard smallint)
+ RETURNS integer
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
+  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
+  v_queue UUID;
+  v_n INT;
+  v_settled INT := 0;
+BEGIN
+  -- The queues with a partition that looks finished, read without a lock (most passes lock nothing).
+  FOR v_queue IN SELECT DISTINCT p.queue_id FROM queen.partitions p
+                  WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi) AND p.ready AND queen.log_partition_finished_v1(p) LOOP
+    PERFORM 1 FROM queen.queues q WHERE q.id = v_queue FOR SHARE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    WITH settled AS (
+      UPDATE queen.partitions p SET ready = false
+       WHERE p.id IN (SELECT s.id FROM queen.partitions s
+                       WHERE s.queue_id = v_queue AND s.ready AND s.id >= v_lo AND (v_hi IS NULL OR s.id < v_hi)
+                         AND queen.log_partition_finished_v1(s)
+                       FOR NO KEY UPDATE SKIP LOCKED)
+      RETURNING 1)
+    SELECT count(*)::int INTO v_n FROM settled;
+    v_settled := v_settled + v_n;
+  END LOOP;
+  RETURN v_settled;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_stamp_traces_v1(p_results jsonb, p_items jsonb, p_trace jsonb, p_index integer DEFAULT NULL::integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4324,6 +4431,10 @@ BEGIN
     UPDATE queen.partition_consumers
        SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_failed = v_pc.lease_failed, updated_at = clock_timestamp()
      WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    -- The group is behind here again: its queue forgets it, and its next pop registers it, making
+    -- this partition ready if a sweeper settled it (queen.log_register_group_v1).
+    DELETE FROM queen.consumer_groups g USING queen.partitions p
+     WHERE p.id = p_partition_id AND g.queue_id = p.queue_id AND g.consumer_group = p_group;
   END IF;
   DELETE FROM queen.message_failure_texts WHERE partition_id = p_partition_id AND consumer_group = p_group AND seq = p_seq;
   DELETE FROM queen.message_failures WHERE partition_id = p_partition_id AND consumer_group = p_group AND seq = p_seq;
@@ -4502,6 +4613,7 @@ DECLARE
   v_retained_at TIMESTAMPTZ;
   v_groups INT := 0;
   v_partitions INT := 0;
+  v_settled INT := 0;
   v_answer JSONB;
 BEGIN
   IF p_prune THEN
@@ -4538,6 +4650,10 @@ BEGIN
         v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
         v_retain_queues := v_retain_queues || (v_retain -> 'queues');
       END LOOP;
+      -- Last, so the queue rows' FOR SHARE it takes is held only to this pass's commit.
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_settled := v_settled + queen.log_settle_ready_v1(v_s);
+      END LOOP;
     END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
@@ -4573,7 +4689,7 @@ BEGIN
   RETURN v_answer || jsonb_build_object(
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'removedGroups', v_groups, 'removedPartitions', v_partitions,
+    'removedGroups', v_groups, 'removedPartitions', v_partitions, 'settledPartitions', v_settled,
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
     || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $function$
@@ -5006,7 +5122,7 @@ BEGIN
     FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq, transaction_id
   ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
+    UPDATE queen.partitions p SET last_seq = n.top, ready = true
     FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
     WHERE p.id = n.partition_id
     RETURNING p.id

@@ -27,6 +27,7 @@ export const MOVED_TABLES: readonly MovedTable[] = [
   byQueue('queue_options'),
   byQueue('queue_delays'),
   byQueue('queue_retention'),
+  byQueue('consumer_groups'),
   byQueue('partitions'),
   byPartition('messages'),
   byPartition('sealed_messages'),

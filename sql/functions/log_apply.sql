@@ -715,6 +715,9 @@ BEGIN
      WHERE c.consumer_group = p_group AND p.id = c.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant
     RETURNING 1)
   SELECT count(*) INTO v_n FROM gone;
+  -- Its queues forget it: a pop of the group starts it anew on every partition (queen.log_register_group_v1).
+  DELETE FROM queen.consumer_groups g USING queen.queues q
+   WHERE g.consumer_group = p_group AND q.id = g.queue_id AND q.tenant_id = p_tenant;
   DELETE FROM queen.message_failure_texts t USING queen.partitions p, queen.queues q
    WHERE t.consumer_group = p_group AND p.id = t.partition_id AND q.id = p.queue_id AND q.tenant_id = p_tenant;
   DELETE FROM queen.message_failures f USING queen.partitions p, queen.queues q

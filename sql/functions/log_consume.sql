@@ -213,9 +213,82 @@ LANGUAGE sql VOLATILE AS $$
           || substr(replace(gen_random_uuid()::text, '-', ''), 17, 16))::uuid
 $$;
 
+-- Which partitions a pop reads (sql/migrations/061_ready_partitions.sql): the ready ones, every
+-- partition but those each group the queue knows (queen.consumer_groups) has finished. The rule,
+-- kept by the functions below and by every push (which sets ready with last_seq):
+--   a partition is not ready only if every known group has a row on it with nothing past its cursor.
+-- So a known group never misses a message by reading ready partitions alone, and a group the
+-- queue does not know is registered before its pop reads anything.
+
+-- Registers a group with its queue (its first pop there, or its first since something moved it
+-- back): every settled partition it has not finished is made ready again. The queue row's FOR NO
+-- KEY UPDATE waits for a settling pass of the queue (FOR SHARE, queen.log_settle_ready_v1) to
+-- commit and keeps the next one out until this commits, so no pass judges the queue's partitions
+-- without this group; a push creating a partition takes FOR KEY SHARE, which does not wait on it.
+-- The partitions are locked in the order pushes lock them (by name), so the two never wait on each
+-- other in a circle. A queue deleted meanwhile registers nothing (the pop then finds nothing).
+CREATE OR REPLACE FUNCTION queen.log_register_group_v1(p_queue_id UUID, p_group TEXT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM queen.queues q WHERE q.id = p_queue_id FOR NO KEY UPDATE;
+  IF NOT FOUND THEN RETURN; END IF;
+  INSERT INTO queen.consumer_groups (queue_id, consumer_group) VALUES (p_queue_id, p_group) ON CONFLICT DO NOTHING;
+  UPDATE queen.partitions p SET ready = true
+   WHERE p.id IN (SELECT s.id FROM queen.partitions s
+                   WHERE s.queue_id = p_queue_id AND NOT s.ready
+                     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                      WHERE c.partition_id = s.id AND c.consumer_group = p_group AND c.cursor_seq >= s.last_seq)
+                   ORDER BY s.name FOR NO KEY UPDATE);
+END $$;
+
+-- Whether every group the partition's queue knows has finished the partition (a row on it with
+-- nothing past its cursor): the sweeper's test for settling it (a call a partition: its sub-selects
+-- keep the planner from inlining it, and no pop calls it).
+CREATE OR REPLACE FUNCTION queen.log_partition_finished_v1(p queen.partitions) RETURNS BOOLEAN
+LANGUAGE sql STABLE AS $$
+  SELECT NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
+                      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                       WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group
+                                         AND c.cursor_seq >= p.last_seq))
+$$;
+
+-- The sweeper's settling of one shard (the partitions whose id's first 6 bits are p_shard, as
+-- queen.log_retain_v1 splits them): each ready partition that every group its queue knows has
+-- finished is set not ready, and pops stop reading it. Answers how many. Per queue, under the
+-- queue row's FOR SHARE (a queue a registration or a configure holds is left for the next pass),
+-- so the groups it judges by are all the queue's; the partitions FOR NO KEY UPDATE SKIP LOCKED,
+-- judged again on the version locked: a push that bumped last_seq meanwhile keeps its partition
+-- ready, and one pushing now is not waited for (it sets ready itself).
+CREATE OR REPLACE FUNCTION queen.log_settle_ready_v1(p_shard SMALLINT) RETURNS INT
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_lo UUID := (lpad(to_hex(p_shard::int << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid;
+  v_hi UUID := CASE WHEN p_shard < 63 THEN (lpad(to_hex((p_shard::int + 1) << 2), 2, '0') || '000000-0000-0000-0000-000000000000')::uuid END;
+  v_queue UUID;
+  v_n INT;
+  v_settled INT := 0;
+BEGIN
+  -- The queues with a partition that looks finished, read without a lock (most passes lock nothing).
+  FOR v_queue IN SELECT DISTINCT p.queue_id FROM queen.partitions p
+                  WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi) AND p.ready AND queen.log_partition_finished_v1(p) LOOP
+    PERFORM 1 FROM queen.queues q WHERE q.id = v_queue FOR SHARE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
+    WITH settled AS (
+      UPDATE queen.partitions p SET ready = false
+       WHERE p.id IN (SELECT s.id FROM queen.partitions s
+                       WHERE s.queue_id = v_queue AND s.ready AND s.id >= v_lo AND (v_hi IS NULL OR s.id < v_hi)
+                         AND queen.log_partition_finished_v1(s)
+                       FOR NO KEY UPDATE SKIP LOCKED)
+      RETURNING 1)
+    SELECT count(*)::int INTO v_n FROM settled;
+    v_settled := v_settled + v_n;
+  END LOOP;
+  RETURN v_settled;
+END $$;
+
 -- GET /api/v1/pop: leases the next `p_batch` messages of one partition to one consumer of the
--- group. Which partition: one with messages past the group's cursor and no live lease, the least
--- recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
+-- group. Which partition: a ready one (above) with messages past the group's cursor and no live
+-- lease, the least recently leased first (so consumers rotate over partitions), taken with SKIP LOCKED (a
 -- partition another consumer is popping or acking right now is simply not a candidate).
 -- Answers a JSON array of messages; empty when nothing is available.
 --
@@ -243,7 +316,9 @@ RETURNS JSONB LANGUAGE plpgsql AS $$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
   v_queue queen.queues;
-  v_partition_id UUID;
+  v_cands UUID[];
+  v_candidate UUID;
+  v_unseen UUID[];
   v_pc queen.partition_consumers;
   v_seqs BIGINT[];
   v_out JSONB;
@@ -278,38 +353,31 @@ BEGIN
   -- The queue and its delays (queen.queue_delays, below), in one statement; v2's with its retry gate.
   IF p_v2 THEN
     SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer,
-           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate INTO v_found
+           coalesce(o.retry_delay_ms, queen.log_retry_delay_default_v1()) > 0 AS retry_gate,
+           EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = q.id AND g.consumer_group = v_group) AS known INTO v_found
       FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id LEFT JOIN queen.queue_options o ON o.queue_id = q.id
      WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   ELSE
     -- 0.1.0 reads no queue option: no gate (the same row type as v2's, so v_found's fields keep their plans).
-    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate INTO v_found
+    SELECT q AS queue, coalesce(d.delayed_processing, 0) AS delay, coalesce(d.window_buffer, 0) AS window_buffer, false AS retry_gate,
+           EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = q.id AND g.consumer_group = v_group) AS known INTO v_found
       FROM queen.queues q LEFT JOIN queen.queue_delays d ON d.queue_id = q.id
      WHERE q.tenant_id = p_tenant AND q.name = p_queue;
   END IF;
   IF NOT FOUND THEN RETURN '[]'::jsonb; END IF;
+  -- A pop leases, so it writes, even when it finds nothing to lease this time: on a database that
+  -- turned read-only (a demoted primary) it is refused as a push is (503 db_unavailable), rather
+  -- than answering "nothing" and holding its consumer's long poll on a database no push reaches.
+  IF current_setting('transaction_read_only') = 'on' THEN
+    RAISE EXCEPTION USING ERRCODE = 'read_only_sql_transaction', MESSAGE = 'cannot lease in a read-only transaction';
+  END IF;
   v_queue := v_found.queue;
   v_delay := v_found.delay;
   v_window := v_found.window_buffer;
   v_retry_gate := v_found.retry_gate;
-  IF p_partition IS NOT NULL THEN
-    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = v_queue.id AND name = p_partition;
-    IF v_partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+  IF NOT v_found.known THEN
+    PERFORM queen.log_register_group_v1(v_queue.id, v_group);
   END IF;
-
-  -- The group's row per partition, created on first sight. Each partition a row is created for is
-  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway, and only on the rows the
-  -- NOT EXISTS lets through, so the common pop locks nothing): a pop racing its queue's DELETE
-  -- either holds the partition, and the delete waits for it, or waits for the delete and skips the
-  -- partition it removed. Before, the INSERT's foreign-key check met the committed delete and broke
-  -- partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under
-  -- it answers what the pop of a missing queue answers: nothing (204).
-  INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-  SELECT p.id, v_group FROM queen.partitions p
-   WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-     AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
-     FOR KEY SHARE OF p
-  ON CONFLICT DO NOTHING;
 
   v_now := clock_timestamp();
   -- delayedProcessing: a message is delivered once it is that old (v_due_by: created at or before).
@@ -320,27 +388,70 @@ BEGIN
   IF v_delay > 0 THEN v_due_by := v_now - make_interval(secs => v_delay); END IF;
   IF v_window > 0 THEN v_quiet_by := v_now - make_interval(secs => v_window); END IF;
   v_expires := v_now + make_interval(secs => v_queue.lease_time);
-  LOOP
-    -- One statement for every queue: each delay and the retry gate is a test of a parameter before
-    -- its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs none of the
-    -- probes, and the plan, generic or custom, is the same join of partitions and group rows.
-    SELECT c.* INTO v_pc
-      FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE p.queue_id = v_queue.id AND (v_partition_id IS NULL OR p.id = v_partition_id)
-       AND c.consumer_group = v_group
+
+  -- The candidates, in the order they are offered: of the partitions this pop reads (the named
+  -- one, else the queue's ready ones), those with a message past the group's cursor (cursor 0
+  -- where the group has no row yet) and no live lease, the least recently leased first, then by
+  -- name; and those the group has no row on yet (v_unseen). One pass in which each partition's
+  -- group row and each test is a probe by key, kept one whatever the plan by its OFFSET 0 (which
+  -- the planner neither flattens into a join nor hashes): as a join, a generic plan made for a
+  -- queue of 10,000 ready partitions hashed every group row of the cell at every later pop of a
+  -- small queue, 15 ms where the probes take 0.3. Which partitions is a test of p_partition before
+  -- each branch of the UNION ALL, so only one runs; each delay and the retry gate is a test of a
+  -- parameter before its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs
+  -- none of the probes.
+  SELECT array_agg(p.id ORDER BY c.last_leased_at NULLS FIRST, p.name) FILTER (WHERE
+           (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
+           AND p.last_seq > coalesce(c.cursor_seq, 0)
+           AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+                 WHERE m.partition_id = p.id AND m.seq = coalesce(c.cursor_seq, 0) + 1 AND m.created_at <= v_due_by OFFSET 0))
+           AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
+                 WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by OFFSET 0))
+           -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+           AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
+                 WHERE r.partition_id = p.id AND r.consumer_group = v_group AND r.retry_at > v_now OFFSET 0))),
+         array_agg(p.id) FILTER (WHERE c.consumer_group IS NULL)
+    INTO v_cands, v_unseen
+    FROM (SELECT p.id, p.name, p.last_seq FROM queen.partitions p
+           WHERE p_partition IS NULL AND p.queue_id = v_queue.id AND p.ready
+          UNION ALL
+          SELECT p.id, p.name, p.last_seq FROM queen.partitions p
+           WHERE p_partition IS NOT NULL AND p.queue_id = v_queue.id AND p.name = p_partition) p
+    LEFT JOIN LATERAL (SELECT c.consumer_group, c.cursor_seq, c.lease_id, c.lease_expires_at, c.last_leased_at
+                         FROM queen.partition_consumers c
+                        WHERE c.partition_id = p.id AND c.consumer_group = v_group OFFSET 0) c ON true;
+
+  -- The group's row on each of them it has none on, created on first sight (a row behind a
+  -- removed head is one the sweeper's retention moves to the first retained message, which a
+  -- delayed queue's pop needs). Each partition a row
+  -- is created for is locked FOR KEY SHARE (the lock the foreign key's check takes anyway): a pop
+  -- racing its queue's DELETE either holds the partition, and the delete waits for it, or waits for
+  -- the delete and skips the partition it removed. Before, the INSERT's foreign-key check met the
+  -- committed delete and broke partition_consumers_partition_id_fkey, a 500; now the pop of a queue
+  -- deleted under it answers what the pop of a missing queue answers: nothing (204).
+  IF v_unseen IS NOT NULL THEN
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    SELECT p.id, v_group FROM queen.partitions p
+     WHERE p.id = ANY (v_unseen)
+       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
+       FOR KEY SHARE OF p
+    ON CONFLICT DO NOTHING;
+  END IF;
+  IF v_cands IS NULL THEN RETURN '[]'::jsonb; END IF;
+
+  -- The first candidate whose group row this pop can lock (SKIP LOCKED: a partition another
+  -- consumer is popping or acking right now is simply passed over), judged again on the version
+  -- locked: another pop may have leased it, or an ack finished it or set its retry gate, since the
+  -- read above.
+  FOREACH v_candidate IN ARRAY v_cands LOOP
+    SELECT c.* INTO v_pc FROM queen.partition_consumers c
+     WHERE c.partition_id = v_candidate AND c.consumer_group = v_group
        AND (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
-       AND p.last_seq > c.cursor_seq
-       AND (v_due_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = c.partition_id AND m.seq = c.cursor_seq + 1 AND m.created_at <= v_due_by))
-       AND (v_quiet_by = 'infinity' OR EXISTS (SELECT 1 FROM queen.messages m
-             WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by))
-       -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
+       AND EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = c.partition_id AND p.last_seq > c.cursor_seq)
        AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
              WHERE r.partition_id = c.partition_id AND r.consumer_group = c.consumer_group AND r.retry_at > v_now))
-     ORDER BY c.last_leased_at NULLS FIRST, p.name
-     LIMIT 1
-     FOR UPDATE OF c SKIP LOCKED;
-    IF v_pc.partition_id IS NULL THEN RETURN '[]'::jsonb; END IF;
+       FOR UPDATE SKIP LOCKED;
+    CONTINUE WHEN NOT FOUND;
 
     -- A lapsed lease is settled here, under the row lock this pop holds, before anything is
     -- handed out again: this is where its expiry is noticed, and clearing it in the same
@@ -404,10 +515,10 @@ BEGIN
       ) s WHERE s.due;
     END IF;
     EXIT WHEN v_seqs IS NOT NULL;
-    -- The lapse dead-lettered the partition's last messages: another partition may have some. The
-    -- row just settled has no lease now, so the loop ends (at most one more turn per lapsed lease).
-    IF NOT v_lapsed THEN RETURN '[]'::jsonb; END IF;
+    -- Nothing to hand out here after all (the lapse just settled dead-lettered the partition's last
+    -- messages): the next candidate may have some. The row stays locked to this transaction's end.
   END LOOP;
+  IF v_seqs IS NULL THEN RETURN '[]'::jsonb; END IF;
 
   IF p_v2 THEN
     -- updated_at (the row's last column) is left as it was, by the ack too: a HOT update logs the new

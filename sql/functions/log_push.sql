@@ -174,7 +174,7 @@ BEGIN
     v_status := 'duplicate';
   ELSE
     v_seq := v_last + 1;
-    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_ids.p_id;
+    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_ids.p_id;
     INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
     VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
     -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
@@ -325,7 +325,7 @@ BEGIN
                                          'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
   END LOOP;
   IF v_seq > v_last THEN
-    UPDATE queen.partitions SET last_seq = v_seq WHERE id = v_pid;
+    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_pid;
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
   RETURN v_out;

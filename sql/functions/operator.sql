@@ -416,6 +416,10 @@ BEGIN
     UPDATE queen.partition_consumers
        SET cursor_seq = v_pc.cursor_seq, done_seqs = v_pc.done_seqs, lease_failed = v_pc.lease_failed, updated_at = clock_timestamp()
      WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    -- The group is behind here again: its queue forgets it, and its next pop registers it, making
+    -- this partition ready if a sweeper settled it (queen.log_register_group_v1).
+    DELETE FROM queen.consumer_groups g USING queen.partitions p
+     WHERE p.id = p_partition_id AND g.queue_id = p.queue_id AND g.consumer_group = p_group;
   END IF;
   DELETE FROM queen.message_failure_texts WHERE partition_id = p_partition_id AND consumer_group = p_group AND seq = p_seq;
   DELETE FROM queen.message_failures WHERE partition_id = p_partition_id AND consumer_group = p_group AND seq = p_seq;

@@ -245,7 +245,12 @@ BEGIN
          ORDER BY c.consumer_group LIMIT v_budget
          FOR UPDATE OF c SKIP LOCKED) s
        WHERE d.partition_id = r.id AND d.consumer_group = s.consumer_group
-      RETURNING d.completed, d.failures)
+      RETURNING d.consumer_group, d.completed, d.failures
+    ), forgotten AS (
+      -- The queue forgets each such group: a pop of it registers it again and reads this partition
+      -- from its first message, as a group seen for the first time does (queen.log_register_group_v1).
+      DELETE FROM queen.consumer_groups k USING queen.partitions p
+       WHERE p.id = r.id AND k.queue_id = p.queue_id AND k.consumer_group IN (SELECT gone.consumer_group FROM gone))
     SELECT count(*)::int, coalesce(sum(gone.completed), 0), coalesce(sum(gone.failures), 0) INTO v_g, v_gc, v_gf FROM gone;
     v_groups := v_groups + v_g;
     v_gone_completed := v_gone_completed + v_gc;

@@ -112,7 +112,7 @@ BEGIN
     FROM fresh f ORDER BY f.pid, f.seq
     RETURNING partition_id, seq, transaction_id
   ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top
+    UPDATE queen.partitions p SET last_seq = n.top, ready = true
     FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
     WHERE p.id = n.partition_id
     RETURNING p.id
@@ -246,6 +246,7 @@ DECLARE
   v_retained_at TIMESTAMPTZ;
   v_groups INT := 0;
   v_partitions INT := 0;
+  v_settled INT := 0;
   v_answer JSONB;
 BEGIN
   IF p_prune THEN
@@ -282,6 +283,10 @@ BEGIN
         v_retain_full := v_retain_full OR (v_retain ->> 'full')::boolean;
         v_retain_queues := v_retain_queues || (v_retain -> 'queues');
       END LOOP;
+      -- Last, so the queue rows' FOR SHARE it takes is held only to this pass's commit.
+      FOREACH v_s IN ARRAY v_shards LOOP
+        v_settled := v_settled + queen.log_settle_ready_v1(v_s);
+      END LOOP;
     END IF;
     UPDATE queen.sweeper_shards SET last_swept_at = now(), swept_by = p_worker WHERE shard = ANY (v_shards);
   END IF;
@@ -317,7 +322,7 @@ BEGIN
   RETURN v_answer || jsonb_build_object(
     'removed', v_removed, 'removedUnfinished', v_unfinished, 'removedBytes', v_removed_bytes,
     'retainFull', v_retain_full, 'retainQueues', v_retain_queues,
-    'removedGroups', v_groups, 'removedPartitions', v_partitions,
+    'removedGroups', v_groups, 'removedPartitions', v_partitions, 'settledPartitions', v_settled,
     'retainSeconds', coalesce(extract(epoch FROM clock_timestamp() - v_retained_at)::double precision, 0))
     || jsonb_strip_nulls(jsonb_build_object('traced', v_fire -> 'traced', 'links', v_fire -> 'links'));
 END $$;

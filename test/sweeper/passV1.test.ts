@@ -13,7 +13,7 @@ const V1_KEYS = [
   'maxLateSeconds', 'nextDueInMs', 'pruneFull', 'pruneSeconds', 'pruned', 'shards', 'since',
 ];
 const V4_KEYS = [
-  ...V1_KEYS, 'removed', 'removedBytes', 'removedGroups', 'removedPartitions', 'removedUnfinished',
+  ...V1_KEYS, 'removed', 'removedBytes', 'removedGroups', 'removedPartitions', 'removedUnfinished', 'settledPartitions',
   'retainFull', 'retainQueues', 'retainSeconds',
 ].sort();
 
