@@ -393,10 +393,11 @@ BEGIN
   -- one, else the queue's ready ones), those with a message past the group's cursor (cursor 0
   -- where the group has no row yet) and no live lease, the least recently leased first, then by
   -- name; and those the group has no row on yet (v_unseen). One pass in which each partition's
-  -- group row and each test is a probe by key, kept one whatever the plan by its OFFSET 0 (which
-  -- the planner neither flattens into a join nor hashes): as a join, a generic plan made for a
-  -- queue of 10,000 ready partitions hashed every group row of the cell at every later pop of a
-  -- small queue, 15 ms where the probes take 0.3. Which partitions is a test of p_partition before
+  -- group row and each message test is a probe by key, kept one whatever the plan by its OFFSET 0
+  -- (which the planner neither flattens into a join nor hashes): as a join, a generic plan made
+  -- for a queue of 10,000 ready partitions hashed every group row of the cell at every later pop
+  -- of a small queue, 15 ms where the probes take 0.3. The retry gate's table is the group's
+  -- failed partitions alone, so the planner may hash it (a probe a row cost 4 µs more). Which partitions is a test of p_partition before
   -- each branch of the UNION ALL, so only one runs; each delay and the retry gate is a test of a
   -- parameter before its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs
   -- none of the probes.
@@ -409,7 +410,7 @@ BEGIN
                  WHERE m.partition_id = p.id AND m.seq = p.last_seq AND m.created_at <= v_quiet_by OFFSET 0))
            -- retryDelay: a partition whose group acked a message `failed` waits until retry_at.
            AND (NOT v_retry_gate OR NOT EXISTS (SELECT 1 FROM queen.consumer_retry_at r
-                 WHERE r.partition_id = p.id AND r.consumer_group = v_group AND r.retry_at > v_now OFFSET 0))),
+                 WHERE r.partition_id = p.id AND r.consumer_group = v_group AND r.retry_at > v_now))),
          array_agg(p.id) FILTER (WHERE c.consumer_group IS NULL)
     INTO v_cands, v_unseen
     FROM (SELECT p.id, p.name, p.last_seq FROM queen.partitions p
