@@ -3955,6 +3955,32 @@ BEGIN
   END LOOP;
   RETURN v_out;
 END $function$
+CREATE OR REPLACE FUNCTION queen.migrate_under_brief_lock_v1(p_statements text[], p_what text)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_attempt INT := 0;
+  v_lock_timeout TEXT := current_setting('lock_timeout');
+  v_statement TEXT;
+BEGIN
+  LOOP
+    BEGIN
+      PERFORM set_config('lock_timeout', '200ms', true);
+      FOREACH v_statement IN ARRAY p_statements LOOP
+        EXECUTE v_statement;
+      END LOOP;
+      EXIT;
+    EXCEPTION WHEN lock_not_available THEN
+      v_attempt := v_attempt + 1;
+      IF v_attempt >= 50 THEN
+        RAISE EXCEPTION '% once, under a brief lock, and 50 attempts of 200 ms each found the table held; boot again when the transactions holding it have ended', p_what;
+      END IF;
+    END;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
+END $function$
 CREATE OR REPLACE FUNCTION queen.name_ok_v1(p_name text)
  RETURNS boolean
  LANGUAGE sql

@@ -20,35 +20,44 @@
 -- registers at its next pop.
 --
 -- The lock: ACCESS EXCLUSIVE on queen.partitions for the ALTER, then SHARE for the index build,
--- held to this file's commit, each attempt at most 200 ms (lock_timeout) and retried after a
--- 100 ms pause up to 50 times, as 058 does; behind a catalog check, so a database that has both is
--- never locked.
+-- held to this file's commit, taken the way 056 and 058 take theirs, now written once:
+-- queen.migrate_under_brief_lock_v1 (below) runs DDL whose lock waits at most 200 ms
+-- (lock_timeout), and a refused attempt again after a 100 ms pause that lets the queued statements
+-- through, up to 50 times (about 15 s); then the boot fails, saying what could not be done, and
+-- nothing has changed. Behind a catalog check, so a database that has both is never locked.
+-- The helper is the migrations' own (a later migration may call it; sql/functions/ is applied after
+-- the migrations, so a migration never calls what is defined there).
 CREATE TABLE IF NOT EXISTS queen.consumer_groups (
   queue_id       UUID NOT NULL REFERENCES queen.queues (id) ON DELETE CASCADE,
   consumer_group TEXT COLLATE "C" NOT NULL,
   PRIMARY KEY (queue_id, consumer_group)
 );
-DO $$
+CREATE OR REPLACE FUNCTION queen.migrate_under_brief_lock_v1(p_statements TEXT[], p_what TEXT) RETURNS VOID
+LANGUAGE plpgsql AS $$
 DECLARE
   v_attempt INT := 0;
   v_lock_timeout TEXT := current_setting('lock_timeout');
+  v_statement TEXT;
 BEGIN
-  IF to_regclass('queen.idx_partitions_ready') IS NOT NULL THEN
-    RETURN;
-  END IF;
   LOOP
     BEGIN
       PERFORM set_config('lock_timeout', '200ms', true);
-      ALTER TABLE queen.partitions ADD COLUMN IF NOT EXISTS ready BOOLEAN NOT NULL DEFAULT true;
-      CREATE INDEX idx_partitions_ready ON queen.partitions (queue_id) WHERE ready;
+      FOREACH v_statement IN ARRAY p_statements LOOP
+        EXECUTE v_statement;
+      END LOOP;
       EXIT;
     EXCEPTION WHEN lock_not_available THEN
       v_attempt := v_attempt + 1;
       IF v_attempt >= 50 THEN
-        RAISE EXCEPTION 'queen.partitions gains its ready column and index once, under a brief ACCESS EXCLUSIVE lock, and 50 attempts of 200 ms each found it held; boot again when the transactions holding it have ended';
+        RAISE EXCEPTION '% once, under a brief lock, and 50 attempts of 200 ms each found the table held; boot again when the transactions holding it have ended', p_what;
       END IF;
     END;
     PERFORM pg_sleep(0.1);
   END LOOP;
   PERFORM set_config('lock_timeout', v_lock_timeout, true);
 END $$;
+SELECT queen.migrate_under_brief_lock_v1(ARRAY[
+    'ALTER TABLE queen.partitions ADD COLUMN IF NOT EXISTS ready BOOLEAN NOT NULL DEFAULT true',
+    'CREATE INDEX idx_partitions_ready ON queen.partitions (queue_id) WHERE ready'],
+  'queen.partitions gains its ready column and index')
+ WHERE to_regclass('queen.idx_partitions_ready') IS NULL;
