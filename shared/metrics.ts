@@ -110,6 +110,7 @@ export function createSweeperMetrics(register = new client.Registry()) {
     logRetentionRemovedUnfinished: counter('queen_log_retention_removed_unfinished_total', 'Removed messages some consumer group had not finished (retentionSeconds, ttl, maxWaitTimeSeconds or the cell default reached them first).'),
     logRetentionRemovedGroups: counter('queen_log_retention_removed_group_rows_total', 'Consumer-group rows (a group\'s cursor in one partition) the log retention removed as stale: nothing retained unfinished by them, no lease, idle past the queue\'s retention.'),
     logRetentionRemovedPartitions: counter('queen_log_retention_removed_partitions_total', 'Partitions the log retention removed because they held no message and no consumer-group row.'),
+    logSettledPartitions: counter('queen_log_settled_partitions_total', 'Partitions the sweeper settled: every consumer group of the queue had finished them, so pops pass them over until a message or a group arrives.'),
     logOldestMessage: reading('queen_log_oldest_message_age_seconds', 'Age of the oldest message still stored in the log, in seconds (0 when the log is empty).'),
     logTableBytes: gauge('queen_log_table_bytes', 'Size on disk of a log table with its indexes and TOAST, in bytes.', ['table'] as const, 'max'),
     logRetentionDefault: gauge('queen_log_retention_default_seconds', 'The cell default retention (QUEEN_LOG_RETENTION_SECONDS) this sweeper applies; 0 keeps queues without their own forever.', [], 'max'),

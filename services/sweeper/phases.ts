@@ -26,6 +26,8 @@ export interface PassResult {
   /** Consumer-group rows the retention found stale and removed, and partitions it removed empty. */
   removedGroups: number;
   removedPartitions: number;
+  /** Partitions every group of their queue had finished, now passed over by pops (sql/functions/log_consume.sql). */
+  settledPartitions: number;
   retainSeconds: number;
   claimedAtUs: number;
   finishedAtUs: number;
@@ -88,6 +90,7 @@ export async function runPass(pool: Pool, a: PassArgs): Promise<PassResult> {
     retainQueues: (p.retainQueues ?? []).map((q: RetainedQueue) => ({ ...q, bytes: Number(q.bytes) })),
     removedGroups: p.removedGroups ?? 0,
     removedPartitions: p.removedPartitions ?? 0,
+    settledPartitions: p.settledPartitions ?? 0,
     retainSeconds: p.retainSeconds ?? 0,
     claimedAtUs: Number(p.claimedAtUs ?? 0),
     finishedAtUs: Number(p.finishedAtUs ?? 0),

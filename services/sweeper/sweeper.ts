@@ -338,6 +338,7 @@ export class Sweeper extends EventEmitter {
         }
         if (pass.removedGroups > 0) metrics.logRetentionRemovedGroups.inc(pass.removedGroups);
         if (pass.removedPartitions > 0) metrics.logRetentionRemovedPartitions.inc(pass.removedPartitions);
+        if (pass.settledPartitions > 0) metrics.logSettledPartitions.inc(pass.settledPartitions);
         if (claimed) metrics.sweeperCycleSeconds.observe({ phase: 'retain' }, pass.retainSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'fire' }, pass.fireSeconds);
         metrics.sweeperCycleSeconds.observe({ phase: 'prune' }, pass.pruneSeconds);
