@@ -392,17 +392,18 @@ BEGIN
   -- The candidates, in the order they are offered: of the partitions this pop reads (the named
   -- one, else the queue's ready ones), those with a message past the group's cursor (cursor 0
   -- where the group has no row yet) and no live lease, the least recently leased first, then by
-  -- name; and those the group has no row on yet (v_unseen). One pass in which each partition's
-  -- group row and each message test is a probe by key, kept one whatever the plan by its OFFSET 0
-  -- (which the planner neither flattens into a join nor hashes): as a join, a generic plan made
-  -- for a queue of 10,000 ready partitions hashed every group row of the cell at every later pop
-  -- of a small queue, 15 ms where the probes take 0.3. The retry gate's table is the group's
-  -- failed partitions alone, so the planner may hash it (a probe a row cost 4 µs more). Which partitions is a test of p_partition before
-  -- each branch of the UNION ALL, so only one runs; each delay and the retry gate is a test of a
-  -- parameter before its probe, so a queue without them (and 0.1.0's pop, which has no gate) runs
-  -- none of the probes. Its generic plan is that plan whatever the statistics, so it is planned
-  -- once a session: left to choose, PostgreSQL planned it again at every pop (about 150 µs), its
-  -- custom plan pruning the UNION ALL branch the parameter rules out.
+  -- name; and those the group has no row on yet (v_unseen).
+  -- One pass of probes by key: each partition's group row and each message test is kept a probe
+  -- whatever the plan by its OFFSET 0 (the planner neither flattens such a subquery into a join nor
+  -- hashes it). As a join, a generic plan made for a queue of 10,000 ready partitions hashed every
+  -- group row of the cell at every later pop of a small queue: 15 ms where the probes take 0.3. The
+  -- retry gate's table holds only the partitions the group failed in, so the planner may hash it (a
+  -- probe a row cost 4 µs more). A test of p_partition before each branch of the UNION ALL runs one
+  -- of them; a test of a parameter before each delay's and the retry gate's probe leaves them out
+  -- of a queue without them (and of 0.1.0's pop, which has no gate).
+  -- Being probes, its generic plan is the right one whatever the statistics, so it is planned once
+  -- a session: left to choose, PostgreSQL planned it at every pop (about 150 µs), its custom plan
+  -- pruning the UNION ALL branch the parameter rules out.
   v_plan_mode := current_setting('plan_cache_mode');
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   SELECT array_agg(p.id ORDER BY c.last_leased_at NULLS FIRST, p.name) FILTER (WHERE
