@@ -2798,7 +2798,8 @@ CREATE OR REPLACE FUNCTION queen.log_partition_finished_v1(p queen.partitions)
  LANGUAGE sql
  STABLE
 AS $function$
-  SELECT NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
+  SELECT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
                       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
                                        WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group
                                          AND c.cursor_seq >= p.last_seq))

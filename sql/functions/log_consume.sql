@@ -243,10 +243,12 @@ END $$;
 
 -- Whether every group the partition's queue knows has finished the partition (a row on it with
 -- nothing past its cursor): the sweeper's test for settling it (a call a partition: its sub-selects
--- keep the planner from inlining it, and no pop calls it).
+-- keep the planner from inlining it, and no pop calls it). A queue no group has popped yet settles
+-- nothing: no pop reads it, and each message pushed into a settled partition rewrites its row.
 CREATE OR REPLACE FUNCTION queen.log_partition_finished_v1(p queen.partitions) RETURNS BOOLEAN
 LANGUAGE sql STABLE AS $$
-  SELECT NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
+  SELECT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id)
+     AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
                       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
                                        WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group
                                          AND c.cursor_seq >= p.last_seq))
