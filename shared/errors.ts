@@ -78,7 +78,7 @@ const STATUS: Record<string, number> = {
   log_invalid_trace_id: 400,
   log_items_required: 400,
   log_invalid_item: 400,
-  // A push item's field it does not take, or an item without payload (services/api/routes/fields.ts).
+  // A push item's field it does not take, or an item without payload (services/api/edge/fields.ts).
   log_invalid_field: 400,
   log_payload_required: 400,
   log_invalid_options: 400,

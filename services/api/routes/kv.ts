@@ -20,7 +20,7 @@ import { KV_APPLY_BATCH, KV_APPLY_ONE } from '../../../shared/sql/kv';
 import type { Guards, KvCall } from '../admission/guards';
 import { answerWithBody, notModified, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, refuseUnstorable , parseObject } from '../edge/body';
-import { nameRule, refuseNulKeys, refuseNul } from './fields';
+import { nameRule, refuseNulKeys, refuseNul } from '../edge/fields';
 
 export interface KvRouteDeps {
   config: Config;
@@ -83,7 +83,7 @@ function pathRouteBody(req: IncomingMessage, ns: string, key: string, requireObj
       'KV path routes take no query string: keys and prefixes in URLs end up in every access log on the way.',
     );
   }
-  // PostgreSQL's text cannot hold U+0000, so the SQL rules could never see it (routes/fields.ts, refuseNul).
+  // PostgreSQL's text cannot hold U+0000, so the SQL rules could never see it (edge/fields.ts, refuseNul).
   refuseNul(key, 'kv_invalid_key', 'A key may not contain U+0000.');
   refuseNul(ns, 'kv_invalid_namespace', NAMESPACE_RULE);
   const text = bodyText(req);

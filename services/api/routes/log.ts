@@ -15,7 +15,7 @@ import {
 } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
 import { bodyText, isPlainObject, parseJson, rawBody, parseObject } from '../edge/body';
-import { nameRule, refusePushBody, refusePushItems, refuseNul } from './fields';
+import { nameRule, refusePushBody, refusePushItems, refuseNul } from '../edge/fields';
 import { tenantOf } from '../edge/tenant';
 import { timed } from '../edge/timed';
 import { PushCoalescer } from '../push/coalescer';

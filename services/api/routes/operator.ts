@@ -21,7 +21,7 @@ import { sendJsonText } from '../edge/answer';
 import { bodyText, parseObject, rawBody } from '../edge/body';
 import { openAnswer } from '../seal/seal';
 import { audit as auditLine } from '../edge/audit';
-import { nameRule, refuseNul } from './fields';
+import { nameRule, refuseNul } from '../edge/fields';
 import { requireAdmin } from './system';
 
 export interface OperatorRouteDeps {

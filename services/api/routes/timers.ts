@@ -26,7 +26,7 @@ import { callerTrace } from '../../../shared/tracing';
 import { openTimers, sealAll, sealingRequired } from '../seal/seal';
 import type { Guards } from '../admission/guards';
 import { bodyText, isPlainObject, parseJson, rawBody , parseObject } from '../edge/body';
-import { nameRule, refuseNul } from './fields';
+import { nameRule, refuseNul } from '../edge/fields';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
 

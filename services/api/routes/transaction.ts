@@ -26,7 +26,7 @@ import { callerTrace } from '../../../shared/tracing';
 import { sealAll, sealingRequired } from '../seal/seal';
 import { TX_TIMERS_EXPR, TX_TIMERS_EXPR_TRACED, TX_TIMERS_SEAL_TEXTS } from '../../../shared/sql/timers';
 import type { Guards } from '../admission/guards';
-import { refuseNulKeys, refusePushItems, refusePushOperation } from './fields';
+import { refuseNulKeys, refusePushItems, refusePushOperation } from '../edge/fields';
 import { bodyText, isPlainObject, parseJson, rawBody, refuseUnstorable, parseObject } from '../edge/body';
 import { sendJsonText } from '../edge/answer';
 import { tenantOf } from '../edge/tenant';
@@ -115,7 +115,7 @@ export function transactionRoutes({ config, messagePool, metrics, guards }: Tran
     const operations = arrayField(body, 'operations', 'tx_invalid_operations', '{type: "push" | "ack", ...}');
     const kv = arrayField(body, 'kv', 'tx_invalid_kv', 'KV operations');
     const timers = arrayField(body, 'timers', 'tx_invalid_timers', 'timer operations');
-    // A push operation's items keep the push route's field rules (routes/fields.ts), named by the operation's index.
+    // A push operation's items keep the push route's field rules (edge/fields.ts), named by the operation's index.
     let traceIds = false;
     operations.forEach((op, i) => {
       if (!isPlainObject(op) || op.type !== 'push') return;

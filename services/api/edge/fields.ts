@@ -1,7 +1,7 @@
 // Field rules that more than one route applies, so one mistake gets one answer whichever route it
 // comes through (a KV operation alone or inside the transaction wire, say).
 import { ApiError } from '../../../shared/errors';
-import { isPlainObject } from '../edge/body';
+import { isPlainObject } from './body';
 
 /**
  * PostgreSQL's text cannot hold U+0000: a path segment or query value carrying %00 failed the
