@@ -2793,17 +2793,6 @@ AS $function$
     ('maxWaitTimeSeconds', 0, 315360000, 'log_invalid_options', 'options.maxWaitTimeSeconds is a whole number of seconds from 0 (not set) to 315360000.'),
     ('ttl', 0, 315360000, 'log_invalid_options', 'options.ttl is a whole number of seconds from 0 (not set) to 315360000.')
 $function$
-CREATE OR REPLACE FUNCTION queen.log_partition_finished_v1(p queen.partitions)
- RETURNS boolean
- LANGUAGE sql
- STABLE
-AS $function$
-  SELECT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id)
-     AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = p.queue_id
-                      AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
-                                       WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group
-                                         AND c.cursor_seq >= p.last_seq))
-$function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3776,16 +3765,27 @@ DECLARE
   v_n INT;
   v_settled INT := 0;
 BEGIN
-  -- The queues with a partition that looks finished, read without a lock (most passes lock nothing).
-  FOR v_queue IN SELECT DISTINCT p.queue_id FROM queen.partitions p
-                  WHERE p.id >= v_lo AND (v_hi IS NULL OR p.id < v_hi) AND p.ready AND queen.log_partition_finished_v1(p) LOOP
+  -- The queues with a ready partition no group row is behind in (a probe a partition, kept one by
+  -- its OFFSET 0), read without a lock: most passes lock nothing. A queue no group has popped
+  -- settles nothing: no pop reads it, and each message pushed into a settled partition rewrites
+  -- its row.
+  FOR v_queue IN SELECT DISTINCT s.queue_id FROM queen.partitions s
+                  WHERE s.id >= v_lo AND (v_hi IS NULL OR s.id < v_hi) AND s.ready
+                    AND EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = s.queue_id)
+                    AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                     WHERE c.partition_id = s.id AND c.cursor_seq < s.last_seq OFFSET 0) LOOP
     PERFORM 1 FROM queen.queues q WHERE q.id = v_queue FOR SHARE SKIP LOCKED;
     CONTINUE WHEN NOT FOUND;
+    -- The rule itself, in a statement begun after the lock: every group the queue knows has a row
+    -- on the partition with nothing past its cursor.
     WITH settled AS (
       UPDATE queen.partitions p SET ready = false
        WHERE p.id IN (SELECT s.id FROM queen.partitions s
                        WHERE s.queue_id = v_queue AND s.ready AND s.id >= v_lo AND (v_hi IS NULL OR s.id < v_hi)
-                         AND queen.log_partition_finished_v1(s)
+                         AND NOT EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_id = s.queue_id
+                                          AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c
+                                                           WHERE c.partition_id = s.id AND c.consumer_group = g.consumer_group
+                                                             AND c.cursor_seq >= s.last_seq))
                        FOR NO KEY UPDATE SKIP LOCKED)
       RETURNING 1)
     SELECT count(*)::int INTO v_n FROM settled;

@@ -3,8 +3,8 @@
 // mid-way (its registration racing the settling), to find one partition no push reaches again
 // already settled. When the pushes stop, both groups must pop every message pushed: a partition
 // settled while a message was landing in it, or while a group was registering, would leave
-// messages no pop reads. Bounded: 3 to 16 s of traffic, drained within 40 s of the start; the
-// sweeper's own count says settling went on in both halves.
+// messages no pop reads. Bounded: about 3 s of traffic (at most 19 s with its pauses), drained
+// within 40 s of the start; the sweeper's own count says settling went on in both halves.
 import { useApi } from '../support/api';
 import { startTestSweeper } from '../support/sweeper';
 import { call } from '../support/http';
@@ -36,8 +36,13 @@ test('no message is left unread while the sweeper settles partitions under pushe
     const pushed = ['quiet-1', 'quiet-2'];
     expect((await push(api.url, pushed.map((transactionId) => ({ queue: QUEUE, partition: 'quiet', transactionId, payload: 0 })))).status).toBe(201);
     let pushing = true;
+    let paused = false;
     const pusher = async (who: number) => {
       for (let i = 0; pushing; i++) {
+        if (paused) {
+          await new Promise((r) => setTimeout(r, 20));
+          continue;
+        }
         const transactionId = `r${who}-${i}`;
         const partition = `p${(i * 7 + who) % PARTITIONS}`;
         const res = await push(api.url, [{ queue: QUEUE, partition, transactionId, payload: i }]);
@@ -54,11 +59,14 @@ test('no message is left unread while the sweeper settles partitions under pushe
     const doneOrLate = (seen: Set<string>) => () => allOf(seen) || Date.now() > deadline;
     const pushers = [pusher(0), pusher(1)];
     const first = consume('early', doneOrLate(early), early);
-    // Each half lasts 1.5 s, and longer (up to 8 s) until the sweeper has settled something in it.
+    // Each half lasts 1.5 s; then, on a machine too busy for the consumers to catch up, the pushes
+    // pause (up to 8 s) until the sweeper has settled something in that half.
     const settledSince = async (n: number) => {
       const until = Date.now() + 8_000;
       await new Promise((r) => setTimeout(r, 1_500));
+      paused = true;
       while ((await settled()) <= n && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      paused = false;
       return settled();
     };
     const settledBefore = await settledSince(0);
