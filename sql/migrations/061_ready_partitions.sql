@@ -5,7 +5,7 @@
 -- customer, per chat) is mostly idle partitions.
 --
 -- queen.partitions.ready: false only when every group the queue knows (queen.consumer_groups,
--- below) has finished every message of the partition. The sweeper sets it false
+-- below; at least one) has finished every message of the partition. The sweeper sets it false
 -- (queen.log_settle_ready_v1); every push that stores a message sets it true, in the same write
 -- that bumps last_seq, so a push's HOT update of its partition stays HOT (a value set to itself
 -- changes no index). The partial index holds the ready partitions of each queue, which is what the
