@@ -2956,7 +2956,7 @@ BEGIN
   -- whatever the plan by its OFFSET 0 (the planner neither flattens such a subquery into a join nor
   -- hashes it). As a join, a generic plan made for a queue of 10,000 ready partitions hashed every
   -- group row of the cell at every later pop of a small queue: 15 ms where the probes take 0.3. The
-  -- retry gate's table holds only the partitions the group failed in, so the planner may hash it (a
+  -- retry gate's table holds a row only where a group acked `failed`, so the planner may hash it (a
   -- probe a row cost 4 µs more). A test of p_partition before each branch of the UNION ALL runs one
   -- of them; a test of a parameter before each delay's and the retry gate's probe leaves them out
   -- of a queue without them (and of 0.1.0's pop, which has no gate).
@@ -2987,20 +2987,18 @@ BEGIN
                         WHERE c.partition_id = p.id AND c.consumer_group = v_group OFFSET 0) c ON true;
   PERFORM set_config('plan_cache_mode', v_plan_mode, true);
 
-  -- The group's row on each of them it has none on, created on first sight (a row behind a
-  -- removed head is one the sweeper's retention moves to the first retained message, which a
-  -- delayed queue's pop needs). Each partition a row
-  -- is created for is locked FOR KEY SHARE (the lock the foreign key's check takes anyway): a pop
-  -- racing its queue's DELETE either holds the partition, and the delete waits for it, or waits for
-  -- the delete and skips the partition it removed. Before, the INSERT's foreign-key check met the
-  -- committed delete and broke partition_consumers_partition_id_fkey, a 500; now the pop of a queue
-  -- deleted under it answers what the pop of a missing queue answers: nothing (204).
+  -- The group's row on each of them it has none on (v_unseen, just read; ON CONFLICT covers a pop
+  -- of the group creating it meanwhile), created on first sight, also where the partition is no
+  -- candidate yet: a row behind a removed head is one the sweeper's retention moves to the first
+  -- retained message, which a delayed queue's pop needs. Each partition a row is created for is
+  -- locked FOR KEY SHARE (the lock the foreign key's check takes anyway): a pop racing its queue's
+  -- DELETE either holds the partition, and the delete waits for it, or waits for the delete and
+  -- skips the partition it removed. Before, the INSERT's foreign-key check met the committed delete
+  -- and broke partition_consumers_partition_id_fkey, a 500; now the pop of a queue deleted under it
+  -- answers what the pop of a missing queue answers: nothing (204).
   IF v_unseen IS NOT NULL THEN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-    SELECT p.id, v_group FROM queen.partitions p
-     WHERE p.id = ANY (v_unseen)
-       AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers c WHERE c.partition_id = p.id AND c.consumer_group = v_group)
-       FOR KEY SHARE OF p
+    SELECT p.id, v_group FROM queen.partitions p WHERE p.id = ANY (v_unseen) FOR KEY SHARE OF p
     ON CONFLICT DO NOTHING;
   END IF;
   IF v_cands IS NULL THEN RETURN '[]'::jsonb; END IF;
