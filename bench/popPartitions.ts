@@ -5,7 +5,8 @@
 // every partition with messages waiting (a backlog: every partition is ready, and the pop's cost is
 // in proportion to them), and the usual one, ten partitions with messages among partitions the
 // group has finished and the sweeper has settled (the pop reads the ten). A pop of a named
-// partition of the same queue is the baseline.
+// partition of the same queue is the baseline. And a pop of ten partitions at once (Queen's
+// `partitions`, batch 10) of the backlog queue: one read of the candidates for all ten.
 // One client, the statements the API and the sweeper send (shared/sql/), each pop's message acked
 // before the next pop; wall time a call, round trip included, on the run's own embedded PostgreSQL
 // (or DATABASE_URL). Options: --sizes=10,100,1000,10000 --pops=300 (BENCH_POPS).
@@ -46,15 +47,15 @@ async function idleButTen(c: Client, queue: string, partitions: number): Promise
   await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
 }
 
-/** Median wall time of a pop of one message (microseconds); each message popped is acked. */
-async function pops(c: Client, queue: string, partition: string | null): Promise<number> {
+/** Median wall time of a pop of one message a partition from `partitions` partitions (microseconds); each message popped is acked. */
+async function pops(c: Client, queue: string, partition: string | null, partitions = 1): Promise<number> {
   const times: number[] = [];
   for (let i = 0; i < POPS + 10; i++) {
     const t0 = process.hrtime.bigint();
-    const { rows } = await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, partition, 'g', 1, 1] });
+    const { rows } = await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, partition, 'g', partitions, partitions] });
     if (i >= 10) times.push(Number(process.hrtime.bigint() - t0) / 1000);
     const messages = JSON.parse(rows[0].messages) as { transactionId: string; partitionId: string; leaseId: string }[];
-    if (messages.length === 0) throw new Error(`${queue}${partition ? `/${partition}` : ""}: pop ${i} found no message`);
+    if (messages.length < Math.min(partitions, 10)) throw new Error(`${queue}${partition ? `/${partition}` : ""}: pop ${i} found no message`);
     const acks = messages.map((m) => ({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, consumerGroup: 'g', status: 'completed' }));
     const { rows: [acked] } = await c.query({ ...LOG_ACK_BATCH, values: [DEFAULT_TENANT, JSON.stringify({ acknowledgments: acks })] });
     if (!acked.ok) throw new Error(`${queue}: an ack failed: ${acked.results}`);
@@ -68,12 +69,13 @@ async function main(): Promise<void> {
   await c.connect();
   try {
     out(`bench:pop-partitions  ${new Date().toISOString()}  one client, ${POPS} pops a point, median wall µs a pop (round trip included)`);
-    out(`| partitions in the queue | pop naming none, all with messages | pop naming none, ten with messages | pop of a named partition | ratios to named |`);
-    out(`| ---: | ---: | ---: | ---: | ---: |`);
+    out(`| partitions in the queue | pop naming none, all with messages | pop naming none, ten with messages | pop of a named partition | ratios to named | ten partitions a pop, all with messages |`);
+    out(`| ---: | ---: | ---: | ---: | ---: | ---: |`);
     for (const n of SIZES) {
       const queue = `q${n}`;
-      // Exactly n partitions, with messages enough between them for every pop naming none.
-      await fill(c, queue, n, Math.max(3, Math.ceil((POPS + 10) / n)));
+      // Exactly n partitions, with messages enough between them for every pop naming none, and
+      // for the pops of ten partitions (each leasing one message of each of ten).
+      await fill(c, queue, n, Math.max(3, Math.ceil((11 * (POPS + 10)) / n)));
       // One more partition with a backlog of its own for the named pops, enough for them whatever
       // the pops naming none took from it.
       const backlog = Array.from({ length: 2 * (POPS + 10) }, (_, k) => ({ queue, partition: 'named', payload: { k } }));
@@ -81,10 +83,11 @@ async function main(): Promise<void> {
       await c.query('ANALYZE');
       const any = await pops(c, queue, null);
       const named = await pops(c, queue, 'named');
+      const tenAtOnce = await pops(c, queue, null, 10);
       await idleButTen(c, `i${n}`, n);
       await c.query('ANALYZE');
       const ten = await pops(c, `i${n}`, null);
-      out(`| ${n.toLocaleString('en-US')} | ${any.toFixed(0)} | ${ten.toFixed(0)} | ${named.toFixed(0)} | ${(any / named).toFixed(1)}x, ${(ten / named).toFixed(1)}x |`);
+      out(`| ${n.toLocaleString('en-US')} | ${any.toFixed(0)} | ${ten.toFixed(0)} | ${named.toFixed(0)} | ${(any / named).toFixed(1)}x, ${(ten / named).toFixed(1)}x | ${tenAtOnce.toFixed(0)} |`);
     }
   } finally {
     await c.end();

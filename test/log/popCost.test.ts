@@ -62,3 +62,28 @@ it('reads about its batch from a deep partition, however many pops its session h
   // the partition holds 300 times the batch.
   expect(reads.filter((r) => r > BATCH * 5)).toEqual([]);
 });
+
+// Queen's `partitions`: one pop leasing several partitions reads its queue's candidates once, not
+// once a partition (each a read of every ready partition: 10 partitions of the 3,000 of 'wide' read
+// 30,000 entries of the ready index).
+it('leases several partitions from one read of the queue\'s ready partitions', async () => {
+  const c = db.client;
+  const wide = 3000;
+  const readyRead = async () => (await c.query(
+    `SELECT pg_stat_get_xact_tuples_returned('queen.idx_partitions_ready'::regclass)::int AS read`,
+  )).rows[0].read as number;
+  await c.query('BEGIN');
+  try {
+    const before = await readyRead();
+    const { rows } = await c.query(`SELECT queen.log_pop_many_v2($1, 'wide', NULL, 'many', 10, 10) AS m`, [TENANT]);
+    const read = (await readyRead()) - before;
+    const messages = rows[0].m as { partitionId: string; leaseId: string }[];
+    expect(messages).toHaveLength(10);
+    expect(new Set(messages.map((m) => m.partitionId)).size).toBe(10);
+    expect(new Set(messages.map((m) => m.leaseId)).size).toBe(1);
+    expect(read).toBeGreaterThanOrEqual(wide);
+    expect(read).toBeLessThan(2 * wide);
+  } finally {
+    await c.query('COMMIT');
+  }
+});
