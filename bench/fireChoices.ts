@@ -5,7 +5,8 @@
 //                      taken in turn), one queen.log_push_v1 call per timer;
 //   global + each:     the cell's oldest due timers (FOR UPDATE SKIP LOCKED on (deliver_at,
 //                      timer_id)), one queen.log_push_v1 call per timer;
-//   global + set:      the same claim, the batch moved set-based (queen.timers_fire_v1, shipped).
+//   global + append:   the same claim, each partition's timers moved by one queen.log_append_v1 call
+//                      (queen.timers_fire_v1, shipped).
 // It also prints, for one connection, how far the log's order strays from deliverAt order: the
 // most older timers any message overtook (the messages of one commit count as arriving together). `npm run build && node dist/bench/fireChoices.js`.
 import fs from 'node:fs';
@@ -24,7 +25,7 @@ const out = (line = '') => process.stdout.write(`${line}\n`);
 const CHOICES: Record<string, string> = {
   'by-shard + each': 'SELECT queen.bench_fire_by_shard_v1($1::smallint[], $2::int) AS r',
   'global + each': 'SELECT queen.bench_fire_global_each_v1($2::int) AS r, $1::smallint[] AS unused',
-  'global + set': 'SELECT queen.timers_fire_v1($2::int) AS r, $1::smallint[] AS unused',
+  'global + append': 'SELECT queen.timers_fire_v1($2::int) AS r, $1::smallint[] AS unused',
 };
 
 // Both per-timer candidates lock the claimed timers' partitions the same way, in the order the

@@ -1831,6 +1831,66 @@ BEGIN
          completed = p_pc.completed, failures = p_pc.failures, dead_letters = p_pc.dead_letters
    WHERE partition_id = p_pc.partition_id AND consumer_group = p_pc.consumer_group;
 END $function$
+CREATE OR REPLACE FUNCTION queen.log_append_v1(p_fast boolean, p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[], p_trace_ids uuid[], p_span_ids bytea[])
+ RETURNS jsonb[]
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+  v_pid UUID;
+  v_last BIGINT;
+  v_seq BIGINT;
+  v_txid TEXT;
+  v_status TEXT;
+  v_at BIGINT;
+  v_out JSONB[] := '{}';
+  i INT;
+BEGIN
+  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition), false)
+     OR (p_fast AND current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off') THEN
+    RETURN NULL;
+  END IF;
+  SELECT p.id, p.last_seq INTO v_pid, v_last
+    FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND p.name = p_partition
+     FOR NO KEY UPDATE OF p;
+  IF v_pid IS NULL THEN
+    RETURN NULL;
+  END IF;
+  v_seq := v_last;
+  FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
+    v_txid := p_transaction_ids[i];
+    IF p_fast AND (NOT coalesce(octet_length(v_txid) <= queen.log_max_transaction_id_bytes_v1(), false) OR starts_with(v_txid, 'timer:')) THEN
+      v_out := v_out || NULL::jsonb;
+      CONTINUE;
+    END IF;
+    IF v_txid = '' THEN
+      v_txid := gen_random_uuid()::text;
+    END IF;
+    v_at := (SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid);
+    IF v_at IS NOT NULL THEN
+      v_status := 'duplicate';
+    ELSE
+      v_seq := v_seq + 1;
+      v_at := v_seq;
+      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+      VALUES (v_pid, v_seq, v_txid, p_payloads[i], p_trace_ids[i], p_span_ids[i]);
+      v_status := 'queued';
+    END IF;
+    IF p_fast THEN
+      -- The entry log_push_v1 answers (the same keys, so both paths answer alike).
+      v_out := v_out || jsonb_build_object('index', i - 1, 'transaction_id', v_txid, 'status', v_status,
+                                           'message_id', queen.log_message_id_v1(v_pid, v_at), 'partition_id', v_pid,
+                                           'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
+    END IF;
+  END LOOP;
+  IF v_seq > v_last THEN
+    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_pid;
+    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
+    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
+  END IF;
+  RETURN CASE WHEN p_fast THEN v_out END;
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_apply_ops_v1(p_tenant uuid, p_ops jsonb, p_sealed jsonb, p_v2 boolean)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -3199,59 +3259,10 @@ BEGIN
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(p_tenant uuid, p_queue text, p_partition text, p_payloads jsonb[], p_transaction_ids text[])
  RETURNS jsonb[]
- LANGUAGE plpgsql
+ LANGUAGE sql
 AS $function$
-DECLARE
-  v_pid UUID;
-  v_last BIGINT;
-  v_seq BIGINT;
-  v_txid TEXT;
-  v_status TEXT;
-  v_at BIGINT;
-  v_out JSONB[] := '{}';
-  i INT;
-BEGIN
-  IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition), false)
-     OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
-    RETURN NULL;
-  END IF;
-  SELECT p.id, p.last_seq INTO v_pid, v_last
-    FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-   WHERE q.tenant_id = p_tenant AND q.name = p_queue AND p.name = p_partition
-     FOR NO KEY UPDATE OF p;
-  IF v_pid IS NULL THEN
-    RETURN NULL;
-  END IF;
-  v_seq := v_last;
-  FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
-    v_txid := p_transaction_ids[i];
-    IF NOT coalesce(octet_length(v_txid) <= queen.log_max_transaction_id_bytes_v1(), false) OR starts_with(v_txid, 'timer:') THEN
-      v_out := v_out || NULL::jsonb;
-      CONTINUE;
-    END IF;
-    IF v_txid = '' THEN
-      v_txid := gen_random_uuid()::text;
-    END IF;
-    v_at := (SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = v_txid);
-    IF v_at IS NOT NULL THEN
-      v_status := 'duplicate';
-    ELSE
-      v_seq := v_seq + 1;
-      v_at := v_seq;
-      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
-      v_status := 'queued';
-    END IF;
-    -- The entry log_push_v1 answers (the same keys, so both paths answer alike).
-    v_out := v_out || jsonb_build_object('index', i - 1, 'transaction_id', v_txid, 'status', v_status,
-                                         'message_id', queen.log_message_id_v1(v_pid, v_at), 'partition_id', v_pid,
-                                         'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
-  END LOOP;
-  IF v_seq > v_last THEN
-    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_pid;
-    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
-  END IF;
-  RETURN v_out;
-END $function$
+  SELECT queen.log_append_v1(true, p_tenant, p_queue, p_partition, p_payloads, p_transaction_ids, NULL, NULL)
+$function$
 CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(p_tenant uuid, p_queue text, p_partition text, p_payload jsonb, p_transaction_id text)
  RETURNS jsonb
  LANGUAGE sql
@@ -3375,27 +3386,18 @@ DECLARE
   v_partition TEXT := coalesce(p_partition, 'Default');
   v_txid TEXT := coalesce(p_transaction_id, gen_random_uuid()::text);
   v_ids RECORD;
-  v_last BIGINT;
   v_seq BIGINT;
-  v_status TEXT := 'queued';
+  v_status TEXT;
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
-  -- commit order, and the duplicate check below cannot race another push of the same id.
+  -- commit order, and the append's duplicate check cannot race another push of the same id.
   v_ids := queen.log_lock_partition_v1(p_tenant, p_queue, v_partition);
-  v_last := v_ids.last_seq;
-  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid;
-  IF v_seq IS NOT NULL THEN
-    v_status := 'duplicate';
-  ELSE
-    v_seq := v_last + 1;
-    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_ids.p_id;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
-    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
-    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
-  END IF;
+  PERFORM queen.log_append_v1(false, p_tenant, p_queue, v_partition, ARRAY[p_payload], ARRAY[v_txid], NULL, NULL);
+  -- Stored now, or before (a duplicate: the stored winner's seq, at or below the last_seq read
+  -- under the lock).
+  v_seq := (SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid);
+  v_status := CASE WHEN v_seq > v_ids.last_seq THEN 'queued' ELSE 'duplicate' END;
   -- Queen's push answer entry (snake_case but queueName, as Queen spells it); a duplicate's
   -- message_id is the stored winner's. `index` is set by the caller that knows the item's place.
   RETURN jsonb_build_object('index', 0, 'transaction_id', v_txid, 'status', v_status,
@@ -5082,7 +5084,6 @@ CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit integer, p_marks b
  RETURNS record
  LANGUAGE plpgsql
  SET enable_bitmapscan TO 'off'
- SET plan_cache_mode TO 'force_custom_plan'
 AS $function$
 DECLARE
   r RECORD;
@@ -5092,12 +5093,8 @@ DECLARE
   v_parts TEXT[] := '{}';
   v_pids UUID[] := '{}';
   v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
   v_fired INT;
   v_stored INT;
-  v_ins_pids UUID[];
-  v_ins_seqs BIGINT[];
-  v_ins_txids TEXT[];
 BEGIN
   SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO claimed FROM (
     SELECT t FROM queen.log_timers t
@@ -5114,9 +5111,18 @@ BEGIN
   -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
   -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
   -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
+  -- Each partition's timers, in claim order ((deliverAt, timerId), the order it numbers them in),
+  -- through the one append (queen.log_append_v1); a timer's transactionId is 'timer:<id>', so a fire
+  -- that already happened (the message stored before) stores nothing twice. With p_marks the
+  -- schedule's trace context goes with the message (NULL for a timer scheduled without); 0.1.0's
+  -- fire stores none.
   FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(claimed) AS c ORDER BY 1, 2, 3
+    SELECT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition,
+           array_agg(c.payload ORDER BY c.deliver_at, c.timer_id) AS payloads,
+           array_agg('timer:' || c.timer_id::text ORDER BY c.deliver_at, c.timer_id) AS txids,
+           array_agg(CASE WHEN p_marks THEN c.trace_id END ORDER BY c.deliver_at, c.timer_id) AS trace_ids,
+           array_agg(CASE WHEN p_marks THEN c.span_id END ORDER BY c.deliver_at, c.timer_id) AS span_ids
+    FROM unnest(claimed) AS c GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
@@ -5128,55 +5134,31 @@ BEGIN
     v_parts := v_parts || r.partition;
     v_pids := v_pids || v_ids.p_id;
     v_lasts := v_lasts || v_ids.last_seq;
+    PERFORM queen.log_append_v1(false, r.tenant_id, r.queue, r.partition, r.payloads, r.txids, r.trace_ids, r.span_ids);
   END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once. The messages
-  -- it stored are kept for the seal marks only when p_marks asks for those.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    -- With p_marks the schedule's trace context goes with the message (NULL for a timer scheduled
-    -- without); 0.1.0's fire stores none.
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_marks THEN f.trace_id END, CASE WHEN p_marks THEN f.span_id END
-    FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq, transaction_id
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top, ready = true
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id),
-         array_agg(i.partition_id) FILTER (WHERE p_marks), array_agg(i.seq) FILTER (WHERE p_marks),
-         array_agg(i.transaction_id) FILTER (WHERE p_marks)
-    INTO v_stored, v_hit, v_ins_pids, v_ins_seqs, v_ins_txids FROM ins i;
+  -- What was stored: each partition's last_seq moved past the one read under its lock by exactly
+  -- the messages stored (the rest were duplicates).
+  SELECT sum(p.last_seq - k.last_seq)::int INTO v_stored
+    FROM unnest(v_pids, v_lasts) AS k(pid, last_seq) JOIN queen.partitions p ON p.id = k.pid;
   IF p_marks THEN
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why),
     -- and a message stored from one holds the same sealed text: marked so the pop opens it. A
-    -- duplicate (its message stored before) marks nothing again.
+    -- duplicate (its message stored before, at or below the last_seq read under the lock) marks
+    -- nothing again. Each message found by its (partition, transactionId) key.
     WITH unsealed AS (
       DELETE FROM queen.sealed_timers s USING unnest(claimed) AS t WHERE s.timer_id = t.timer_id
       RETURNING s.timer_id
+    ), stored AS (
+      SELECT k.pid, k.last_seq, (SELECT m.seq FROM queen.messages m
+                                  WHERE m.partition_id = k.pid AND m.transaction_id = 'timer:' || u.timer_id::text OFFSET 0) AS seq
+      FROM unsealed u
+      JOIN unnest(claimed) AS t ON t.timer_id = u.timer_id
+      JOIN unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
+        ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
     )
     INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT i.pid, i.seq FROM unnest(v_ins_pids, v_ins_seqs, v_ins_txids) AS i(pid, seq, txid)
-    JOIN unsealed u ON i.txid = 'timer:' || u.timer_id::text;
+    SELECT s.pid, s.seq FROM stored s WHERE s.seq > s.last_seq;
   END IF;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
   DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(claimed) AS c));
   answer := jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - claimed[1].deliver_at)::double precision);

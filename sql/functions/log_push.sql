@@ -160,27 +160,18 @@ DECLARE
   v_partition TEXT := coalesce(p_partition, 'Default');
   v_txid TEXT := coalesce(p_transaction_id, gen_random_uuid()::text);
   v_ids RECORD;
-  v_last BIGINT;
   v_seq BIGINT;
-  v_status TEXT := 'queued';
+  v_status TEXT;
 BEGIN
   PERFORM queen.log_check_push_v1(p_queue, v_partition, v_txid, NULL);
   -- The partition row's lock serializes pushes to this partition until commit: seq order is
-  -- commit order, and the duplicate check below cannot race another push of the same id.
+  -- commit order, and the append's duplicate check cannot race another push of the same id.
   v_ids := queen.log_lock_partition_v1(p_tenant, p_queue, v_partition);
-  v_last := v_ids.last_seq;
-  SELECT m.seq INTO v_seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid;
-  IF v_seq IS NOT NULL THEN
-    v_status := 'duplicate';
-  ELSE
-    v_seq := v_last + 1;
-    UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_ids.p_id;
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload)
-    VALUES (v_ids.p_id, v_seq, v_txid, p_payload);
-    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
-    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
-    PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
-  END IF;
+  PERFORM queen.log_append_v1(false, p_tenant, p_queue, v_partition, ARRAY[p_payload], ARRAY[v_txid], NULL, NULL);
+  -- Stored now, or before (a duplicate: the stored winner's seq, at or below the last_seq read
+  -- under the lock).
+  v_seq := (SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_ids.p_id AND m.transaction_id = v_txid);
+  v_status := CASE WHEN v_seq > v_ids.last_seq THEN 'queued' ELSE 'duplicate' END;
   -- Queen's push answer entry (snake_case but queueName, as Queen spells it); a duplicate's
   -- message_id is the stored winner's. `index` is set by the caller that knows the item's place.
   RETURN jsonb_build_object('index', 0, 'transaction_id', v_txid, 'status', v_status,
@@ -253,32 +244,40 @@ BEGIN
   RETURN to_jsonb(v_out);
 END $$;
 
--- The push fast path: plainly valid items, in order, to one queue and partition that already exist
--- (given as values: queue and partition as text, the partition already defaulted; each item's
--- payload and transactionId, '' when the item has none). Its callers: a request of one item alone
--- (log_push_request_v1, through log_push_fast_v1), each item of a request log_push_items_v1 has
--- validated, created and locked (the same), and the one-item requests an API worker gathered for
--- one partition (log_push_coalesced_v1). Answers one element per item.
--- Why it pays: a push is a transaction of its own, and plpgsql sets up every expression and
--- nested call it evaluates once per transaction, so the general path's cost
--- is its number of statements and calls (validation twice, ensure-partition twice, the lock twice),
--- not their work. Here: one guard and one lock (partition row, FOR NO KEY UPDATE, held to commit,
--- so seq order is still commit order) for all the items; per item, log_push_v1's duplicate check
--- (after the lock, so it sees every committed push and the items before it) and the message; then
--- last_seq once and the NOTIFY once. For a gathering that is what pays: four pushes in one statement
--- took 0.61-0.77 ms against 0.80-0.91 when each item locked, bumped last_seq and notified on its
--- own, eight 0.68-1.04 against 0.83-1.45 (pgbench, one client, 2026-11-30). (One INSERT ... ON
--- CONFLICT DO NOTHING feeding the UPDATE measured the same as the duplicate check, 2026-11-30; one
--- set-based INSERT for all the items cost 0.2 ms more a call than it saved below eight items.)
--- Answers NULL, having done nothing, when the fast path does not apply (a name the general path
--- might refuse, a queue or partition not created yet, SET queen.log_fast_path = off), and a NULL
--- element, that item skipped, for a transactionId the general path might refuse (empty, over
--- 256 bytes, or the sweeper's `timer:` prefix): the general path then decides, refusals included, so every rule keeps one
--- definition. The names' test is queen.name_ok_v1, the one definition of a name.
+-- THE append: every message the log stores is written here, by one INSERT (a client push on either
+-- path, and a timer's fire). Items in order, to one queue and partition that already exist (given
+-- as values: queue and partition as text, the partition already defaulted; each item's payload,
+-- transactionId and trace context). The partition row is locked FOR NO KEY UPDATE, held to commit,
+-- so seq order is commit order. Per item: a transactionId already in the partition (stored before,
+-- or by an earlier item) is a duplicate, nothing stored; else the message, numbered after last_seq.
+-- Then last_seq once, with `ready` (the partition has something to read: log_consume.sql's rule),
+-- and the NOTIFY once.
+-- p_fast true is the push fast path (through queen.log_push_fast_many_v1), which answers one
+-- element per item and declines what it does not know to be valid: NULL, having done nothing, for
+-- a name the general path might refuse, a queue or partition not created yet, or SET
+-- queen.log_fast_path = off; a NULL element, that item skipped, for a transactionId the general path
+-- might refuse (empty, over 256 bytes, or the sweeper's `timer:` prefix); the general path then
+-- decides, refusals included, so every rule keeps one definition. The names' test is
+-- queen.name_ok_v1, the one definition of a name.
+-- p_fast false is a caller that checked every item and created and locked the partition itself
+-- (the general path, queen.log_push_v1, and the fire, queen.timers_fire_batch_v1): nothing is
+-- declined, nothing answered (NULL); it reads what it needs from the partition's last_seq and the
+-- rows. A flag rather than a second body: what a message row is, and the rules that number it,
+-- are written once, and the fast path calls no more functions than before (the wrapper inlines).
+-- Why the fast path pays: a push is a transaction of its own, and plpgsql sets up every expression
+-- and nested call it evaluates once per transaction, so the general path's cost is its number of
+-- statements and calls (validation twice, ensure-partition twice, the lock twice), not their work.
+-- Here: one guard and one lock for all the items; per item, the duplicate check (after the lock,
+-- so it sees every committed push and the items before it) and the message; then last_seq once
+-- and the NOTIFY once. For a gathering that is what pays: four pushes in one statement took
+-- 0.61-0.77 ms against 0.80-0.91 when each item locked, bumped last_seq and notified on its own,
+-- eight 0.68-1.04 against 0.83-1.45 (pgbench, one client, 2026-11-30). (One INSERT ... ON CONFLICT
+-- DO NOTHING feeding the UPDATE measured the same as the duplicate check, 2026-11-30; one set-based
+-- statement for all the items cost a one-item push 125 µs against these statements' 40, 2026-12-07.)
 -- test/log/fastPath.test.ts holds both paths to the same answers and rows.
-CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(
-  p_tenant UUID, p_queue TEXT, p_partition TEXT, p_payloads JSONB[], p_transaction_ids TEXT[]
-) RETURNS JSONB[] LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queen.log_append_v1(p_fast BOOLEAN, p_tenant UUID, p_queue TEXT, p_partition TEXT,
+  p_payloads JSONB[], p_transaction_ids TEXT[], p_trace_ids UUID[], p_span_ids BYTEA[]) RETURNS JSONB[]
+LANGUAGE plpgsql AS $$
 DECLARE
   v_pid UUID;
   v_last BIGINT;
@@ -290,7 +289,7 @@ DECLARE
   i INT;
 BEGIN
   IF NOT coalesce(queen.name_ok_v1(p_queue) AND queen.name_ok_v1(p_partition), false)
-     OR current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off' THEN
+     OR (p_fast AND current_setting('queen.log_fast_path', true) IS NOT DISTINCT FROM 'off') THEN
     RETURN NULL;
   END IF;
   SELECT p.id, p.last_seq INTO v_pid, v_last
@@ -303,7 +302,7 @@ BEGIN
   v_seq := v_last;
   FOR i IN 1 .. cardinality(p_transaction_ids) LOOP
     v_txid := p_transaction_ids[i];
-    IF NOT coalesce(octet_length(v_txid) <= queen.log_max_transaction_id_bytes_v1(), false) OR starts_with(v_txid, 'timer:') THEN
+    IF p_fast AND (NOT coalesce(octet_length(v_txid) <= queen.log_max_transaction_id_bytes_v1(), false) OR starts_with(v_txid, 'timer:')) THEN
       v_out := v_out || NULL::jsonb;
       CONTINUE;
     END IF;
@@ -316,20 +315,37 @@ BEGIN
     ELSE
       v_seq := v_seq + 1;
       v_at := v_seq;
-      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload) VALUES (v_pid, v_seq, v_txid, p_payloads[i]);
+      INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
+      VALUES (v_pid, v_seq, v_txid, p_payloads[i], p_trace_ids[i], p_span_ids[i]);
       v_status := 'queued';
     END IF;
-    -- The entry log_push_v1 answers (the same keys, so both paths answer alike).
-    v_out := v_out || jsonb_build_object('index', i - 1, 'transaction_id', v_txid, 'status', v_status,
-                                         'message_id', queen.log_message_id_v1(v_pid, v_at), 'partition_id', v_pid,
-                                         'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
+    IF p_fast THEN
+      -- The entry log_push_v1 answers (the same keys, so both paths answer alike).
+      v_out := v_out || jsonb_build_object('index', i - 1, 'transaction_id', v_txid, 'status', v_status,
+                                           'message_id', queen.log_message_id_v1(v_pid, v_at), 'partition_id', v_pid,
+                                           'trace_id', NULL, 'queueName', p_queue, 'partition', p_partition);
+    END IF;
   END LOOP;
   IF v_seq > v_last THEN
     UPDATE queen.partitions SET last_seq = v_seq, ready = true WHERE id = v_pid;
+    -- Wakes long-polling pops on commit; identical payloads in one transaction fold into one.
+    -- '<tenant>/<queue>': a pop waits on its own tenant's queue (services/api/push/signal.ts).
     PERFORM pg_notify('queen_log', p_tenant::text || '/' || p_queue);
   END IF;
-  RETURN v_out;
+  RETURN CASE WHEN p_fast THEN v_out END;
 END $$;
+
+-- The push fast path (queen.log_append_v1 with p_fast): plainly valid items, in order, to one
+-- queue and partition that already exist. Its callers: a request of one item alone
+-- (log_push_request_v1, through log_push_fast_v1), each item of a request log_push_items_v1 has
+-- validated, created and locked (the same), and the one-item requests an API worker gathered for
+-- one partition (log_push_coalesced_v1). Answers one element per item, or NULL when it declined.
+-- A SQL function the planner inlines: no call layer over the body.
+CREATE OR REPLACE FUNCTION queen.log_push_fast_many_v1(
+  p_tenant UUID, p_queue TEXT, p_partition TEXT, p_payloads JSONB[], p_transaction_ids TEXT[]
+) RETURNS JSONB[] LANGUAGE sql AS $$
+  SELECT queen.log_append_v1(true, p_tenant, p_queue, p_partition, p_payloads, p_transaction_ids, NULL, NULL)
+$$;
 
 -- One item: the fast path above with one element.
 CREATE OR REPLACE FUNCTION queen.log_push_fast_v1(

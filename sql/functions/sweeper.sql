@@ -12,9 +12,9 @@ LANGUAGE sql STABLE AS $$
 $$;
 -- Fire, the body of queen.timers_fire_v1 and queen.timers_fire_v3: the cell's oldest due timers, at
 -- most p_limit, whatever their shard, each pushed into its tenant's log with the transactionId
--- 'timer:' || timer_id and deleted, in the caller's transaction, set-based: one claim, the
--- partitions locked once each, one duplicate check, one insert, one last_seq update, one NOTIFY per
--- (tenant, queue), one delete. p_marks: the message carries its timer's trace context and a sealed
+-- 'timer:' || timer_id and deleted, in the caller's transaction: one claim, then per partition
+-- one lock and one append of its timers (queen.log_append_v1: the duplicate check and the message
+-- per timer, last_seq and the NOTIFY once), one delete. p_marks: the message carries its timer's trace context and a sealed
 -- timer's seal mark (v3); without it, neither (v1, as 0.1.0 fired). Answers the timers it claimed
 -- (for v3's links) and the fire's answer.
 --
@@ -34,17 +34,14 @@ $$;
 -- the batch with one log_push_v1 call per timer, as before, 3,400-4,700 timers a second; set-based,
 -- 11,500 at a batch of 500 and 17,700 at 2,000 (bench/README.md).
 --
--- Planned at each call (plan_cache_mode), never from a cached generic plan: the batch's
--- 'timer:<id>' transactionIds are checked against queen.messages in one anti-join, and a generic
--- plan costed when the log was young probed the partition through its (partition_id, seq) key and
--- filtered every message of it for the transactionId, so each fire cost grew with the log.
--- Measured 2026-12-01, one connection, 100 timers a fire into 4 partitions, no ANALYZE in between:
--- 17 ms with 100 messages in the log, 94 ms with 14,800; planned at each call, 5-7 ms flat (about a
--- millisecond of planning a fire). A custom plan takes the (partition_id, transaction_id) unique
--- index whatever the statistics say.
+-- Every read of queen.messages in it is a probe by the (partition_id, transaction_id) unique key
+-- (queen.log_append_v1's duplicate check, the seal marks'), so a cached plan is right however the
+-- log has grown. (The set-based fire before 2026-12-07 checked the batch in one anti-join, which had
+-- to be planned at each call: a generic plan costed while the log was young filtered every message
+-- of the partition for each timer, 17 ms a fire with 100 messages in the log, 94 with 14,800.)
 CREATE OR REPLACE FUNCTION queen.timers_fire_batch_v1(p_limit INT, p_marks BOOLEAN,
   OUT claimed queen.log_timers[], OUT answer JSONB)
-LANGUAGE plpgsql SET enable_bitmapscan = off SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
 DECLARE
   r RECORD;
   v_ids RECORD;
@@ -53,12 +50,8 @@ DECLARE
   v_parts TEXT[] := '{}';
   v_pids UUID[] := '{}';
   v_lasts BIGINT[] := '{}';
-  v_hit UUID[];
   v_fired INT;
   v_stored INT;
-  v_ins_pids UUID[];
-  v_ins_seqs BIGINT[];
-  v_ins_txids TEXT[];
 BEGIN
   SELECT array_agg(c.t ORDER BY (c.t).deliver_at, (c.t).timer_id) INTO claimed FROM (
     SELECT t FROM queen.log_timers t
@@ -75,9 +68,18 @@ BEGIN
   -- order, each created on first use and locked once, as queen.log_lock_partitions_v1 does for one
   -- tenant, so a pass and a transaction-wire bundle pushing to the same partitions can never wait on
   -- each other in a circle, nor two sweepers. Each timer fires into its own tenant's queue.
+  -- Each partition's timers, in claim order ((deliverAt, timerId), the order it numbers them in),
+  -- through the one append (queen.log_append_v1); a timer's transactionId is 'timer:<id>', so a fire
+  -- that already happened (the message stored before) stores nothing twice. With p_marks the
+  -- schedule's trace context goes with the message (NULL for a timer scheduled without); 0.1.0's
+  -- fire stores none.
   FOR r IN
-    SELECT DISTINCT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition
-    FROM unnest(claimed) AS c ORDER BY 1, 2, 3
+    SELECT c.tenant_id, c.queue COLLATE "C" AS queue, c.partition COLLATE "C" AS partition,
+           array_agg(c.payload ORDER BY c.deliver_at, c.timer_id) AS payloads,
+           array_agg('timer:' || c.timer_id::text ORDER BY c.deliver_at, c.timer_id) AS txids,
+           array_agg(CASE WHEN p_marks THEN c.trace_id END ORDER BY c.deliver_at, c.timer_id) AS trace_ids,
+           array_agg(CASE WHEN p_marks THEN c.span_id END ORDER BY c.deliver_at, c.timer_id) AS span_ids
+    FROM unnest(claimed) AS c GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
   LOOP
     -- The log's own name rules, once per partition (a schedule checked them already).
     PERFORM queen.log_check_push_v1(r.queue, r.partition, NULL, NULL);
@@ -89,55 +91,31 @@ BEGIN
     v_parts := v_parts || r.partition;
     v_pids := v_pids || v_ids.p_id;
     v_lasts := v_lasts || v_ids.last_seq;
+    PERFORM queen.log_append_v1(false, r.tenant_id, r.queue, r.partition, r.payloads, r.txids, r.trace_ids, r.span_ids);
   END LOOP;
-  -- One statement: the duplicate check (a 'timer:' transactionId already in its partition: a fire
-  -- that already happened, so nothing is stored twice), the messages numbered per partition after
-  -- its last_seq in (deliverAt, timerId) order, each partition's last_seq moved once. The messages
-  -- it stored are kept for the seal marks only when p_marks asks for those.
-  WITH k AS (
-    SELECT * FROM unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
-  ), c AS (
-    SELECT k.pid, k.last_seq, t.deliver_at, t.timer_id, t.payload, t.trace_id, t.span_id, 'timer:' || t.timer_id::text AS txid
-    FROM unnest(claimed) AS t
-    JOIN k ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
-  ), fresh AS (
-    SELECT c.*, c.last_seq + row_number() OVER (PARTITION BY c.pid ORDER BY c.deliver_at, c.timer_id) AS seq
-    FROM c
-    WHERE NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = c.pid AND m.transaction_id = c.txid)
-  ), ins AS (
-    -- With p_marks the schedule's trace context goes with the message (NULL for a timer scheduled
-    -- without); 0.1.0's fire stores none.
-    INSERT INTO queen.messages (partition_id, seq, transaction_id, payload, trace_id, span_id)
-    SELECT f.pid, f.seq, f.txid, f.payload, CASE WHEN p_marks THEN f.trace_id END, CASE WHEN p_marks THEN f.span_id END
-    FROM fresh f ORDER BY f.pid, f.seq
-    RETURNING partition_id, seq, transaction_id
-  ), bumped AS (
-    UPDATE queen.partitions p SET last_seq = n.top, ready = true
-    FROM (SELECT i.partition_id, max(i.seq) AS top FROM ins i GROUP BY i.partition_id) n
-    WHERE p.id = n.partition_id
-    RETURNING p.id
-  )
-  SELECT count(*)::int, array_agg(DISTINCT i.partition_id),
-         array_agg(i.partition_id) FILTER (WHERE p_marks), array_agg(i.seq) FILTER (WHERE p_marks),
-         array_agg(i.transaction_id) FILTER (WHERE p_marks)
-    INTO v_stored, v_hit, v_ins_pids, v_ins_seqs, v_ins_txids FROM ins i;
+  -- What was stored: each partition's last_seq moved past the one read under its lock by exactly
+  -- the messages stored (the rest were duplicates).
+  SELECT sum(p.last_seq - k.last_seq)::int INTO v_stored
+    FROM unnest(v_pids, v_lasts) AS k(pid, last_seq) JOIN queen.partitions p ON p.id = k.pid;
   IF p_marks THEN
     -- The batch's sealed timers leave queen.sealed_timers with them (no foreign key: 054 says why),
     -- and a message stored from one holds the same sealed text: marked so the pop opens it. A
-    -- duplicate (its message stored before) marks nothing again.
+    -- duplicate (its message stored before, at or below the last_seq read under the lock) marks
+    -- nothing again. Each message found by its (partition, transactionId) key.
     WITH unsealed AS (
       DELETE FROM queen.sealed_timers s USING unnest(claimed) AS t WHERE s.timer_id = t.timer_id
       RETURNING s.timer_id
+    ), stored AS (
+      SELECT k.pid, k.last_seq, (SELECT m.seq FROM queen.messages m
+                                  WHERE m.partition_id = k.pid AND m.transaction_id = 'timer:' || u.timer_id::text OFFSET 0) AS seq
+      FROM unsealed u
+      JOIN unnest(claimed) AS t ON t.timer_id = u.timer_id
+      JOIN unnest(v_tenants, v_queues, v_parts, v_pids, v_lasts) AS k(tenant_id, queue, partition, pid, last_seq)
+        ON k.tenant_id = t.tenant_id AND k.queue = t.queue AND k.partition = t.partition
     )
     INSERT INTO queen.sealed_messages (partition_id, seq)
-    SELECT i.pid, i.seq FROM unnest(v_ins_pids, v_ins_seqs, v_ins_txids) AS i(pid, seq, txid)
-    JOIN unsealed u ON i.txid = 'timer:' || u.timer_id::text;
+    SELECT s.pid, s.seq FROM stored s WHERE s.seq > s.last_seq;
   END IF;
-  -- Wakes long-polling pops on commit, once per '<tenant>/<queue>' that received a message
-  -- (services/api/push/signal.ts).
-  PERFORM pg_notify('queen_log', x.tenant_id::text || '/' || x.queue)
-  FROM (SELECT DISTINCT k.tenant_id, k.queue FROM unnest(v_tenants, v_queues, v_pids) AS k(tenant_id, queue, pid)
-        WHERE k.pid = ANY (v_hit)) x;
   DELETE FROM queen.log_timers WHERE timer_id = ANY (ARRAY(SELECT c.timer_id FROM unnest(claimed) AS c));
   answer := jsonb_build_object('fired', v_fired, 'duplicates', v_fired - v_stored,
     'maxLateSeconds', extract(epoch FROM clock_timestamp() - claimed[1].deliver_at)::double precision);

@@ -1,6 +1,7 @@
 // Timers into a queue with encryptionEnabled (docs/security.md#encryption-at-rest): the timer row
 // holds only the sealed text, the fired message the same sealed text marked sealed, and the payload
 // is opened only by the API (peek, list, pop). The stored bytes of both tables hold no plaintext.
+import { DEFAULT_TENANT } from '../../shared/config';
 import { testPool } from '../support/database';
 import { configure, pop, push, transaction } from '../log/helpers';
 import { call } from '../support/http';
@@ -118,6 +119,31 @@ test('a timerKey already taken stores and marks nothing new; a cancel takes the 
   expect((await storedTimers('tenc-key')).map((t) => t.sealed)).toEqual([true]);
   expect((await call(api.url, 'DELETE', `/api/v1/timers/${first.body.timerId}`)).body.cancelled).toBe(true);
   expect((await api.pool.query(`SELECT count(*)::int AS n FROM queen.sealed_timers WHERE timer_id = $1`, [first.body.timerId])).rows[0].n).toBe(0);
+});
+
+// A fire that already happened (its message stored before: here one stored in clear under the
+// timer's transactionId) stores nothing again and marks nothing: marking the earlier message sealed
+// would make every pop of it try to open clear text. The fired timer's own seal mark still goes.
+test('a sealed timer whose fire is a duplicate stores and marks nothing; its timer and mark go', async () => {
+  const c = await api.pool.connect();
+  try {
+    await c.query('BEGIN');
+    const { rows: [{ id }] } = await c.query(`SELECT gen_random_uuid()::text AS id`);
+    await c.query(`SELECT queen.log_push_v1($1, 'tenc-dup', NULL, '"in clear"', $2)`, [DEFAULT_TENANT, `timer:${id}`]);
+    await c.query(
+      `INSERT INTO queen.log_timers (timer_id, tenant_id, queue, partition, payload, deliver_at)
+       VALUES ($1, $2, 'tenc-dup', 'Default', '"qk1:00000000:looks-sealed"', now() - interval '1 second')`, [id, DEFAULT_TENANT]);
+    await c.query(`INSERT INTO queen.sealed_timers (timer_id) VALUES ($1)`, [id]);
+    const { rows: [{ fired }] } = await c.query(`SELECT queen.timers_fire_v3(1000, 0) AS fired`);
+    await c.query('COMMIT');
+    expect(fired.duplicates).toBeGreaterThanOrEqual(1);
+    expect(await storedMessages('tenc-dup')).toEqual([{ txid: `timer:${id}`, payload: '"in clear"', sealed: false }]);
+    expect(await storedTimers('tenc-dup')).toEqual([]);
+    expect((await api.pool.query(`SELECT count(*)::int AS n FROM queen.sealed_timers WHERE timer_id = $1`, [id])).rows[0].n).toBe(0);
+  } finally {
+    await c.query('ROLLBACK').catch(() => undefined);
+    c.release();
+  }
 });
 
 test('a clear timer whose payload looks sealed is answered as it is; one scheduled before its queue turned encrypted fires in clear', async () => {
