@@ -1,5 +1,7 @@
 -- The log's push path, and what every log rule shares (below). Every log route and the transaction
--- wire's `operations` call the functions of log_push.sql, log_consume.sql and log_apply.sql; the timers sweeper's fire (queen.timers_fire_batch_v1) writes the same rows set-based. TypeScript only carries JSON.
+-- wire's `operations` call the functions of log_push.sql, log_consume.sql and log_apply.sql; the timers
+-- sweeper's fire (queen.timers_fire_batch_v1) stores its messages through the same append
+-- (queen.log_append_v1). TypeScript only carries JSON.
 --
 -- Errors: SQLSTATE QK400 with DETAIL {"code", "index"} (a bad request, the API's 400), and QK412
 -- with DETAIL {"failedIndex", "ackReason"} (an ack that failed inside the transaction wire: raising
@@ -149,7 +151,7 @@ BEGIN
 END $$;
 
 -- THE push. Public interface (0.1.0's fire pushed each timer through it, with the timer's tenant and
--- a transactionId derived from the timer id; queen.timers_fire_batch_v1 stores them set-based now): creates the tenant's queue and partition on first use; a transactionId already in
+-- a transactionId derived from the timer id; queen.timers_fire_batch_v1 appends them itself now): creates the tenant's queue and partition on first use; a transactionId already in
 -- the partition stores nothing and answers "duplicate". A NULL partition is "Default"; a NULL
 -- transactionId gets a fresh UUID.
 -- Answer: {"transactionId", "partitionId", "queue", "partition", "status": "queued" | "duplicate"}.

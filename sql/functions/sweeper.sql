@@ -30,9 +30,9 @@ $$;
 -- enable_bitmapscan = off: a plain index scan marks the entries of fired, deleted timers dead as it
 -- passes them; a bitmap scan does not, and re-read every dead entry of a backlog on every pass.
 --
--- Measured (2026-12-01, npm run bench:fire, the fire step alone on a loaded 2-core machine): moving
--- the batch with one log_push_v1 call per timer, as before, 3,400-4,700 timers a second; set-based,
--- 11,500 at a batch of 500 and 17,700 at 2,000 (bench/README.md).
+-- Measured (2026-12-07, npm run bench:fire, the fire step alone, 16 partitions): one log_push_v1
+-- call per timer, about 10,000 timers a second; one append a partition, 34,000-37,000 at a batch of
+-- 500 and 44,000-50,000 at 2,000, as fast as the one set-based statement it replaced (bench/README.md).
 --
 -- Every read of queen.messages in it is a probe by the (partition_id, transaction_id) unique key
 -- (queen.log_append_v1's duplicate check, the seal marks'), so a cached plan is right however the
