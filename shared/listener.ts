@@ -14,7 +14,7 @@ import type { Logger } from './log';
 export const CHANNEL = {
   /** A kill-switch flip: the rows written, with the flip's token (POST /api/v1/system/kv-timers). */
   systemState: 'queen_system_state',
-  /** A push committed to the queue named in the payload (queen.log_push_v1 and its batch forms). */
+  /** A push committed to the queue named in the payload (queen.log_append_v1: every push, and a fired timer). */
   log: 'queen_log',
 } as const;
 

@@ -6,7 +6,7 @@
 //   3. partitions  queen.partitions rows (push), then queen.partition_consumers rows (ack), each in
 //                  ascending order (log_apply_v1)
 // Within a space, the SQL procedure that owns it sorts its own rows. The sweeper's fire takes
-// timers, then partitions (queen.log_push_v1), which is this order too.
+// timers, then partitions (queen.log_lock_partition_v1, as a push does), which is this order too.
 // The transaction wire goes through it with `lockOrderedStatement`: its steps are SQL expressions
 // chained in one statement, because its commit is the hot path.
 

@@ -1,5 +1,5 @@
-// Wakes long-polling pops when a push commits. queen.log_push_v1 does NOTIFY queen_log,
-// '<tenant>/<queue>'; one LISTEN connection per API worker fans the notification out to the pops
+// Wakes long-polling pops when a push commits. queen.log_append_v1 (every push, and a fired timer)
+// does NOTIFY queen_log, '<tenant>/<queue>'; one LISTEN connection per API worker fans the notification out to the pops
 // waiting on that tenant's queue (another tenant's queue of the same name wakes no one).
 // A notification is a hint, never the truth: the pop that wakes asks the database again, and the
 // waiters also wake on a short interval, which covers what sends no notification (an expired lease,
