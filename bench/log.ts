@@ -70,8 +70,13 @@ const PROFILE_SETTINGS = {
 const WARM_S = 1;
 /** Partitions of 10 messages for the pop lane (each pop takes a fresh one; every group reads them all). */
 const POP_PARTITIONS = positiveOption('pop-partitions', 'BENCH_POP_PARTITIONS', 12_000);
-/** Messages in each of the CLIENTS backlog partitions of pop+ack10 and the bundle (every group reads from the start). */
-const BACKLOG = positiveOption('backlog', 'BENCH_BACKLOG', 4_000);
+/**
+ * Messages in each of the CLIENTS backlog partitions of pop+ack10 and the bundle (every group reads
+ * from the start): 64,000 in all, at least 4,000 a partition, so one client's stretch does not run
+ * dry (with --clients=1 and 4,000, the API side emptied its partition within 3 s and the bare one
+ * within 0.3, and every pop after answered 204).
+ */
+const BACKLOG = positiveOption('backlog', 'BENCH_BACKLOG', Math.max(4_000, Math.ceil(64_000 / CLIENTS)));
 const PAYLOAD = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
 const TENANT = DEFAULT_TENANT;
 const out = (s = '') => process.stdout.write(`${s}\n`);
