@@ -548,7 +548,6 @@ BEGIN
           LEFT JOIN queen.message_failures f ON f.partition_id = m.partition_id AND f.consumer_group = v_group AND f.seq = m.seq
          WHERE m.partition_id = v_pc.partition_id AND m.seq = ANY (v_seqs));
     END IF;
-    IF p_partitions = 1 THEN RETURN v_out; END IF;
     v_all := coalesce(v_all || v_out, v_out);
     v_leased := v_leased + 1;
     v_left := v_left - cardinality(v_seqs);
