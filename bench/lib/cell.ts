@@ -40,7 +40,10 @@ export async function startCell(serverUrl: string, database: string, env: Record
   process.stdout.write(`${name}: its output goes to ${log}\n`);
   let proc: ChildProcess;
   try {
-    proc = spawn(process.execPath, [path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js')], {
+    // BENCH_CELL_NODE_ARGS: node flags for the cell, which its workers inherit (`--cpu-prof
+    // --cpu-prof-dir=DIR`: where its CPU goes, read with dist/bench/profileSummary.js).
+    const nodeArgs = (process.env.BENCH_CELL_NODE_ARGS ?? '').split(' ').filter(Boolean);
+    proc = spawn(process.execPath, [...nodeArgs, path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js')], {
       env: { ...cellEnv(url, port, 1), ...env },
       stdio: ['ignore', fd, fd],
     });
