@@ -25,7 +25,10 @@
 // (prefixes), --wal=false, --compare=<git ref> (a second cell whose database has that revision's
 // sql/functions overlaid on this tree's schema: function bodies changed in place compare; a
 // migration of this tree that the ref lacks is said and not undone, unless --before-sql=<file> holds
-// the statements that undo it, run there after the overlay), --profile (the run's server with
+// the statements that undo it, run there after the overlay), --compare-build=<dir> (a second cell
+// that runs another build's migrations and API: a worktree of another revision, built; for changes
+// to the API and the SQL together, which --compare cannot overlay), --payload=<bytes> (each
+// message's JSON payload about that long, an order's lines: default about 110 bytes), --profile (the run's server with
 // pg_stat_statements, track = all and track_planning, and track_functions = all: after each lane,
 // where the last round's PostgreSQL time went, statement by statement and function by function,
 // per message; the instruments cost time of their own, so read its rates as bent), DATABASE_URL
@@ -51,12 +54,14 @@ const CLIENTS = positiveOption('clients', 'BENCH_CLIENTS', 16);
 const LANES = (flag('lanes') ?? 'push1,push100,pop,ack,pop+ack10,bundle').split(',');
 const WAL = flag('wal') !== 'false';
 const COMPARE = flag('compare');
+const COMPARE_BUILD = flag('compare-build');
+if (COMPARE && COMPARE_BUILD) throw new Error('--compare and --compare-build each make the second cell: name one');
 // Each round rotates the sides' order by one, so every side takes every place equally only over a
 // whole number of turns of the rotation: the rounds asked for are rounded up to one (2 sides, or 4
 // with --compare). With 3 rounds of 4 sides the cell compared against took the better places:
 // comparing HEAD with itself gave push1 0.92x, where 4 rounds give 0.99x.
 // Every lane has two sides (the cell and its bare SQL, or the bundle and the two commits).
-const SIDES = (COMPARE ? 2 : 1) * 2;
+const SIDES = (COMPARE || COMPARE_BUILD ? 2 : 1) * 2;
 const ROUNDS = Math.ceil(ASKED_ROUNDS / SIDES) * SIDES;
 const BEFORE_SQL = flag('before-sql');
 const PROFILE = argv.includes('--profile') || flag('profile') === 'true';
@@ -77,7 +82,14 @@ const POP_PARTITIONS = positiveOption('pop-partitions', 'BENCH_POP_PARTITIONS', 
  * within 0.3, and every pop after answered 204).
  */
 const BACKLOG = positiveOption('backlog', 'BENCH_BACKLOG', Math.max(4_000, Math.ceil(64_000 / CLIENTS)));
-const PAYLOAD = JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) });
+const PAYLOAD_BYTES = flag('payload') !== undefined || process.env.BENCH_PAYLOAD ? positiveOption('payload', 'BENCH_PAYLOAD', 110) : undefined;
+/** The messages' payload: small by default; with --payload, an order whose lines bring it to about that many bytes. */
+const PAYLOAD = PAYLOAD_BYTES === undefined
+  ? JSON.stringify({ name: 'bench', n: 12345, tags: ['a', 'b', 'c'], payload: 'x'.repeat(48) })
+  : JSON.stringify({
+    name: 'bench', n: 12345,
+    lines: Array.from({ length: Math.max(1, Math.round((PAYLOAD_BYTES - 40) / 82)) }, (_, k) => ({ sku: `item-${k}`, qty: k + 1, price: 1.5 * (k + 1), note: 'a line of the order' })),
+  });
 const TENANT = DEFAULT_TENANT;
 const out = (s = '') => process.stdout.write(`${s}\n`);
 
@@ -543,9 +555,11 @@ async function main(): Promise<void> {
   if (server.embedded) await onServer(serverUrl, [`ALTER SYSTEM SET autovacuum = off`, `SELECT pg_reload_conf()`]);
   const dbs: Db[] = [];
   try {
-    for (const [label, ref] of [['now', undefined], ...(COMPARE ? [[`@${COMPARE}`, COMPARE]] : [])] as [string, string | undefined][]) {
+    const second: [string, string | undefined][] = COMPARE ? [[`@${COMPARE}`, COMPARE]]
+      : COMPARE_BUILD ? [[`@${path.basename(path.resolve(COMPARE_BUILD))}`, undefined]] : [];
+    for (const [label, ref] of [['now', undefined], ...second] as [string, string | undefined][]) {
       const name = `bench_log_${label === 'now' ? 'now' : 'before'}_${Date.now().toString(36)}`;
-      const cell = await startCell(serverUrl, name, {});
+      const cell = await startCell(serverUrl, name, {}, label === 'now' ? undefined : COMPARE_BUILD && path.resolve(COMPARE_BUILD));
       const url = serverUrl.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
       if (ref) await overlay(url, ref);
       const admin = new Pool({ connectionString: url, max: 2 });
@@ -559,7 +573,8 @@ async function main(): Promise<void> {
     }
     const pgVersion = (await dbs[0].admin.query('SHOW server_version')).rows[0].server_version;
     out(`PostgreSQL ${pgVersion} (${server.embedded ? 'embedded, this run\'s own, fsync and synchronous_commit on' : 'DATABASE_URL: its CPU is not counted'}); ` +
-      `one API worker per cell; ${CLIENTS} clients; ${ROUNDS} rounds of ${DURATION_S} s a side, order rotated; a CHECKPOINT before each stretch`);
+      `one API worker per cell; ${CLIENTS} clients; ${ROUNDS} rounds of ${DURATION_S} s a side, order rotated; a CHECKPOINT before each stretch; ` +
+      `payloads of ${Buffer.byteLength(PAYLOAD)} bytes of JSON`);
     out(`cells: ${dbs.map((d) => `${d.label} (pid ${d.cell.proc.pid}, port ${d.cell.port})`).join(', ')}\n`);
 
     for (const lane of lanes) {

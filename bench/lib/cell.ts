@@ -3,7 +3,7 @@
 // started on a free port and ready. Its output (pino's JSON lines: every refusal the benchmark
 // provokes is a "request refused" warning) goes to a file of its own, named on stdout, so the
 // benchmark's own table is not buried under it.
-import { spawn, ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,7 +23,12 @@ export interface BenchCell {
   log: string;
 }
 
-export async function startCell(serverUrl: string, database: string, env: Record<string, string>): Promise<BenchCell> {
+/**
+ * `build`: the directory of another build of the cell (a worktree of another revision, built with
+ * `npm run build`) whose migrations and API this cell runs instead of this build's: a comparison of
+ * changes to both the SQL and the API in one run. Default: this build.
+ */
+export async function startCell(serverUrl: string, database: string, env: Record<string, string>, build?: string): Promise<BenchCell> {
   const admin = new Client({ connectionString: serverUrl });
   await admin.connect();
   try {
@@ -32,7 +37,8 @@ export async function startCell(serverUrl: string, database: string, env: Record
     await admin.end();
   }
   const url = serverUrl.replace(/\/[^/?]+(\?|$)/, `/${database}$1`);
-  await applySchema(url);
+  if (build) execFileSync(process.execPath, [path.join(build, 'dist', 'services', 'migrate.js')], { env: { ...process.env, DATABASE_URL: url, LOG_LEVEL: 'warn' }, stdio: 'inherit' });
+  else await applySchema(url);
   const port = await freePort();
   const name = database.replace('_', '-');
   const log = path.join(os.tmpdir(), `queen-bench-${name}-${process.pid}.log`);
@@ -43,7 +49,8 @@ export async function startCell(serverUrl: string, database: string, env: Record
     // BENCH_CELL_NODE_ARGS: node flags for the cell, which its workers inherit (`--cpu-prof
     // --cpu-prof-dir=DIR`: where its CPU goes, read with dist/bench/profileSummary.js).
     const nodeArgs = (process.env.BENCH_CELL_NODE_ARGS ?? '').split(' ').filter(Boolean);
-    proc = spawn(process.execPath, [...nodeArgs, path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js')], {
+    const main = build ? path.join(build, 'dist', 'services', 'api', 'main.js') : path.resolve(__dirname, '..', '..', 'services', 'api', 'main.js');
+    proc = spawn(process.execPath, [...nodeArgs, main], {
       env: { ...cellEnv(url, port, 1), ...env },
       stdio: ['ignore', fd, fd],
     });
