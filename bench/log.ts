@@ -619,9 +619,9 @@ async function main(): Promise<void> {
           out(`  ${k} / ${base}: ${(rate.get(k)! / rate.get(base)!).toFixed(2)}x the rate, ${(wal.get(k)! / wal.get(base)!).toFixed(1)}x the WAL`);
         }
       }
-      if (COMPARE) {
+      if (dbs.length > 1) {
         for (const side of Object.keys(lane.sides).filter((x) => x !== lane.baseline)) {
-          const k = `${side} @${COMPARE}`;
+          const k = `${side} ${dbs[1].label}`;
           out(`  ${side} / ${k}: ${(rate.get(side)! / rate.get(k)!).toFixed(2)}x the rate, ${(wal.get(side)! / wal.get(k)!).toFixed(2)}x the WAL`);
         }
       }

@@ -355,6 +355,7 @@ DECLARE
   v_quiet_by TIMESTAMPTZ := 'infinity';
   v_retry_gate BOOLEAN := false;
   v_plan_mode TEXT;
+  v_seqscan TEXT;
   v_left INT := p_batch;
   v_leased INT := 0;
   v_answer queen.log_pop_answer := ROW('[]', NULL, NULL, NULL, NULL);
@@ -428,9 +429,13 @@ BEGIN
   -- of a queue without them (and of 0.1.0's pop, which has no gate).
   -- Being probes, its generic plan is the right one whatever the statistics, so it is planned once
   -- a session: left to choose, PostgreSQL planned it at every pop (about 150 µs), its custom plan
-  -- pruning the UNION ALL branch the parameter rules out.
+  -- pruning the UNION ALL branch the parameter rules out. Planned once, it is planned with
+  -- sequential scans off: a session's first pop in a new cell met an
+  -- empty partition_consumers, the plan read it whole for each partition, and kept doing so for as
+  -- long as the session lived: 50 ms a pop of a queue of 1,000 partitions, where the probes take 2.
   v_plan_mode := current_setting('plan_cache_mode');
-  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  v_seqscan := current_setting('enable_seqscan');
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
   SELECT array_agg(p.id ORDER BY c.last_leased_at NULLS FIRST, p.name) FILTER (WHERE
            (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
            AND p.last_seq > coalesce(c.cursor_seq, 0)
@@ -451,7 +456,7 @@ BEGIN
     LEFT JOIN LATERAL (SELECT c.consumer_group, c.cursor_seq, c.lease_id, c.lease_expires_at, c.last_leased_at
                          FROM queen.partition_consumers c
                         WHERE c.partition_id = p.id AND c.consumer_group = v_group OFFSET 0) c ON true;
-  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
 
   -- The group's row on each of them it has none on (v_unseen, just read; ON CONFLICT covers a pop
   -- of the group creating it meanwhile), created on first sight, also where the partition is no
@@ -514,9 +519,11 @@ BEGIN
       -- Each row's failures and sealed mark are a probe by key: the statement runs under its
       -- generic plan (planned once a session, not at every pop: the planner put about 500 µs into
       -- it each time, since a LIMIT of a parameter makes the generic plan look dearer than any
-      -- custom one), and a plan of probes stays a plan of probes.
+      -- custom one), with sequential scans off (the candidates' statement above says why), and a
+      -- plan of probes stays a plan of probes.
       v_plan_mode := current_setting('plan_cache_mode');
-      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+      v_seqscan := current_setting('enable_seqscan');
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
       SELECT array_agg(n.seq ORDER BY n.seq),
              '[' || string_agg('{"id": "' || queen.log_message_id_v1(n.partition_id, n.seq) || '", "data": ' || coalesce(n.payload::text, 'null')
                || ', ' || substr((jsonb_build_object(
@@ -536,7 +543,7 @@ BEGIN
                  WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
                  ORDER BY m.seq LIMIT v_left) m) n
        WHERE n.due;
-      PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+      PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
     ELSIF v_due_by = 'infinity' THEN
       SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
         SELECT m.seq FROM queen.messages m
@@ -871,6 +878,7 @@ DECLARE
   v_all BIGINT[];
   v_now TIMESTAMPTZ := clock_timestamp();
   v_plan_mode TEXT;
+  v_seqscan TEXT;
 BEGIN
   IF v_n < 2 OR current_setting('queen.log_ack_fast_path', true) = 'off'
      OR EXISTS (SELECT 1 FROM unnest(p_norm) a
@@ -891,13 +899,15 @@ BEGIN
   -- The acks' messages in request order (NULL where none); every one found, distinct, held and
   -- unsettled. Each a probe of the (partition, transactionId) key, under the generic plan, as the
   -- pop's read: a custom plan was made at every call (about 120 µs), and a generic plan of a join
-  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane).
+  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane); sequential
+  -- scans off as there (queen.log_pop_of_v1's candidates say why).
   v_plan_mode := current_setting('plan_cache_mode');
-  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
+  v_seqscan := current_setting('enable_seqscan');
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
   SELECT array_agg((SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId')
                    ORDER BY t.i) INTO v_seqs
     FROM unnest(p_norm) WITH ORDINALITY t(a, i);
-  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
   IF (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
      OR EXISTS (SELECT 1 FROM unnest(v_seqs) s
                  WHERE s IS NULL OR s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
