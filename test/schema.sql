@@ -1626,7 +1626,6 @@ DECLARE
   v_all BIGINT[];
   v_now TIMESTAMPTZ := clock_timestamp();
   v_plan_mode TEXT;
-  v_seqscan TEXT;
 BEGIN
   IF v_n < 2 OR current_setting('queen.log_ack_fast_path', true) = 'off'
      OR EXISTS (SELECT 1 FROM unnest(p_norm) a
@@ -1647,15 +1646,13 @@ BEGIN
   -- The acks' messages in request order (NULL where none); every one found, distinct, held and
   -- unsettled. Each a probe of the (partition, transactionId) key, under the generic plan, as the
   -- pop's read: a custom plan was made at every call (about 120 µs), and a generic plan of a join
-  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane); sequential
-  -- scans off as there (queen.log_pop_of_v1's candidates say why).
+  -- read the partition's whole log (4,000 buffers a batch in bench:log's pop+ack lane).
   v_plan_mode := current_setting('plan_cache_mode');
-  v_seqscan := current_setting('enable_seqscan');
-  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   SELECT array_agg((SELECT m.seq FROM queen.messages m WHERE m.partition_id = v_pid AND m.transaction_id = t.a->>'transactionId')
                    ORDER BY t.i) INTO v_seqs
     FROM unnest(p_norm) WITH ORDINALITY t(a, i);
-  PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
   IF (SELECT count(DISTINCT s) FROM unnest(v_seqs) s) <> v_n
      OR EXISTS (SELECT 1 FROM unnest(v_seqs) s
                  WHERE s IS NULL OR s <= v_pc.cursor_seq OR s = ANY (v_pc.done_seqs) OR s <> ALL (v_pc.lease_seqs) OR s = ANY (v_pc.lease_failed)) THEN
@@ -2969,6 +2966,7 @@ DECLARE
   v_retry_gate BOOLEAN := false;
   v_plan_mode TEXT;
   v_seqscan TEXT;
+  v_bitmapscan TEXT;
   v_left INT := p_batch;
   v_leased INT := 0;
   v_answer queen.log_pop_answer := ROW('[]', NULL, NULL, NULL, NULL);
@@ -3043,9 +3041,9 @@ BEGIN
   -- Being probes, its generic plan is the right one whatever the statistics, so it is planned once
   -- a session: left to choose, PostgreSQL planned it at every pop (about 150 µs), its custom plan
   -- pruning the UNION ALL branch the parameter rules out. Planned once, it is planned with
-  -- sequential scans off: a session's first pop in a new cell met an
-  -- empty partition_consumers, the plan read it whole for each partition, and kept doing so for as
-  -- long as the session lived: 50 ms a pop of a queue of 1,000 partitions, where the probes take 2.
+  -- sequential scans off: a session whose first pop met an empty partition_consumers (a new cell)
+  -- kept a plan that read the table whole for each partition for as long as it lived, 50 ms a pop
+  -- of a queue of 1,000 partitions where the probes take 2 (test/log/popPlanFresh.test.ts).
   v_plan_mode := current_setting('plan_cache_mode');
   v_seqscan := current_setting('enable_seqscan');
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
@@ -3132,11 +3130,16 @@ BEGIN
       -- Each row's failures and sealed mark are a probe by key: the statement runs under its
       -- generic plan (planned once a session, not at every pop: the planner put about 500 µs into
       -- it each time, since a LIMIT of a parameter makes the generic plan look dearer than any
-      -- custom one), with sequential scans off (the candidates' statement above says why), and a
-      -- plan of probes stays a plan of probes.
+      -- custom one), and a plan of probes stays a plan of probes: planned with sequential scans off
+      -- as the candidates' statement is (a fresh cell's empty failure and sealed tables were
+      -- otherwise scanned at every message once they had grown), and bitmap scans too (with
+      -- sequential scans alone off, the plan read the whole partition through a bitmap and sorted
+      -- it: 11 ms a pop of a partition of 60,000 messages).
       v_plan_mode := current_setting('plan_cache_mode');
       v_seqscan := current_setting('enable_seqscan');
-      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
+      v_bitmapscan := current_setting('enable_bitmapscan');
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+              set_config('enable_bitmapscan', 'off', true);
       SELECT array_agg(n.seq ORDER BY n.seq),
              '[' || string_agg('{"id": "' || queen.log_message_id_v1(n.partition_id, n.seq) || '", "data": ' || coalesce(n.payload::text, 'null')
                || ', ' || substr((jsonb_build_object(
@@ -3156,7 +3159,8 @@ BEGIN
                  WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
                  ORDER BY m.seq LIMIT v_left) m) n
        WHERE n.due;
-      PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
+      PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true),
+              set_config('enable_bitmapscan', v_bitmapscan, true);
     ELSIF v_due_by = 'infinity' THEN
       SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
         SELECT m.seq FROM queen.messages m

@@ -14,7 +14,7 @@ const db = useDatabase({ client: true });
 test('a session whose first pop met an empty cell probes the group rows by key once the cell has grown', async () => {
   const c = db.client;
   // A new cell, its tables known to be empty, and one message to pop: this session's first pop.
-  await c.query('VACUUM ANALYZE queen.partitions, queen.partition_consumers, queen.messages, queen.consumer_retry_at');
+  await c.query('VACUUM ANALYZE queen.partitions, queen.partition_consumers, queen.messages, queen.consumer_retry_at, queen.message_failures, queen.sealed_messages');
   await c.query(`SELECT queen.log_push_request_v2($1, '[{"queue": "first", "payload": 1}]'::jsonb)`, [TENANT]);
   expect((await c.query(`SELECT (queen.log_pop_v3($1, 'first', NULL, 'g', 1)).messages::jsonb AS m`, [TENANT])).rows[0].m).toHaveLength(1);
 
@@ -28,6 +28,21 @@ test('a session whose first pop met an empty cell probes the group rows by key o
     `INSERT INTO queen.partition_consumers (partition_id, consumer_group)
      SELECT p.id, 'g' FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'wide'`,
   );
+  // And another group's failure history and another queue's sealed payloads, 10,000 rows each.
+  await c.query(
+    `SELECT queen.log_push_request_v2($1, (SELECT jsonb_agg(jsonb_build_object('queue', 'history', 'payload', g)) FROM generate_series(1, 10000) g))`,
+    [TENANT],
+  );
+  await c.query(
+    `INSERT INTO queen.message_failures (partition_id, consumer_group, seq, failures)
+     SELECT m.partition_id, 'other', m.seq, 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'history'`,
+  );
+  await c.query(
+    `INSERT INTO queen.sealed_messages (partition_id, seq)
+     SELECT m.partition_id, m.seq FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'history'`,
+  );
 
   // Five pops in one transaction, and what they read of partition_consumers.
   await c.query('BEGIN');
@@ -38,6 +53,11 @@ test('a session whose first pop met an empty cell probes the group rows by key o
     const { rows: [read] } = await c.query(
       `SELECT seq_tup_read::int AS scanned, idx_scan::int AS probes FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' AND relname = 'partition_consumers'`,
     );
+    // Each message's failures and sealed mark: probes too.
+    const { rows: beside } = await c.query(
+      `SELECT relname, seq_tup_read::int AS scanned FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' AND relname IN ('message_failures', 'sealed_messages') ORDER BY relname`,
+    );
+    expect(beside.map((r) => [r.relname, r.scanned < 100])).toEqual([['message_failures', true], ['sealed_messages', true]]);
     // By key: one probe a candidate partition a pop. A plan that scans reads the whole table for
     // each candidate (5,005,002 rows here); the few the pops read otherwise are not its.
     expect(read.scanned).toBeLessThan(PARTITIONS);
