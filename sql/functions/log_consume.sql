@@ -508,7 +508,6 @@ BEGIN
       -- plan, through the partition's transactionId index and filtered the partition's whole history
       -- (test/log/popCost.test.ts).
       v_lease := queen.log_lease_id_v1(v_pc.partition_id);
-      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
       -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
       -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
@@ -535,15 +534,17 @@ BEGIN
                || ', ' || substr((jsonb_build_object(
                'transactionId', n.transaction_id, 'traceId', n.trace_id,
                'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
-               'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name, 'partition', v_name,
+               'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
+               'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
                'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
                'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
                'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
                                         WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
              -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
              || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
-                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END)::text, 2), ', ' ORDER BY n.seq) || ']'
-        INTO v_seqs, v_out
+                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END)::text, 2), ', ' ORDER BY n.seq) || ']',
+             (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id)
+        INTO v_seqs, v_out, v_name
         FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
                 SELECT m.* FROM queen.messages m
                  WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
