@@ -12,7 +12,7 @@
 // (or DATABASE_URL). Options: --sizes=10,100,1000,10000 --pops=300 (BENCH_POPS).
 import { Client } from 'pg';
 import { DEFAULT_TENANT } from '../shared/config';
-import { LOG_ACK_BATCH, LOG_POP, LOG_POP_ONE, LOG_PUSH_SEALED, LOG_SUBSCRIBE_NEW } from '../shared/sql/log';
+import { LOG_ACK_BATCH, LOG_POP, LOG_PUSH_SEALED, LOG_SUBSCRIBE_NEW } from '../shared/sql/log';
 import { SWEEPER_PASS } from '../shared/sql/sweeper';
 import { benchDatabase } from './lib/database';
 import { median, positiveOption } from './lib/options';
@@ -41,7 +41,7 @@ async function idleButTen(c: Client, queue: string, partitions: number): Promise
   await fill(c, queue, partitions, 1);
   await c.query({ ...LOG_SUBSCRIBE_NEW, values: [DEFAULT_TENANT, queue, null, 'g'] });
   // The group's first pop registers it with the queue (and finds nothing); the pass settles.
-  await c.query({ ...LOG_POP_ONE, values: [DEFAULT_TENANT, queue, null, 'g', 1] });
+  await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, null, 'g', 1, 1] });
   await c.query({ ...SWEEPER_PASS, values: [null, 'bench', 64, 100, 1000, true, 0, 0] });
   const items = Array.from({ length: POPS + 20 }, (_, k) => ({ queue, partition: `p${k % 10}`, payload: { k } }));
   await c.query({ ...LOG_PUSH_SEALED, values: [DEFAULT_TENANT, JSON.stringify({ items }), null] });
@@ -52,9 +52,7 @@ async function pops(c: Client, queue: string, partition: string | null, partitio
   const times: number[] = [];
   for (let i = 0; i < POPS + 10; i++) {
     const t0 = process.hrtime.bigint();
-    // The statement the API sends for this pop: one partition's, else the pop of several.
-    const pop = partitions === 1 ? { ...LOG_POP_ONE, values: [DEFAULT_TENANT, queue, partition, 'g', 1] } : { ...LOG_POP, values: [DEFAULT_TENANT, queue, partition, 'g', partitions, partitions] };
-    const { rows } = await c.query(pop);
+    const { rows } = await c.query({ ...LOG_POP, values: [DEFAULT_TENANT, queue, partition, 'g', partitions, partitions] });
     if (i >= 10) times.push(Number(process.hrtime.bigint() - t0) / 1000);
     const messages = JSON.parse(rows[0].messages) as { transactionId: string; partitionId: string; leaseId: string }[];
     if (messages.length < Math.min(partitions, 10)) throw new Error(`${queue}${partition ? `/${partition}` : ""}: pop ${i} found no message`);

@@ -2877,35 +2877,47 @@ AS $function$
     ('ttl', 0, 315360000, 'log_invalid_options', 'options.ttl is a whole number of seconds from 0 (not set) to 315360000.')
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_of_v1(p_pop_v2 boolean, p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
- RETURNS jsonb
+ RETURNS queen.log_pop_answer
  LANGUAGE plpgsql
 AS $function$
 DECLARE
   v_group TEXT := coalesce(p_group, '__QUEUE_MODE__');
-  v_out JSONB;
+  v_answer queen.log_pop_answer;
   v_shared UUID;
+  v_lease UUID;
 BEGIN
   IF p_partitions IS NULL OR p_partitions < 1 OR p_partitions > 1000 THEN
     PERFORM queen.fail_v1('log_invalid_partitions', 'partitions is a whole number from 1 to 1000.', NULL);
   END IF;
-  v_out := (queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)).messages::jsonb;
-  IF p_partitions = 1 OR jsonb_array_length(v_out) = 0 THEN RETURN v_out; END IF;
-  IF (SELECT count(DISTINCT e->>'leaseId') FROM jsonb_array_elements(v_out) e) = 1 THEN RETURN v_out; END IF;
+  v_answer := queen.log_pop_of_v1(p_pop_v2, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions);
+  IF cardinality(v_answer.leases) < 2 THEN RETURN v_answer; END IF;
   v_shared := gen_random_uuid();
   INSERT INTO queen.shared_leases AS s (partition_id, consumer_group, shared_id, lease_id)
-  SELECT DISTINCT (e->>'partitionId')::uuid, v_group, v_shared, (e->>'leaseId')::uuid FROM jsonb_array_elements(v_out) e
+  SELECT u.partition_id, v_group, v_shared, u.lease_id FROM unnest(v_answer.partition_ids, v_answer.leases) u (partition_id, lease_id)
   ON CONFLICT (partition_id, consumer_group) DO UPDATE SET shared_id = EXCLUDED.shared_id, lease_id = EXCLUDED.lease_id;
-  RETURN (SELECT jsonb_agg(e || jsonb_build_object('leaseId', v_shared) ORDER BY k)
-            FROM jsonb_array_elements(v_out) WITH ORDINALITY AS t (e, k));
+  -- Each message names the shared id in place of its partition's lease, in the answer's text: this
+  -- pop made those lease ids, so no payload stored before it holds one, and only the answer's own
+  -- "leaseId" values match.
+  FOREACH v_lease IN ARRAY v_answer.leases LOOP
+    v_answer.messages := replace(v_answer.messages, '"leaseId": "' || v_lease || '"', '"leaseId": "' || v_shared || '"');
+  END LOOP;
+  v_answer.lease_id := v_shared;
+  RETURN v_answer;
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v1(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
  LANGUAGE sql
 AS $function$
-  SELECT queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
+  SELECT (queen.log_pop_many_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)).messages::jsonb
 $function$
 CREATE OR REPLACE FUNCTION queen.log_pop_many_v2(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
  RETURNS jsonb
+ LANGUAGE sql
+AS $function$
+  SELECT (queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)).messages::jsonb
+$function$
+CREATE OR REPLACE FUNCTION queen.log_pop_many_v3(p_tenant uuid, p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer)
+ RETURNS queen.log_pop_answer
  LANGUAGE sql
 AS $function$
   SELECT queen.log_pop_many_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, p_partitions)
@@ -2965,11 +2977,9 @@ DECLARE
   v_quiet_by TIMESTAMPTZ := 'infinity';
   v_retry_gate BOOLEAN := false;
   v_plan_mode TEXT;
-  v_seqscan TEXT;
-  v_bitmapscan TEXT;
   v_left INT := p_batch;
   v_leased INT := 0;
-  v_answer queen.log_pop_answer := ROW('[]', NULL, NULL, NULL, NULL);
+  v_answer queen.log_pop_answer := ROW('[]', NULL, NULL, NULL, NULL, '{}', '{}');
 BEGIN
   IF p_v2 THEN
     PERFORM queen.tenant_moving_v1(m.tenant_id) FROM queen.tenant_moves m WHERE m.tenant_id = p_tenant;
@@ -3038,15 +3048,17 @@ BEGIN
   -- probe a row cost 4 µs more). A test of p_partition before each branch of the UNION ALL runs one
   -- of them; a test of a parameter before each delay's and the retry gate's probe leaves them out
   -- of a queue without them (and of 0.1.0's pop, which has no gate).
-  -- Being probes, its generic plan is the right one whatever the statistics, so it is planned once
-  -- a session: left to choose, PostgreSQL planned it at every pop (about 150 µs), its custom plan
-  -- pruning the UNION ALL branch the parameter rules out. Planned once, it is planned with
-  -- sequential scans off: a session whose first pop met an empty partition_consumers (a new cell)
-  -- kept a plan that read the table whole for each partition for as long as it lived, 50 ms a pop
-  -- of a queue of 1,000 partitions where the probes take 2 (test/log/popPlanFresh.test.ts).
+  -- Being probes, its generic plan is the right one for any queue, so it is planned once a
+  -- session: left to choose, PostgreSQL planned it at every pop (about 150 µs), its custom plan
+  -- pruning the UNION ALL branch the parameter rules out. It is planned with the statistics of
+  -- that moment, though: a table ANALYZEd while empty (reltuples 0, where one never analyzed is
+  -- assumed 10 pages) is scanned rather than probed, and stays so in the session's plan until its
+  -- next ANALYZE (autovacuum's, after 50 rows and 10 % changed). bench:pop-partitions, which
+  -- ANALYZEs before a group's first pop, once met 51 ms a pop of 1,000 partitions this way.
+  -- Planned with sequential scans off it cost about 30 µs more a pop (index scans start dearer
+  -- than scans of empty tables), so it is left to autovacuum.
   v_plan_mode := current_setting('plan_cache_mode');
-  v_seqscan := current_setting('enable_seqscan');
-  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true);
+  PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   SELECT array_agg(p.id ORDER BY c.last_leased_at NULLS FIRST, p.name) FILTER (WHERE
            (c.lease_id IS NULL OR c.lease_expires_at <= v_now)
            AND p.last_seq > coalesce(c.cursor_seq, 0)
@@ -3067,7 +3079,7 @@ BEGIN
     LEFT JOIN LATERAL (SELECT c.consumer_group, c.cursor_seq, c.lease_id, c.lease_expires_at, c.last_leased_at
                          FROM queen.partition_consumers c
                         WHERE c.partition_id = p.id AND c.consumer_group = v_group OFFSET 0) c ON true;
-  PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true);
+  PERFORM set_config('plan_cache_mode', v_plan_mode, true);
 
   -- The group's row on each of them it has none on (v_unseen, just read; ON CONFLICT covers a pop
   -- of the group creating it meanwhile), created on first sight, also where the partition is no
@@ -3118,6 +3130,7 @@ BEGIN
       -- plan, through the partition's transactionId index and filtered the partition's whole history
       -- (test/log/popCost.test.ts).
       v_lease := queen.log_lease_id_v1(v_pc.partition_id);
+      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
       -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
       -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
@@ -3129,39 +3142,30 @@ BEGIN
       -- Each row's failures and sealed mark are a probe by key: the statement runs under its
       -- generic plan (planned once a session, not at every pop: the planner put about 500 µs into
       -- it each time, since a LIMIT of a parameter makes the generic plan look dearer than any
-      -- custom one), and a plan of probes stays a plan of probes: planned with sequential scans off
-      -- as the candidates' statement is (a fresh cell's empty failure and sealed tables were
-      -- otherwise scanned at every message once they had grown), and bitmap scans too (with
-      -- sequential scans alone off, the plan read the whole partition through a bitmap and sorted
-      -- it: 11 ms a pop of a partition of 60,000 messages).
+      -- custom one), and a plan of probes stays a plan of probes (the candidates' statement above
+      -- says when it does not).
       v_plan_mode := current_setting('plan_cache_mode');
-      v_seqscan := current_setting('enable_seqscan');
-      v_bitmapscan := current_setting('enable_bitmapscan');
-      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
-              set_config('enable_bitmapscan', 'off', true);
+      PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
       SELECT array_agg(n.seq ORDER BY n.seq),
              '[' || string_agg('{"id": "' || queen.log_message_id_v1(n.partition_id, n.seq) || '", "data": ' || coalesce(n.payload::text, 'null')
                || ', ' || substr((jsonb_build_object(
                'transactionId', n.transaction_id, 'traceId', n.trace_id,
                'traceparent', queen.log_traceparent_v1(n.trace_id, n.span_id),
-               'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name,
-               'partition', (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id),
+               'producerSub', NULL, 'partitionId', n.partition_id, 'queue', v_queue.name, 'partition', v_name,
                'leaseId', v_lease, 'leaseExpiresAt', queen.ts_v1(v_expires),
                'consumerGroup', v_group, 'createdAt', queen.ts_v1(n.created_at),
                'retryCount', coalesce((SELECT f.failures FROM queen.message_failures f
                                         WHERE f.partition_id = n.partition_id AND f.consumer_group = v_group AND f.seq = n.seq), 0))
              -- A payload stored encrypted (queen.sealed_messages) is marked for the API to open.
              || CASE WHEN (SELECT true FROM queen.sealed_messages s WHERE s.partition_id = n.partition_id AND s.seq = n.seq)
-                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END)::text, 2), ', ' ORDER BY n.seq) || ']',
-             (SELECT p.name FROM queen.partitions p WHERE p.id = v_pc.partition_id)
-        INTO v_seqs, v_out, v_name
+                     THEN '{"sealed": true}'::jsonb ELSE '{}'::jsonb END)::text, 2), ', ' ORDER BY n.seq) || ']'
+        INTO v_seqs, v_out
         FROM (SELECT m.*, bool_and(v_due_by = 'infinity' OR m.created_at <= v_due_by) OVER (ORDER BY m.seq) AS due FROM (
                 SELECT m.* FROM queen.messages m
                  WHERE m.partition_id = v_pc.partition_id AND m.seq > v_pc.cursor_seq AND m.seq <> ALL (v_pc.done_seqs)
                  ORDER BY m.seq LIMIT v_left) m) n
        WHERE n.due;
-      PERFORM set_config('plan_cache_mode', v_plan_mode, true), set_config('enable_seqscan', v_seqscan, true),
-              set_config('enable_bitmapscan', v_bitmapscan, true);
+      PERFORM set_config('plan_cache_mode', v_plan_mode, true);
     ELSIF v_due_by = 'infinity' THEN
       SELECT array_agg(s.seq ORDER BY s.seq) INTO v_seqs FROM (
         SELECT m.seq FROM queen.messages m
@@ -3213,9 +3217,11 @@ BEGIN
     END IF;
     -- The first partition leased is the answer's at its top (Queen's); the arrays join as text.
     IF v_leased = 0 THEN
-      v_answer := ROW(v_out, v_name, v_pc.partition_id, v_lease, v_queue.name);
+      v_answer := ROW(v_out, v_name, v_pc.partition_id, v_lease, v_queue.name, ARRAY[v_lease], ARRAY[v_pc.partition_id]);
     ELSE
       v_answer.messages := left(v_answer.messages, -1) || ', ' || substr(v_out, 2);
+      v_answer.leases := v_answer.leases || v_lease;
+      v_answer.partition_ids := v_answer.partition_ids || v_pc.partition_id;
     END IF;
     -- jsonb's cap on an array (268,435,455 bytes), which the API meets by asking for half the batch:
     -- PostgreSQL's own bound on text is 1 GiB, too much to hand a worker.

@@ -46,26 +46,18 @@ export const LOG_PUSH_COALESCED_TRACED = {
 };
 
 /**
- * GET /api/v1/pop of one partition (the common pop): $2 queue, $3 partition (NULL: any), $4 consumer
- * group, $5 batch. The messages are the JSON text PostgreSQL wrote (sent as it is), beside what
- * Queen's answer names at its top level: the partition and the lease they came from.
- */
-export const LOG_POP_ONE = {
-  name: 'log_pop_one_v1',
-  text: `SELECT (r).messages, (r).partition, (r).partition_id::text AS partition_id, (r).lease_id::text AS lease_id, (r).queue, 1 AS partitions
-           FROM (SELECT queen.log_pop_v3($1::uuid, $2::text, $3::text, $4::text, $5::int) AS r OFFSET 0) s`,
-};
-
-/**
- * GET /api/v1/pop with Queen's `partitions` above 1 (how many partitions one pop may lease): LOG_POP_ONE's
- * $1-$5, $6 partitions. Its top level names the first partition and lease, and how many partitions.
+ * GET /api/v1/pop: $2 queue, $3 partition (NULL: any), $4 consumer group, $5 batch, $6 partitions
+ * (Queen's: how many partitions one pop may lease). The messages are the JSON text PostgreSQL wrote
+ * (sent as it is), beside what Queen's answer names at its top level: the (first) partition and the
+ * lease they came from, and how many partitions.
  */
 export const LOG_POP = {
   name: 'log_pop_v5',
-  text: `SELECT r::text AS messages, r -> 0 ->> 'partition' AS partition, r -> 0 ->> 'partitionId' AS partition_id,
-                r -> 0 ->> 'leaseId' AS lease_id, r -> 0 ->> 'queue' AS queue,
-                (SELECT count(DISTINCT e ->> 'partitionId') FROM jsonb_array_elements(r) e)::int AS partitions
-           FROM (SELECT queen.log_pop_many_v2($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::int) AS r OFFSET 0) s`,
+  // One partition (the common pop) goes straight to queen.log_pop_v3: a plpgsql call less per pop.
+  text: `SELECT (r).messages, (r).partition, (r).partition_id::text AS partition_id, (r).lease_id::text AS lease_id, (r).queue,
+                cardinality((r).partition_ids) AS partitions
+           FROM (SELECT CASE WHEN $6::int = 1 THEN queen.log_pop_v3($1::uuid, $2::text, $3::text, $4::text, $5::int)
+                             ELSE queen.log_pop_many_v3($1::uuid, $2::text, $3::text, $4::text, $5::int, $6::int) END AS r OFFSET 0) s`,
 };
 
 /** LOG_POP with Queen's server-side autoAck: the messages acked `completed` in the same statement. */

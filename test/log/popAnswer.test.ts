@@ -3,7 +3,8 @@
 // jsonb would have written (key order and spacing included: the API opens sealed payloads by
 // reading that text, and clients have always seen it), for every kind of payload, a failed
 // message's count, a sealed mark and trace context; its top names the first message's partition,
-// lease and queue; and the answers of 0.1.0's pop and the multi-partition pop keep their shape.
+// lease and queue; the pop of several partitions writes its shared lease into that text; and the
+// jsonb answers of 0.1.0's pop and of the pops other statements call keep their shape.
 import { useDatabase } from '../support/database';
 
 const TENANT = '00000000-0000-0000-0000-000000000001';
@@ -65,7 +66,7 @@ test('the text is jsonb\'s own rendering of the messages, and the top names the 
 
 test('nothing to lease answers "[]" and no top', async () => {
   const { rows: [r] } = await db.client.query(`SELECT (queen.log_pop_v3($1, 'answers', NULL, 'g', 10)).*`, [TENANT]);
-  expect(r).toEqual({ messages: '[]', partition: null, partition_id: null, lease_id: null, queue: null });
+  expect(r).toEqual({ messages: '[]', partition: null, partition_id: null, lease_id: null, queue: null, leases: [], partition_ids: [] });
   const { rows: [none] } = await db.client.query(`SELECT (queen.log_pop_v3($1, 'no-such-queue', NULL, 'g', 10)).*`, [TENANT]);
   expect(none.messages).toBe('[]');
 });
@@ -81,4 +82,26 @@ test('0.1.0\'s pop and the pop of several partitions answer jsonb arrays of the 
   await c.query(`UPDATE queen.partitions SET last_seq = 1 WHERE id = $1`, [q.id]);
   const { rows: [many] } = await c.query(`SELECT queen.log_pop_many_v2($1, 'answers', NULL, 'k', 100, 2) AS r`, [TENANT]);
   expect(many.r.map((m: { transactionId: string }) => m.transactionId).sort()).toEqual([...payloads.map((_, i) => `t-${i}`), 'u-0'].sort());
+});
+
+test('the pop of several partitions answers text too, every message naming the shared lease each partition\'s lease is recorded under', async () => {
+  const c = db.client;
+  const { rows: [r] } = await c.query(
+    `SELECT (r).messages, (r).messages::jsonb::text AS rendered, (r).lease_id::text AS lease_id, (r).partition_id::text AS partition_id,
+            (r).leases::text[] AS leases, (r).partition_ids::text[] AS partition_ids
+       FROM (SELECT queen.log_pop_many_v3($1, 'answers', NULL, 'm', 100, 2) AS r OFFSET 0) s`,
+    [TENANT],
+  );
+  expect(r.messages).toBe(r.rendered);
+  const messages = JSON.parse(r.messages) as Array<{ leaseId: string; partitionId: string }>;
+  expect(messages).toHaveLength(payloads.length + 1);
+  expect(new Set(messages.map((m) => m.leaseId))).toEqual(new Set([r.lease_id]));
+  expect(r.partition_ids).toHaveLength(2);
+  expect(r.partition_id).toBe(messages[0].partitionId);
+  expect(new Set(messages.map((m) => m.partitionId))).toEqual(new Set(r.partition_ids));
+  const { rows: shared } = await c.query(
+    `SELECT partition_id::text, shared_id::text, lease_id::text FROM queen.shared_leases WHERE consumer_group = 'm' ORDER BY partition_id`,
+  );
+  expect(shared.map((s) => s.shared_id)).toEqual([r.lease_id, r.lease_id]);
+  expect(shared.map((s) => [s.partition_id, s.lease_id]).sort()).toEqual(r.partition_ids.map((p: string, i: number) => [p, r.leases[i]]).sort());
 });

@@ -10,7 +10,7 @@ import { since } from '../../../shared/db';
 import type { Logger } from '../../../shared/log';
 import type { LogRoute, ApiMetrics } from '../../../shared/metrics';
 import {
-  LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP, LOG_POP_ONE,
+  LOG_ACK_BATCH, LOG_ACK_ONE, LOG_CONFIGURE, LOG_DEAD_LETTERS, LOG_DELETE_CONSUMER_GROUP, LOG_DELETE_QUEUE, LOG_EXTEND_LEASE, LOG_POP,
   LOG_MESSAGE_TRACES, LOG_POP_AUTO_ACK, LOG_POP_MATCH, LOG_PUSH_SEALED, LOG_PUSH_TRACED, LOG_RECORD_TRACE, LOG_SEAL_TEXTS, LOG_SUBSCRIBE_FROM, LOG_SUBSCRIBE_NEW,
 } from '../../../shared/sql/log';
 import { answerWithBody, notFound, sendJsonText } from '../edge/answer';
@@ -190,18 +190,16 @@ export function logRoutes({ config, messagePool, log, metrics, moveRole }: LogRo
     const from = () => (wait ? Date.now() : started);
     if (choices.fromNow) await messagePool.query(since({ ...LOG_SUBSCRIBE_NEW, values: values.slice(0, 4) }, started));
     else if (choices.fromInstant) await messagePool.query(since({ ...LOG_SUBSCRIBE_FROM, values: [...values.slice(0, 4), choices.fromInstant] }, started));
-    // An answer is capped at 256 MiB (PostgreSQL's cap on a jsonb array, which the pop of one
-    // partition keeps for its text): a batch of large payloads (five pushes of 60 MB, or a thousand
-    // of 300 KB) failed the pop with 54000 and a 500, on every retry, since the failed statement
-    // took no lease. Such a batch is asked again at half
-    // the size (nothing was leased), down to one message; the consumer gets what fits.
+    // An answer is capped at 256 MiB (PostgreSQL's cap on a jsonb array, which the pop keeps for its
+    // text): a batch of large payloads (five pushes of 60 MB, or a thousand of 300 KB) failed the
+    // pop with 54000 and a 500, on every retry, since the failed statement took no lease. Such a
+    // batch is asked again at half the size (nothing was leased), down to one message; the consumer
+    // gets what fits.
     const popOnce = async () => {
       for (let size = batch; ; size = Math.max(1, Math.floor(size / 2))) {
         try {
           if (match) return await messagePool.query(since({ ...LOG_POP_MATCH, values: [tenant, match.namespace, match.task, group, size, partitions, choices.autoAck] }, from()));
-          if (choices.autoAck) return await messagePool.query(since({ ...LOG_POP_AUTO_ACK, values: [...values.slice(0, 4), size, partitions] }, from()));
-          if (partitions === 1) return await messagePool.query(since({ ...LOG_POP_ONE, values: [...values.slice(0, 4), size] }, from()));
-          return await messagePool.query(since({ ...LOG_POP, values: [...values.slice(0, 4), size, partitions] }, from()));
+          return await messagePool.query(since({ ...(choices.autoAck ? LOG_POP_AUTO_ACK : LOG_POP), values: [values[0], values[1], values[2], values[3], size, partitions] }, from()));
         } catch (err) {
           if ((err as { code?: string }).code !== SQLSTATE.PROGRAM_LIMIT_EXCEEDED || size === 1) throw err;
         }
