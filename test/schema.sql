@@ -1726,6 +1726,13 @@ AS $function$
       ARRAY['log_invalid_ack', 'error is a string (why the message failed) or null.']
   END
 $function$
+CREATE OR REPLACE FUNCTION queen.log_ack_refuse_v1(p_problem text[], p_index integer)
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+  PERFORM queen.fail_v1(p_problem[1], CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END || p_problem[2], p_index);
+END $function$
 CREATE OR REPLACE FUNCTION queen.log_ack_step_of_v1(p_v2 boolean, p_tenant uuid, a jsonb, p_index integer, p_raise boolean, p_pc queen.partition_consumers, OUT o_answer jsonb, OUT o_pc queen.partition_consumers, OUT o_applied boolean)
  RETURNS record
  LANGUAGE plpgsql
@@ -2118,9 +2125,7 @@ AS $function$
 DECLARE
   v_problem TEXT[] := queen.log_ack_problem_v1(p_ack, NULL);
 BEGIN
-  IF v_problem IS NOT NULL THEN
-    PERFORM queen.fail_v1(v_problem[1], CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END || v_problem[2], p_index);
-  END IF;
+  IF v_problem IS NOT NULL THEN PERFORM queen.log_ack_refuse_v1(v_problem, p_index); END IF;
   RETURN queen.log_ack_norm_v1(p_ack, NULL);
 END $function$
 CREATE OR REPLACE FUNCTION queen.log_check_acks_v1(p_acks jsonb, p_group jsonb)
@@ -2141,7 +2146,7 @@ BEGIN
   -- more to start than it saves on one.
   IF v_n = 1 THEN
     v_problem := queen.log_ack_problem_v1(p_acks->0, p_group);
-    IF v_problem IS NOT NULL THEN PERFORM queen.fail_v1(v_problem[1], v_problem[2], NULL); END IF;
+    IF v_problem IS NOT NULL THEN PERFORM queen.log_ack_refuse_v1(v_problem, NULL); END IF;
     RETURN ARRAY[queen.log_ack_norm_v1(p_acks->0, p_group)];
   END IF;
   v_plan_mode := current_setting('plan_cache_mode');
@@ -2152,8 +2157,7 @@ BEGIN
     FROM jsonb_array_elements(p_acks) WITH ORDINALITY t(a, i);
   PERFORM set_config('plan_cache_mode', v_plan_mode, true);
   IF v_bad IS NOT NULL THEN
-    v_problem := queen.log_ack_problem_v1(p_acks->v_bad, p_group);
-    PERFORM queen.fail_v1(v_problem[1], format('Ack %s: ', v_bad) || v_problem[2], v_bad);
+    PERFORM queen.log_ack_refuse_v1(queen.log_ack_problem_v1(p_acks->v_bad, p_group), v_bad);
   END IF;
   RETURN v_norm;
 END $function$
@@ -3121,6 +3125,8 @@ BEGIN
       SELECT c.* INTO v_pc FROM queen.partition_consumers c
        WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
     END IF;
+    -- The partition's name: its messages name it, and so does the answer's top.
+    SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
 
     -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
     -- not yet due.
@@ -3130,7 +3136,6 @@ BEGIN
       -- plan, through the partition's transactionId index and filtered the partition's whole history
       -- (test/log/popCost.test.ts).
       v_lease := queen.log_lease_id_v1(v_pc.partition_id);
-      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
       -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
       -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
@@ -3196,7 +3201,6 @@ BEGIN
     ELSE
       -- 0.1.0's lease (a random id) and its answer, read again by the batch's seqs.
       v_lease := gen_random_uuid();
-      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       UPDATE queen.partition_consumers
          SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
              last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now

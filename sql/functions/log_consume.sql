@@ -95,15 +95,21 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
                             'leaseId', lower(queen.log_str_v1(p_ack->'leaseId')), 'error', queen.log_str_v1(p_ack->'error'))
 $$;
 
+-- The refusal of an ack that broke p_problem (queen.log_ack_problem_v1's answer), naming the ack's
+-- index p_index when it is given ("Ack 2: ...").
+CREATE OR REPLACE FUNCTION queen.log_ack_refuse_v1(p_problem TEXT[], p_index INT) RETURNS VOID
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM queen.fail_v1(p_problem[1], CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END || p_problem[2], p_index);
+END $$;
+
 -- Validates one ack and returns it normalized (above); a refusal names p_index when it is given.
 CREATE OR REPLACE FUNCTION queen.log_check_ack_v1(p_ack JSONB, p_index INT) RETURNS JSONB
 LANGUAGE plpgsql AS $$
 DECLARE
   v_problem TEXT[] := queen.log_ack_problem_v1(p_ack, NULL);
 BEGIN
-  IF v_problem IS NOT NULL THEN
-    PERFORM queen.fail_v1(v_problem[1], CASE WHEN p_index IS NULL THEN '' ELSE format('Ack %s: ', p_index) END || v_problem[2], p_index);
-  END IF;
+  IF v_problem IS NOT NULL THEN PERFORM queen.log_ack_refuse_v1(v_problem, p_index); END IF;
   RETURN queen.log_ack_norm_v1(p_ack, NULL);
 END $$;
 
@@ -127,7 +133,7 @@ BEGIN
   -- more to start than it saves on one.
   IF v_n = 1 THEN
     v_problem := queen.log_ack_problem_v1(p_acks->0, p_group);
-    IF v_problem IS NOT NULL THEN PERFORM queen.fail_v1(v_problem[1], v_problem[2], NULL); END IF;
+    IF v_problem IS NOT NULL THEN PERFORM queen.log_ack_refuse_v1(v_problem, NULL); END IF;
     RETURN ARRAY[queen.log_ack_norm_v1(p_acks->0, p_group)];
   END IF;
   v_plan_mode := current_setting('plan_cache_mode');
@@ -138,8 +144,7 @@ BEGIN
     FROM jsonb_array_elements(p_acks) WITH ORDINALITY t(a, i);
   PERFORM set_config('plan_cache_mode', v_plan_mode, true);
   IF v_bad IS NOT NULL THEN
-    v_problem := queen.log_ack_problem_v1(p_acks->v_bad, p_group);
-    PERFORM queen.fail_v1(v_problem[1], format('Ack %s: ', v_bad) || v_problem[2], v_bad);
+    PERFORM queen.log_ack_refuse_v1(queen.log_ack_problem_v1(p_acks->v_bad, p_group), v_bad);
   END IF;
   RETURN v_norm;
 END $$;
@@ -506,6 +511,8 @@ BEGIN
       SELECT c.* INTO v_pc FROM queen.partition_consumers c
        WHERE c.partition_id = v_pc.partition_id AND c.consumer_group = v_group;
     END IF;
+    -- The partition's name: its messages name it, and so does the answer's top.
+    SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
 
     -- Past the cursor, minus what was finished ahead of it; with a delay, up to the first message
     -- not yet due.
@@ -515,7 +522,6 @@ BEGIN
       -- plan, through the partition's transactionId index and filtered the partition's whole history
       -- (test/log/popCost.test.ts).
       v_lease := queen.log_lease_id_v1(v_pc.partition_id);
-      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       -- Queen's message (id, transactionId, traceId, data, producerSub, createdAt, partitionId,
       -- partition, leaseId, consumerGroup) and the cell's additions (queue, leaseExpiresAt, retryCount,
       -- traceparent: the W3C context of the request that pushed it, docs/tracing.md).
@@ -581,7 +587,6 @@ BEGIN
     ELSE
       -- 0.1.0's lease (a random id) and its answer, read again by the batch's seqs.
       v_lease := gen_random_uuid();
-      SELECT p.name INTO v_name FROM queen.partitions p WHERE p.id = v_pc.partition_id;
       UPDATE queen.partition_consumers
          SET lease_id = v_lease, lease_expires_at = v_expires, lease_seqs = v_seqs, lease_failed = '{}',
              last_leased_at = v_now, deliveries = deliveries + cardinality(v_seqs), updated_at = v_now
@@ -627,14 +632,15 @@ LANGUAGE sql AS $$
   SELECT (queen.log_pop_of_v1(false, p_tenant, p_queue, p_partition, p_group, p_batch, 1)).messages::jsonb
 $$;
 
--- The pop (queen.log_pop_of_v1 with p_v2), inlined likewise into LOG_POP's statement.
+-- The pop (queen.log_pop_of_v1 with p_v2) as a jsonb array, for a caller that reads the messages
+-- in SQL; inlined likewise.
 CREATE OR REPLACE FUNCTION queen.log_pop_v2(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT) RETURNS JSONB
 LANGUAGE sql AS $$
   SELECT (queen.log_pop_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, 1)).messages::jsonb
 $$;
 
--- The pop the API sends (LOG_POP_ONE): queen.log_pop_v2's messages as the JSON text it answers,
--- beside the partition, lease and queue Queen's answer names at its top.
+-- The pop of one partition the API sends (LOG_POP): queen.log_pop_v2's messages as the JSON text
+-- it answers, beside the partition, lease and queue Queen's answer names at its top.
 CREATE OR REPLACE FUNCTION queen.log_pop_v3(p_tenant UUID, p_queue TEXT, p_partition TEXT, p_group TEXT, p_batch INT)
 RETURNS queen.log_pop_answer LANGUAGE sql AS $$
   SELECT queen.log_pop_of_v1(true, p_tenant, p_queue, p_partition, p_group, p_batch, 1)
